@@ -1,0 +1,3 @@
+from swarm_tui.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,190 @@
+"""Validated configuration: a TOML file layered under SWARM_TUI__* environment variables.
+
+No config file at all means the built-in simulator (labelled SIMULATED).
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any
+
+import platformdirs
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from swarm_tui.errors import UserError
+from swarm_tui.prices import PriceTable, load_price_table
+
+APP_NAME = "swarm-tui"
+SIM_GATEWAY = "sim"  # reserved gateway name: the built-in simulator
+
+PosFloat = Annotated[float, Field(gt=0)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class GatewayConfig(_Strict):
+    base_url: str
+    # env vars holding keys (each may be comma-separated)
+    key_env: list[str] = Field(default_factory=list)
+    key_file: Path | None = None
+    timeout_s: PosFloat = 30.0
+    max_concurrency: Annotated[int, Field(ge=1, le=10_000)] = 140
+    stream: bool = True
+    model: str | None = None  # pins every task on this gateway to one model
+    theme: str | None = None
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, v: str) -> str:
+        if not v.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return v.rstrip("/")
+
+
+class RoutingConfig(_Strict):
+    enabled: bool = True
+    long_context_tokens: Annotated[int, Field(ge=1)] = 1000
+    long_model: str = "kimi-k2.5"
+    short_model: str = "deepseek-v3.2"
+    fallback: dict[str, list[str]] = Field(
+        default_factory=lambda: {"kimi-k2.5": ["deepseek-v3.2"], "deepseek-v3.2": ["kimi-k2.5"]}
+    )
+
+
+class RetryConfig(_Strict):
+    max_attempts: Annotated[int, Field(ge=1, le=20)] = 3
+    base_backoff_s: PosFloat = 0.25
+    max_backoff_s: PosFloat = 8.0
+    retry_after_cap_s: PosFloat = 30.0
+
+
+class SlaConfig(_Strict):
+    p95_ms: PosFloat = 350.0
+    min_success: Annotated[float, Field(ge=0, le=1)] = 0.99
+
+
+class PriceOverride(_Strict):
+    input: Annotated[float, Field(ge=0)]
+    output: Annotated[float, Field(ge=0)]
+    cached_input: Annotated[float, Field(ge=0)] | None = None
+    source: str = "user config"
+    checked: str | None = None
+
+
+class Settings(BaseSettings):
+    """The whole config. Environment (`SWARM_TUI__RETRY__MAX_ATTEMPTS=5`) overrides the file."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="SWARM_TUI__", env_nested_delimiter="__", extra="forbid"
+    )
+
+    default_gateway: str | None = None
+    default_model: str = "deepseek-v3.2"
+    concurrency: Annotated[int, Field(ge=1, le=10_000)] = 100
+    tasks_per_day: Annotated[int, Field(ge=1)] = 12_000
+    gateways: dict[str, GatewayConfig] = Field(default_factory=dict)
+    routing: RoutingConfig = Field(default_factory=RoutingConfig)
+    retry: RetryConfig = Field(default_factory=RetryConfig)
+    sla: SlaConfig = Field(default_factory=SlaConfig)
+    prices_file: Path | None = None
+    prices: dict[str, PriceOverride] = Field(default_factory=dict)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The file's contents arrive as init kwargs; the environment wins over them.
+        return (env_settings, init_settings)
+
+    @field_validator("gateways")
+    @classmethod
+    def _reserved(cls, v: dict[str, GatewayConfig]) -> dict[str, GatewayConfig]:
+        if SIM_GATEWAY in v:
+            raise ValueError(f"'{SIM_GATEWAY}' is reserved for the built-in simulator")
+        return v
+
+
+class LoadedConfig(BaseModel):
+    """Settings plus where they came from and the resolved price table."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    settings: Settings
+    path: Path | None  # None: no file, built-in simulator only
+    prices: PriceTable
+
+    @property
+    def simulated_only(self) -> bool:
+        return not self.settings.gateways
+
+
+def default_config_path() -> Path:
+    return platformdirs.user_config_path(APP_NAME) / "config.toml"
+
+
+def resolve_config_path(cli_path: str | None) -> tuple[Path | None, bool]:
+    """Return (path, explicit). An explicit path must exist; the default one may not."""
+    if cli_path:
+        return Path(cli_path).expanduser(), True
+    env = os.environ.get("SWARM_TUI_CONFIG")
+    if env:
+        return Path(env).expanduser(), True
+    p = default_config_path()
+    return (p, False) if p.exists() else (None, False)
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise UserError(f"config {path}: file not found") from None
+    except PermissionError:
+        raise UserError(f"config {path}: permission denied") from None
+    except IsADirectoryError:
+        raise UserError(f"config {path}: is a directory") from None
+    except tomllib.TOMLDecodeError as e:
+        raise UserError(f"config {path}: invalid TOML: {e}") from None
+    except UnicodeDecodeError:
+        raise UserError(f"config {path}: not UTF-8 text") from None
+
+
+def format_validation_error(place: str, err: ValidationError) -> str:
+    """One line: the place, the dotted key, what is wrong (+ how many more)."""
+    errors = err.errors()
+    first = errors[0]
+    key = ".".join(str(p) for p in first["loc"]) or "(top level)"
+    msg = first["msg"]
+    if first["type"] == "extra_forbidden":
+        msg = "unknown key"
+    more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"{place}: {key}: {msg}{more}"
+
+
+def load_config(cli_path: str | None = None) -> LoadedConfig:
+    path, _explicit = resolve_config_path(cli_path)
+    data = _read_toml(path) if path else {}
+    place = f"config {path}" if path else "config (environment)"
+    try:
+        settings = Settings(**data)
+    except ValidationError as e:
+        raise UserError(format_validation_error(place, e)) from None
+    if settings.default_gateway and settings.default_gateway not in settings.gateways:
+        raise UserError(f"{place}: default_gateway: no gateway named '{settings.default_gateway}'")
+    base_dir = path.parent if path else Path.cwd()
+    prices_file = settings.prices_file
+    if prices_file is not None and not prices_file.is_absolute():
+        prices_file = base_dir / prices_file
+    overrides = {k: v.model_dump() for k, v in settings.prices.items()}
+    prices = load_price_table(prices_file, overrides, place)
+    return LoadedConfig(settings=settings, path=path, prices=prices)

@@ -1,0 +1,50 @@
+"""Which model and which gateway a task goes to."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Protocol
+
+from swarm_tui.config import RoutingConfig
+from swarm_tui.workload import Task
+
+BASELINE = "baseline"
+CANDIDATE = "candidate"
+
+
+def canary_slot(user_id: str) -> int:
+    """The team's router: int(sha256(user_id UTF-8).hexdigest(), 16) % 100."""
+    return int(hashlib.sha256(user_id.encode("utf-8")).hexdigest(), 16) % 100
+
+
+def choose_model(
+    task: Task, routing: RoutingConfig, default_model: str, pinned: str | None = None
+) -> str:
+    """Explicit task model > model pinned by the gateway > long/short rule > default."""
+    if task.model:
+        return task.model
+    if pinned:
+        return pinned
+    if not routing.enabled:
+        return default_model
+    if task.prompt_tokens_estimate() > routing.long_context_tokens:
+        return routing.long_model
+    return routing.short_model
+
+
+def fallback_chain(model: str, routing: RoutingConfig) -> list[str]:
+    return [m for m in routing.fallback.get(model, []) if m != model]
+
+
+class Router(Protocol):
+    def route(self, task: Task) -> tuple[str, str]:
+        """(gateway name, bucket)."""
+        ...
+
+
+class SingleGateway:
+    def __init__(self, gateway: str) -> None:
+        self.gateway = gateway
+
+    def route(self, task: Task) -> tuple[str, str]:
+        return self.gateway, BASELINE

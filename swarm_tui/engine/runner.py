@@ -1,0 +1,291 @@
+"""SwarmRunner: bounded, adjustable concurrency over many tasks; partial failures never stop it.
+
+Dispatch is one loop that starts an attempt whenever a slot is free. An attempt
+that fails retryably gives its slot back while it waits (so a Retry-After storm
+does not starve the swarm) and comes back ahead of never-tried tasks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from swarm_tui.config import RetryConfig, RoutingConfig
+from swarm_tui.engine import events as ev
+from swarm_tui.engine.retry import retry_wait_s
+from swarm_tui.engine.routing import Router, choose_model, fallback_chain
+from swarm_tui.engine.state import (
+    CANCELLED,
+    FAILED,
+    QUEUED,
+    RETRYING,
+    RUNNING,
+    SUCCEEDED,
+    Agent,
+    Attempt,
+)
+from swarm_tui.gateway.client import GatewayClient
+from swarm_tui.gateway.errors import CallError
+from swarm_tui.prices import PriceTable
+from swarm_tui.workload import Task
+
+
+@dataclass(frozen=True)
+class RunPolicy:
+    concurrency: int
+    retry: RetryConfig
+    routing: RoutingConfig
+    default_model: str
+
+
+class SwarmRunner:
+    def __init__(
+        self,
+        tasks: Sequence[Task],
+        gateways: dict[str, GatewayClient],
+        router: Router,
+        policy: RunPolicy,
+        prices: PriceTable,
+        consumers: Iterable[ev.Consumer] = (),
+        seed: int | None = None,
+    ) -> None:
+        self.gateways = gateways
+        self.policy = policy
+        self.prices = prices
+        self.consumers = list(consumers)
+        self.rng = random.Random(seed)
+        self.agents = [self._agent(i, t, router) for i, t in enumerate(tasks)]
+        self.limit = policy.concurrency
+        self.paused = False
+        self.cancelled = False
+        self.in_flight = 0
+        self.retry_waiting = 0
+        self.done = 0
+        self.counts = {SUCCEEDED: 0, FAILED: 0, CANCELLED: 0}
+        self.consumer_errors = 0
+        self.t0 = 0.0
+        self.started_wall = 0.0
+        self.wall_ms = 0.0
+        self._pending: deque[Agent] = deque()
+        self._retry_ready: deque[Agent] = deque()
+        self._wake = asyncio.Event()
+
+    def _agent(self, i: int, task: Task, router: Router) -> Agent:
+        gw_name, bucket = router.route(task)
+        gw = self.gateways[gw_name]
+        model = choose_model(task, self.policy.routing, self.policy.default_model, gw.pinned_model)
+        messages = [{"role": "user", "content": task.prompt}]
+        if task.system:
+            messages.insert(0, {"role": "system", "content": task.system})
+        return Agent(i, task, model, gw_name, bucket, fallback_chain(model, self.policy.routing),
+                     messages, runner=self)
+
+    # -- clock and events ------------------------------------------------------------------
+    def now_ms(self) -> float:
+        return (time.perf_counter() - self.t0) * 1000.0
+
+    def emit(self, kind: str, agent: Agent | None = None, attempt: Attempt | None = None,
+             detail: str | None = None) -> None:
+        event = ev.Event(kind, self.now_ms(), agent, attempt, detail)
+        for consumer in self.consumers:
+            try:
+                consumer(event)
+            except Exception:  # a broken consumer must not stop the swarm
+                self.consumer_errors += 1
+
+    # -- controls (safe to call from the same event loop at any time) ----------------------
+    def set_concurrency(self, n: int) -> None:
+        self.limit = max(1, int(n))
+        self.emit(ev.CONTROL, detail=f"concurrency={self.limit}")
+        self._wake.set()
+
+    def pause(self) -> None:
+        self.paused = True
+        self.emit(ev.CONTROL, detail="paused")
+
+    def resume(self) -> None:
+        self.paused = False
+        self.emit(ev.CONTROL, detail="resumed")
+        self._wake.set()
+
+    def cancel(self) -> None:
+        """Stop dispatching, cancel everything queued, waiting or in flight."""
+        if self.cancelled:
+            return
+        self.cancelled = True
+        self.emit(ev.CONTROL, detail="cancel")
+        for agent in self.agents:
+            if not agent.final:
+                self.cancel_agent(agent.index)
+        self._wake.set()
+
+    def cancel_agent(self, index: int) -> None:
+        agent = self.agents[index]
+        if agent.final:
+            return
+        agent.cancel_requested = True
+        if agent.state == QUEUED:
+            self._finish_cancelled(agent)  # lazily skipped when popped from the queue
+        elif agent.state == RETRYING:
+            if isinstance(agent.handle, asyncio.TimerHandle):
+                agent.handle.cancel()
+            self.retry_waiting -= 1
+            self._finish_cancelled(agent)
+        elif isinstance(agent.handle, asyncio.Task):
+            agent.handle.cancel()
+        self._wake.set()
+
+    # -- the run ------------------------------------------------------------------------------
+    async def run(self) -> None:
+        self.t0 = time.perf_counter()
+        self.started_wall = time.time()
+        for agent in self.agents:
+            agent.ready_at = self.t0
+            self._pending.append(agent)
+            self.emit(ev.QUEUED, agent)
+        self.emit(ev.RUN_STARTED)
+        try:
+            await self._dispatch()
+        finally:
+            if self.in_flight or self.retry_waiting:  # we were cancelled from outside
+                self.cancel()
+                tasks = [a.handle for a in self.agents if isinstance(a.handle, asyncio.Task)]
+                await asyncio.gather(*tasks, return_exceptions=True)
+            self.wall_ms = self.now_ms()
+            self.emit(ev.RUN_FINISHED)
+
+    async def _dispatch(self) -> None:
+        while True:
+            while not self.paused and not self.cancelled and self.in_flight < self.limit:
+                agent = self._next_ready()
+                if agent is None:
+                    break
+                self._launch(agent)
+            if not (self.in_flight or self.retry_waiting or self._pending or self._retry_ready):
+                return
+            if self.cancelled and not (self.in_flight or self.retry_waiting):
+                return
+            self._wake.clear()
+            await self._wake.wait()
+
+    def _next_ready(self) -> Agent | None:
+        for queue in (self._retry_ready, self._pending):
+            while queue:
+                agent = queue.popleft()
+                if agent.state == QUEUED:
+                    return agent
+        return None
+
+    def _launch(self, agent: Agent) -> None:
+        gw = self.gateways[agent.gateway]
+        slot = gw.pick_key()
+        agent.state = RUNNING
+        agent.key_fp = slot.fingerprint
+        agent.live_chars = 0
+        self.in_flight += 1
+        now = time.perf_counter()
+        attempt = Attempt(
+            number=len(agent.attempts) + 1, model=agent.model, gateway=gw.name,
+            key_fp=slot.fingerprint, started_ms=(now - self.t0) * 1000.0,
+            queue_ms=(now - agent.ready_at) * 1000.0,
+        )
+        agent.attempts.append(attempt)
+        agent.attempts_on_model += 1
+        agent.queue_ms += attempt.queue_ms
+        agent.handle = asyncio.create_task(self._attempt(agent, attempt, gw, slot))
+        self.emit(ev.STARTED, agent, attempt)
+
+    def first_token(self, agent: Agent, at: float) -> None:
+        self.emit(ev.FIRST_TOKEN, agent, agent.attempts[-1])
+
+    async def _attempt(self, agent: Agent, attempt: Attempt, gw: GatewayClient, slot) -> None:
+        task = agent.task
+        try:
+            res = await gw.complete(slot, agent.model, agent.messages, task.max_tokens,
+                                    task.temperature, agent)
+        except asyncio.CancelledError:
+            self.in_flight -= 1
+            attempt.outcome = "cancelled"
+            attempt.latency_ms = self.now_ms() - attempt.started_ms
+            self._finish_cancelled(agent)
+            self._wake.set()
+            if not agent.cancel_requested:
+                raise
+            return
+        self.in_flight -= 1
+        self._wake.set()
+        attempt.latency_ms = res.latency_ms
+        attempt.ttft_ms = res.ttft_ms
+        if res.error is None:
+            attempt.outcome = "ok"
+            attempt.tokens_in, attempt.tokens_out = res.tokens_in, res.tokens_out
+            attempt.cached_in = res.cached_in
+            agent.latency_ms, agent.ttft_ms = res.latency_ms, res.ttft_ms
+            agent.tokens_in, agent.tokens_out = res.tokens_in, res.tokens_out
+            agent.cached_in, agent.usage_estimated = res.cached_in, res.usage_estimated
+            agent.cost_usd = self.prices.cost(agent.model, res.tokens_in, res.tokens_out,
+                                              res.cached_in)
+            agent.response_text = res.text
+            agent.status_code = 200
+            agent.error_class = agent.error_message = None
+            self._finish(agent, SUCCEEDED, ev.SUCCEEDED)
+            return
+        self._failed_attempt(agent, attempt, res.error)
+
+    def _failed_attempt(self, agent: Agent, attempt: Attempt, err: CallError) -> None:
+        attempt.outcome = "error"
+        attempt.status_code = err.status_code
+        attempt.error_class = err.error_class
+        attempt.error_message = err.message
+        agent.status_code, agent.error_class, agent.error_message = (
+            err.status_code, err.error_class, err.message)
+        agent.latency_ms, agent.ttft_ms = attempt.latency_ms, attempt.ttft_ms
+        if self.cancelled or agent.cancel_requested:
+            self._finish_cancelled(agent)
+            return
+        if not err.retryable:
+            self._finish(agent, FAILED, ev.FAILED)
+            return
+        if agent.attempts_on_model < self.policy.retry.max_attempts:
+            wait = retry_wait_s(self.policy.retry, agent.attempts_on_model, err.retry_after_s,
+                                self.rng)
+            detail = f"{err.error_class} {err.status_code or ''}".strip()
+        elif agent.fallbacks:
+            previous, agent.model = agent.model, agent.fallbacks.pop(0)
+            agent.attempts_on_model = 0
+            wait = 0.0
+            detail = f"{previous} → {agent.model} after {err.error_class}"
+            self.emit(ev.FALLBACK, agent, attempt, detail)
+        else:
+            self._finish(agent, FAILED, ev.FAILED)
+            return
+        attempt.retry_wait_s = wait
+        agent.state = RETRYING
+        agent.ready_at = time.perf_counter()  # the wait counts as queue time, not latency
+        self.retry_waiting += 1
+        agent.handle = asyncio.get_running_loop().call_later(wait, self._retry_due, agent)
+        self.emit(ev.RETRY_SCHEDULED, agent, attempt, detail)
+
+    def _retry_due(self, agent: Agent) -> None:
+        self.retry_waiting -= 1
+        if agent.state != RETRYING:
+            return
+        agent.state = QUEUED
+        self._retry_ready.append(agent)
+        self._wake.set()
+
+    def _finish_cancelled(self, agent: Agent) -> None:
+        if not agent.final:
+            self._finish(agent, CANCELLED, ev.CANCELLED)
+
+    def _finish(self, agent: Agent, state: str, kind: str) -> None:
+        agent.state = state
+        agent.handle = None
+        agent.finished_ms = self.now_ms()
+        self.counts[state] += 1
+        self.done += 1
+        self.emit(kind, agent, agent.attempts[-1] if agent.attempts else None)

@@ -1,0 +1,87 @@
+"""Agent and attempt records: the engine's mutable state, read by consumers and snapshots."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from swarm_tui.workload import Task
+
+QUEUED = "queued"
+RUNNING = "running"      # request sent, no token yet
+STREAMING = "streaming"  # tokens arriving
+RETRYING = "retrying"    # waiting out a backoff / Retry-After
+SUCCEEDED = "succeeded"
+FAILED = "failed"
+CANCELLED = "cancelled"
+
+FINAL_STATES = frozenset({SUCCEEDED, FAILED, CANCELLED})
+STATES = (QUEUED, RUNNING, STREAMING, RETRYING, SUCCEEDED, FAILED, CANCELLED)
+
+
+@dataclass(slots=True)
+class Attempt:
+    number: int              # 1-based across the whole task (fallbacks included)
+    model: str
+    gateway: str
+    key_fp: str
+    started_ms: float        # since run start, when the request was sent
+    queue_ms: float          # waiting for a slot or a retry before this send
+    latency_ms: float | None = None  # send → last byte
+    ttft_ms: float | None = None
+    status_code: int | None = None
+    error_class: str | None = None
+    error_message: str | None = None
+    retry_wait_s: float | None = None  # wait scheduled after this attempt
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cached_in: int = 0
+    outcome: str = "running"  # ok | error | cancelled
+
+
+@dataclass(slots=True, eq=False)
+class Agent:
+    """One sub-agent = one task. Updated in place by the runner."""
+
+    index: int
+    task: Task
+    model: str
+    gateway: str
+    bucket: str
+    fallbacks: list[str]
+    messages: list[dict[str, str]]
+    state: str = QUEUED
+    key_fp: str | None = None
+    attempts: list[Attempt] = field(default_factory=list)
+    attempts_on_model: int = 0
+    ready_at: float = 0.0        # perf_counter when it last became ready to send
+    live_chars: int = 0          # streamed characters of the current attempt
+    latency_ms: float | None = None
+    ttft_ms: float | None = None
+    queue_ms: float = 0.0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cached_in: int = 0
+    usage_estimated: bool = False
+    cost_usd: float | None = None
+    status_code: int | None = None
+    error_class: str | None = None
+    error_message: str | None = None
+    response_text: str | None = None
+    finished_ms: float | None = None
+    cancel_requested: bool = False
+    handle: asyncio.Task[None] | asyncio.TimerHandle | None = field(default=None, repr=False)
+    runner: Any = field(default=None, repr=False)
+
+    @property
+    def id(self) -> str:
+        return self.task.id
+
+    @property
+    def final(self) -> bool:
+        return self.state in FINAL_STATES
+
+    def on_first_token(self, at: float) -> None:
+        self.state = STREAMING
+        self.runner.first_token(self, at)

@@ -1,0 +1,183 @@
+"""Run summaries: the `--json` contract of `run` and `report`, computed from task rows.
+
+The same function serves a live run (agent records) and a stored one (database
+rows), so `run` and `report` print identical figures for the same run.
+
+Percentiles are nearest-rank over succeeded tasks: sort the values, take the
+value at 1-based rank ceil(p/100 * n).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from typing import Protocol
+
+from pydantic import BaseModel, Field
+
+from swarm_tui.config import SlaConfig
+
+
+class TaskRow(Protocol):
+    state: str
+    model: str
+    gateway: str
+    bucket: str
+    latency_ms: float | None
+    ttft_ms: float | None
+    queue_ms: float
+    tokens_in: int
+    tokens_out: int
+    cached_in: int
+    usage_estimated: bool
+    cost_usd: float | None
+    error_class: str | None
+
+
+def nearest_rank(sorted_values: Sequence[float], p: float) -> float | None:
+    if not sorted_values:
+        return None
+    rank = max(1, math.ceil(p / 100.0 * len(sorted_values)))
+    return sorted_values[rank - 1]
+
+
+class Percentiles(BaseModel):
+    p50: float | None = None
+    p95: float | None = None
+    p99: float | None = None
+    mean: float | None = None
+
+    @classmethod
+    def of(cls, values: list[float]) -> Percentiles:
+        if not values:
+            return cls()
+        values.sort()
+        return cls(
+            p50=nearest_rank(values, 50), p95=nearest_rank(values, 95),
+            p99=nearest_rank(values, 99), mean=sum(values) / len(values),
+        )
+
+
+class Tokens(BaseModel):
+    input: int = 0
+    output: int = 0
+    cached_input: int = 0
+    estimated_tasks: int = 0  # tasks whose usage the gateway did not report
+
+
+class Stats(BaseModel):
+    total: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    cancelled: int = 0
+    unfinished: int = 0
+    success_rate: float | None = None  # succeeded / (succeeded + failed); None if none ended
+    latency_ms: Percentiles = Field(default_factory=Percentiles)
+    ttft_ms: Percentiles = Field(default_factory=Percentiles)
+    queue_ms: Percentiles = Field(default_factory=Percentiles)
+    tokens: Tokens = Field(default_factory=Tokens)
+    cost_usd: float = 0.0  # priced tasks only; see unpriced_tasks
+    cost_per_task_usd: float | None = None
+    unpriced_tasks: int = 0
+    unpriced_models: list[str] = Field(default_factory=list)
+    errors: dict[str, int] = Field(default_factory=dict)
+
+
+class SlaVerdict(BaseModel):
+    p95_ms: float
+    min_success: float
+    met: bool
+    breaches: list[str]
+
+
+class RunSummary(Stats):
+    run_id: str
+    name: str | None = None
+    status: str = "finished"
+    simulated: bool = False
+    started_at: float | None = None  # unix seconds
+    wall_ms: float = 0.0
+    calls_per_s: float | None = None
+    sla: SlaVerdict | None = None
+    by_model: dict[str, Stats] = Field(default_factory=dict)
+    by_gateway: dict[str, Stats] = Field(default_factory=dict)
+    by_bucket: dict[str, Stats] = Field(default_factory=dict)
+
+
+def compute_stats(rows: Iterable[TaskRow]) -> Stats:
+    s = Stats()
+    lat: list[float] = []
+    ttft: list[float] = []
+    queue: list[float] = []
+    errors: Counter[str] = Counter()
+    unpriced: set[str] = set()
+    for r in rows:
+        s.total += 1
+        if r.state == "succeeded":
+            s.succeeded += 1
+            if r.latency_ms is not None:
+                lat.append(r.latency_ms)
+            if r.ttft_ms is not None:
+                ttft.append(r.ttft_ms)
+            queue.append(r.queue_ms)
+            s.tokens.input += r.tokens_in
+            s.tokens.output += r.tokens_out
+            s.tokens.cached_input += r.cached_in
+            s.tokens.estimated_tasks += bool(r.usage_estimated)
+            if r.cost_usd is None:
+                s.unpriced_tasks += 1
+                unpriced.add(r.model)
+            else:
+                s.cost_usd += r.cost_usd
+        elif r.state == "failed":
+            s.failed += 1
+            errors[r.error_class or "other"] += 1
+        elif r.state == "cancelled":
+            s.cancelled += 1
+        else:
+            s.unfinished += 1
+    ended = s.succeeded + s.failed
+    s.success_rate = s.succeeded / ended if ended else None
+    s.latency_ms = Percentiles.of(lat)
+    s.ttft_ms = Percentiles.of(ttft)
+    s.queue_ms = Percentiles.of(queue)
+    priced = s.succeeded - s.unpriced_tasks
+    s.cost_per_task_usd = s.cost_usd / priced if priced else None
+    s.unpriced_models = sorted(unpriced)
+    s.errors = dict(errors)
+    return s
+
+
+def sla_verdict(stats: Stats, sla: SlaConfig) -> SlaVerdict:
+    breaches = []
+    p95 = stats.latency_ms.p95
+    if p95 is not None and p95 > sla.p95_ms:
+        breaches.append(f"p95 {p95:.0f} ms > {sla.p95_ms:.0f} ms")
+    if stats.success_rate is None or stats.success_rate < sla.min_success:
+        rate = "n/a" if stats.success_rate is None else f"{stats.success_rate:.2%}"
+        breaches.append(f"success {rate} < {sla.min_success:.0%}")
+    return SlaVerdict(p95_ms=sla.p95_ms, min_success=sla.min_success, met=not breaches,
+                      breaches=breaches)
+
+
+def summarize(
+    rows: Sequence[TaskRow], *, run_id: str, sla: SlaConfig, wall_ms: float,
+    name: str | None = None, status: str = "finished", simulated: bool = False,
+    started_at: float | None = None,
+) -> RunSummary:
+    overall = compute_stats(rows)
+    summary = RunSummary(
+        **overall.model_dump(), run_id=run_id, name=name, status=status, simulated=simulated,
+        started_at=started_at, wall_ms=wall_ms,
+        calls_per_s=(overall.succeeded + overall.failed) / (wall_ms / 1000.0) if wall_ms else None,
+        sla=sla_verdict(overall, sla),
+    )
+    for attr, target in (("model", summary.by_model), ("gateway", summary.by_gateway),
+                         ("bucket", summary.by_bucket)):
+        groups: dict[str, list[TaskRow]] = {}
+        for r in rows:
+            groups.setdefault(getattr(r, attr), []).append(r)
+        for key in sorted(groups):
+            target[key] = compute_stats(groups[key])
+    return summary

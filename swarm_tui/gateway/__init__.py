@@ -1,0 +1,1 @@
+"""OpenAI-compatible gateway access: clients, keys, error classification."""

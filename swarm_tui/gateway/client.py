@@ -1,0 +1,234 @@
+"""One AsyncOpenAI per (gateway, key), built once; one call = one attempt.
+
+The SDK's own retries are off (`max_retries=0`): the engine is the one retry layer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+import httpx2
+import openai
+
+from swarm_tui.errors import UserError
+from swarm_tui.gateway.errors import AUTH, CONNECTION, TIMEOUT, CallError, classify, kept_headers
+from swarm_tui.gateway.keys import fingerprint
+from swarm_tui.workload import CHARS_PER_TOKEN
+
+Transport = Literal["aiohttp", "httpx2"]
+
+
+class AttemptSink(Protocol):
+    """Where a call reports live progress (the engine's agent record)."""
+
+    live_chars: int
+
+    def on_first_token(self, at: float) -> None: ...
+
+
+@dataclass(slots=True)
+class CallResult:
+    """What one attempt produced. Times are perf_counter seconds / milliseconds."""
+
+    sent_at: float
+    ended_at: float = 0.0
+    ttft_ms: float | None = None
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cached_in: int = 0
+    usage_estimated: bool = False
+    text: str = ""
+    finish_reason: str | None = None
+    headers: dict[str, str] | None = None
+    error: CallError | None = None
+
+    @property
+    def latency_ms(self) -> float:
+        return (self.ended_at - self.sent_at) * 1000.0
+
+
+@dataclass(eq=False, slots=True)
+class KeySlot:
+    """A key, its fingerprint and the client built for it. The key never leaves memory."""
+
+    secret: str = field(repr=False)
+    label: str | None
+    client: openai.AsyncOpenAI = field(repr=False)
+    fingerprint: str = ""
+    in_flight: int = 0
+    calls: int = 0
+
+    def __post_init__(self) -> None:
+        self.fingerprint = fingerprint(self.secret)
+
+
+def build_http_client(transport: Transport, pool: int, timeout_s: float) -> httpx2.AsyncClient:
+    limits = httpx2.Limits(max_connections=pool, max_keepalive_connections=pool)
+    timeout = httpx2.Timeout(timeout_s, connect=min(10.0, timeout_s))
+    if transport == "aiohttp":
+        return openai.DefaultAioHttpClient(limits=limits, timeout=timeout)
+    return openai.DefaultAsyncHttpxClient(limits=limits, timeout=timeout)
+
+
+class GatewayClient:
+    def __init__(
+        self,
+        name: str,
+        base_url: str,
+        keys: list[tuple[str, str | None]],
+        *,
+        pool: int,
+        timeout_s: float = 30.0,
+        stream: bool = True,
+        pinned_model: str | None = None,
+        simulated: bool = False,
+        transport: Transport = "aiohttp",
+    ) -> None:
+        if not keys:
+            raise UserError(f"gateway '{name}': no API key configured")
+        self.name = name
+        self.base_url = base_url
+        self.timeout_s = timeout_s
+        self.stream = stream
+        self.pinned_model = pinned_model
+        self.simulated = simulated
+        # The SDK timeout is a backstop; the engine's total deadline is `timeout_s`.
+        self.keys = [
+            KeySlot(
+                k, label,
+                openai.AsyncOpenAI(
+                    api_key=k, base_url=base_url, max_retries=0, timeout=timeout_s + 5,
+                    http_client=build_http_client(transport, pool, timeout_s + 5),
+                ),
+            )
+            for k, label in keys
+        ]
+        self._secrets = tuple(k for k, _ in keys)
+
+    def pick_key(self) -> KeySlot:
+        """Least in flight; ties go to the least used."""
+        best = self.keys[0]
+        for slot in self.keys:
+            if (slot.in_flight, slot.calls) < (best.in_flight, best.calls):
+                best = slot
+        return best
+
+    async def complete(
+        self,
+        slot: KeySlot,
+        model: str,
+        messages: list[dict[str, str]],
+        max_tokens: int | None,
+        temperature: float | None,
+        sink: AttemptSink,
+    ) -> CallResult:
+        """One attempt, never raising for a gateway failure (it lands in `result.error`)."""
+        kwargs: dict[str, Any] = {"model": model, "messages": messages}
+        if max_tokens is not None:
+            kwargs["max_tokens"] = max_tokens
+        if temperature is not None:
+            kwargs["temperature"] = temperature
+        slot.in_flight += 1
+        slot.calls += 1
+        res = CallResult(sent_at=time.perf_counter())
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                if self.stream:
+                    await self._streamed(slot.client, kwargs, res, sink)
+                else:
+                    await self._plain(slot.client, kwargs, res)
+        except asyncio.CancelledError:
+            res.ended_at = time.perf_counter()
+            raise
+        except Exception as exc:  # every gateway failure is classified, none escapes
+            res.error = classify(exc, self._secrets)
+        finally:
+            slot.in_flight -= 1
+        res.ended_at = time.perf_counter()
+        if res.error is None and res.finish_reason is None:
+            res.error = CallError(CONNECTION, None, "stream ended before a finish_reason")
+        if res.error is None and not (res.tokens_in or res.tokens_out):
+            res.usage_estimated = True
+            res.tokens_in = sum(len(m["content"]) for m in messages) // CHARS_PER_TOKEN
+            res.tokens_out = -(-len(res.text) // CHARS_PER_TOKEN)
+        return res
+
+    async def _streamed(
+        self, client: openai.AsyncOpenAI, kwargs: dict[str, Any], res: CallResult,
+        sink: AttemptSink,
+    ) -> None:
+        stream = await client.chat.completions.create(
+            **kwargs, stream=True, stream_options={"include_usage": True}
+        )
+        res.headers = kept_headers(stream.response.headers) or None
+        parts: list[str] = []
+        chars = 0
+        async for chunk in stream:
+            if chunk.usage is not None:  # accepted on any chunk, not only the last
+                _take_usage(res, chunk.usage)
+            for choice in chunk.choices:
+                content = choice.delta.content
+                if content:
+                    if res.ttft_ms is None:
+                        now = time.perf_counter()
+                        res.ttft_ms = (now - res.sent_at) * 1000.0
+                        sink.on_first_token(now)
+                    parts.append(content)
+                    chars += len(content)
+                    sink.live_chars = chars
+                if choice.finish_reason is not None:
+                    res.finish_reason = choice.finish_reason
+        res.text = "".join(parts)
+
+    async def _plain(
+        self, client: openai.AsyncOpenAI, kwargs: dict[str, Any], res: CallResult
+    ) -> None:
+        raw = await client.chat.completions.with_raw_response.create(**kwargs)
+        res.headers = kept_headers(raw.headers) or None
+        completion = raw.parse()
+        if completion.usage is not None:
+            _take_usage(res, completion.usage)
+        if completion.choices:
+            choice = completion.choices[0]
+            res.text = choice.message.content or ""
+            res.finish_reason = choice.finish_reason or "stop"
+        # Non-streamed: the whole answer arrives at once, so TTFT equals latency.
+        res.ttft_ms = (time.perf_counter() - res.sent_at) * 1000.0
+
+    async def preflight(self) -> None:
+        """GET /models with every key: unreachable gateway or wrong key → one clear line."""
+        for slot in self.keys:
+            try:
+                async with asyncio.timeout(min(self.timeout_s, 15.0)):
+                    await slot.client.models.list()
+            except Exception as exc:
+                err = classify(exc, self._secrets)
+                if err.status_code == 404:
+                    continue  # gateway without /models: nothing to learn here
+                where = f"gateway '{self.name}' ({self.base_url})"
+                if err.error_class in (CONNECTION, TIMEOUT):
+                    raise UserError(f"{where}: unreachable: {err.message}") from None
+                if err.error_class == AUTH:
+                    raise UserError(
+                        f"{where}: key {slot.fingerprint} rejected ({err.status_code}): "
+                        f"{err.message}"
+                    ) from None
+                raise UserError(f"{where}: preflight failed ({err.status_code}): "
+                                f"{err.message}") from None
+
+    async def aclose(self) -> None:
+        for slot in self.keys:
+            await slot.client.close()
+
+
+def _take_usage(res: CallResult, usage: Any) -> None:
+    res.tokens_in = usage.prompt_tokens or 0
+    res.tokens_out = usage.completion_tokens or 0
+    details = usage.prompt_tokens_details
+    cached = details.cached_tokens if details is not None else None
+    if cached is None:  # DeepSeek reports cache hits under its own name
+        cached = getattr(usage, "prompt_cache_hit_tokens", None)
+    res.cached_in = cached or 0

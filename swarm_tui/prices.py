@@ -1,0 +1,94 @@
+"""The price table: data, not code. USD per million tokens, per model."""
+
+from __future__ import annotations
+
+import tomllib
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from swarm_tui.errors import UserError
+
+PER_MTOK = 1_000_000.0
+
+
+class Price(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    input: Annotated[float, Field(ge=0)]
+    output: Annotated[float, Field(ge=0)]
+    cached_input: Annotated[float, Field(ge=0)] | None = None
+    source: str
+    checked: str | None = None
+
+    def cost(self, tokens_in: int, tokens_out: int, cached_in: int = 0) -> float:
+        """USD for one call. Cached prompt tokens are billed at the cached rate, not as fresh."""
+        cached = min(cached_in, tokens_in)
+        cached_rate = self.input if self.cached_input is None else self.cached_input
+        return (
+            (tokens_in - cached) * self.input + cached * cached_rate + tokens_out * self.output
+        ) / PER_MTOK
+
+
+class PriceTable:
+    def __init__(self, prices: dict[str, Price]) -> None:
+        self.prices = prices
+
+    def get(self, model: str) -> Price | None:
+        """Exact name, else the name after a provider prefix (`moonshot/kimi-k2.5`)."""
+        p = self.prices.get(model)
+        if p is None and "/" in model:
+            p = self.prices.get(model.rsplit("/", 1)[1])
+        return p
+
+    def cost(self, model: str, tokens_in: int, tokens_out: int, cached_in: int = 0) -> float | None:
+        """None means unpriced — never shown or summed as $0."""
+        p = self.get(model)
+        return None if p is None else p.cost(tokens_in, tokens_out, cached_in)
+
+
+def _parse(data: dict[str, Any], place: str) -> dict[str, Price]:
+    models = data.get("models", {})
+    if not isinstance(models, dict):
+        raise UserError(f"{place}: models: must be a table of [models.\"name\"] entries")
+    out: dict[str, Price] = {}
+    for name, entry in models.items():
+        try:
+            out[name] = Price.model_validate(entry)
+        except ValidationError as e:
+            first = e.errors()[0]
+            key = ".".join(str(p) for p in first["loc"])
+            raise UserError(f"{place}: models.{name}.{key}: {first['msg']}") from None
+    return out
+
+
+def _load_file(path: Path) -> dict[str, Price]:
+    place = f"price file {path}"
+    try:
+        with path.open("rb") as fh:
+            data = tomllib.load(fh)
+    except FileNotFoundError:
+        raise UserError(f"{place}: file not found") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise UserError(f"{place}: cannot read: {e.__class__.__name__}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise UserError(f"{place}: invalid TOML: {e}") from None
+    return _parse(data, place)
+
+
+def shipped_prices() -> dict[str, Price]:
+    text = resources.files("swarm_tui").joinpath("data/prices.toml").read_text("utf-8")
+    return _parse(tomllib.loads(text), "shipped price file")
+
+
+def load_price_table(
+    prices_file: Path | None, overrides: dict[str, dict[str, Any]], place: str
+) -> PriceTable:
+    prices = shipped_prices()
+    if prices_file is not None:
+        prices.update(_load_file(prices_file))
+    if overrides:
+        prices.update(_parse({"models": overrides}, place + " [prices]"))
+    return PriceTable(prices)

@@ -1,0 +1,137 @@
+"""Everything a run needs, built once: gateways (or the simulator), runner, consumers.
+
+The headless CLI, the console and the tests all go through here, so they drive
+the same engine the same way.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from swarm_tui.config import SIM_GATEWAY, GatewayConfig, LoadedConfig
+from swarm_tui.engine.events import Consumer
+from swarm_tui.engine.routing import SingleGateway
+from swarm_tui.engine.runner import RunPolicy, SwarmRunner
+from swarm_tui.engine.summary import RunSummary, summarize
+from swarm_tui.errors import UserError
+from swarm_tui.gateway.client import GatewayClient, Transport
+from swarm_tui.gateway.keys import keys_from_env, read_key_file
+from swarm_tui.sim.server import SimServer
+from swarm_tui.sim.settings import SimSettings
+from swarm_tui.workload import Task
+
+
+@dataclass
+class RunOptions:
+    gateway: str | None = None
+    concurrency: int | None = None
+    stream: bool | None = None
+    model: str | None = None
+    sim: SimSettings = field(default_factory=SimSettings)
+    preflight: bool = True
+    insecure_key_file: bool = False
+    transport: Transport = "aiohttp"
+    seed: int | None = None
+    name: str | None = None
+
+
+def gateway_keys(name: str, gw: GatewayConfig, insecure: bool) -> list[tuple[str, str | None]]:
+    keys = keys_from_env(gw.key_env)
+    if gw.key_file is not None:
+        keys += read_key_file(gw.key_file.expanduser(), insecure)
+    if not keys:
+        sources = [f"${n}" for n in gw.key_env] + ([str(gw.key_file)] if gw.key_file else [])
+        where = " or ".join(sources) if sources else "key_env / key_file in the config"
+        raise UserError(f"gateway '{name}': no API key found (set {where})")
+    return keys
+
+
+def pick_gateway_name(cfg: LoadedConfig, requested: str | None) -> str:
+    gws = cfg.settings.gateways
+    if requested:
+        if requested != SIM_GATEWAY and requested not in gws:
+            known = ", ".join(sorted([*gws, SIM_GATEWAY]))
+            raise UserError(f"--gateway {requested}: no such gateway (known: {known})")
+        return requested
+    if not gws:
+        return SIM_GATEWAY
+    if cfg.settings.default_gateway:
+        return cfg.settings.default_gateway
+    if len(gws) == 1:
+        return next(iter(gws))
+    raise UserError(f"config {cfg.path}: several gateways; pass --gateway NAME or set "
+                    "default_gateway")
+
+
+class RunSession:
+    """Owns the simulator (if any) and the gateway clients for one run."""
+
+    def __init__(self, cfg: LoadedConfig, opts: RunOptions) -> None:
+        self.cfg = cfg
+        self.opts = opts
+        self.sim: SimServer | None = None
+        self.gateway_name = pick_gateway_name(cfg, opts.gateway)
+        self.simulated = self.gateway_name == SIM_GATEWAY
+        s = cfg.settings
+        self.concurrency = opts.concurrency or s.concurrency
+        if not self.simulated:
+            gw_cfg = s.gateways[self.gateway_name]
+            self.concurrency = min(self.concurrency, gw_cfg.max_concurrency)
+        self.gateways: dict[str, GatewayClient] = {}
+        self.runner: SwarmRunner | None = None
+
+    def open(self) -> None:
+        """Start the simulator if needed and build each client once."""
+        s = self.cfg.settings
+        if self.simulated:
+            self.sim = SimServer(self.opts.sim).start()
+            key = "sk-sim-" + secrets.token_hex(16)  # in memory only, like any key
+            self.sim.app.settings = self.sim.app.settings.model_copy(update={"keys": [key]})
+            self.gateways[SIM_GATEWAY] = GatewayClient(
+                SIM_GATEWAY, self.sim.base_url, [(key, "simulator")],
+                pool=self.concurrency, timeout_s=30.0,
+                stream=True if self.opts.stream is None else self.opts.stream,
+                simulated=True, transport=self.opts.transport,
+            )
+            return
+        gw = s.gateways[self.gateway_name]
+        self.gateways[self.gateway_name] = GatewayClient(
+            self.gateway_name, gw.base_url,
+            gateway_keys(self.gateway_name, gw, self.opts.insecure_key_file),
+            pool=max(self.concurrency, gw.max_concurrency), timeout_s=gw.timeout_s,
+            stream=gw.stream if self.opts.stream is None else self.opts.stream,
+            pinned_model=gw.model, transport=self.opts.transport,
+        )
+
+    async def preflight(self) -> None:
+        if self.opts.preflight:
+            for gw in self.gateways.values():
+                await gw.preflight()
+
+    def make_runner(
+        self, tasks: Sequence[Task], consumers: Iterable[Consumer] = ()
+    ) -> SwarmRunner:
+        s = self.cfg.settings
+        if self.opts.model:
+            forced = {"model": self.opts.model}
+            tasks = [t if t.model else t.model_copy(update=forced) for t in tasks]
+        policy = RunPolicy(self.concurrency, s.retry, s.routing, s.default_model)
+        self.runner = SwarmRunner(tasks, self.gateways, SingleGateway(self.gateway_name), policy,
+                                  self.cfg.prices, consumers, seed=self.opts.seed)
+        return self.runner
+
+    def summary(self, run_id: str, status: str) -> RunSummary:
+        assert self.runner is not None
+        r = self.runner
+        return summarize(r.agents, run_id=run_id, sla=self.cfg.settings.sla, wall_ms=r.wall_ms,
+                         name=self.opts.name, status=status, simulated=self.simulated,
+                         started_at=r.started_wall)
+
+    async def aclose(self) -> None:
+        for gw in self.gateways.values():
+            await gw.aclose()
+        if self.sim is not None:
+            self.sim.stop()
+            self.sim = None

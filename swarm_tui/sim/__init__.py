@@ -1,0 +1,1 @@
+"""The built-in OpenAI-compatible simulator gateway (ASGI app served by uvicorn)."""

@@ -1,0 +1,38 @@
+"""What the simulator does: latency profile, injected faults, limits, usage reporting."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from swarm_tui.sim.profiles import get_profile
+
+Rate = Annotated[float, Field(ge=0, le=1)]
+
+
+class SimSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    profile: str = "gateway"
+    # Injected faults, as a fraction of requests. None: the profile's default.
+    rate_429: Rate | None = None
+    rate_503: Rate | None = None
+    rate_cut: Rate = 0.0  # stream cut mid-way (connection dropped)
+    rate_hang: Rate = 0.0  # no answer for hang_s (past the client timeout)
+    hang_s: Annotated[float, Field(gt=0)] = 120.0
+    retry_after_s: Annotated[float, Field(ge=0)] = 1.0
+    rpm_per_key: Annotated[int, Field(ge=1)] | None = None
+    keys: list[str] | None = None  # accepted bearer keys; None accepts any non-empty key
+    chunks: Annotated[int, Field(ge=1, le=2000)] = 6
+    ttft_fraction: Annotated[float, Field(gt=0, le=1)] = 0.35
+    usage_mode: Literal["final", "inline", "none"] = "final"
+    cached_fraction: Rate = 0.0  # share of prompt tokens reported as cache hits
+    default_max_tokens: Annotated[int, Field(ge=1)] = 256
+    seed: int | None = None
+
+    @field_validator("profile")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        get_profile(v)  # raises ValueError with the reason
+        return v

@@ -1,0 +1,139 @@
+"""Workload: tasks from a JSON Lines file, or the built-in demo swarm."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from swarm_tui.errors import UserError
+
+CHARS_PER_TOKEN = 4  # rough estimate used for routing and for usage a gateway did not report
+
+
+def estimate_tokens(text: str) -> int:
+    return max(1, (len(text) + CHARS_PER_TOKEN - 1) // CHARS_PER_TOKEN)
+
+
+class Task(BaseModel):
+    """One line of a workload file (DESIGN.md contract)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: Annotated[str, Field(min_length=1, max_length=200)]
+    prompt: Annotated[str, Field(min_length=1)]
+    system: str | None = None
+    user_id: str | None = None
+    model: str | None = None
+    max_tokens: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
+    temperature: Annotated[float, Field(ge=0, le=2)] | None = None
+    metadata: dict[str, Any] | None = None
+
+    @field_validator("id", "user_id", mode="before")
+    @classmethod
+    def _not_number(cls, v: object) -> object:
+        if v is not None and not isinstance(v, str):
+            raise ValueError("must be a string")
+        return v
+
+    @property
+    def routing_user(self) -> str:
+        return self.user_id if self.user_id is not None else self.id
+
+    def prompt_tokens_estimate(self) -> int:
+        return estimate_tokens(self.prompt) + (estimate_tokens(self.system) if self.system else 0)
+
+
+@dataclass(frozen=True, slots=True)
+class BadLine:
+    path: str
+    line: int
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: {self.reason}"
+
+
+def _reason(e: ValidationError) -> str:
+    first = e.errors()[0]
+    key = ".".join(str(p) for p in first["loc"]) or "line"
+    msg = "unknown field" if first["type"] == "extra_forbidden" else first["msg"]
+    return f"{key}: {msg}"
+
+
+def parse_workload(path: Path) -> tuple[list[Task], list[BadLine]]:
+    """Parse every line; return the good tasks and every bad line (file:line: reason)."""
+    try:
+        fh = path.open("r", encoding="utf-8")
+    except FileNotFoundError:
+        raise UserError(f"workload {path}: file not found") from None
+    except (IsADirectoryError, PermissionError) as e:
+        raise UserError(f"workload {path}: cannot read: {e.strerror}") from None
+    tasks: list[Task] = []
+    bad: list[BadLine] = []
+    seen: dict[str, int] = {}
+    with fh:
+        try:
+            for n, raw in enumerate(fh, start=1):
+                line = raw.strip()
+                if not line:
+                    continue
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError as e:
+                    bad.append(BadLine(str(path), n, f"invalid JSON: {e.msg} (column {e.colno})"))
+                    continue
+                if not isinstance(obj, dict):
+                    bad.append(BadLine(str(path), n, "expected a JSON object"))
+                    continue
+                try:
+                    task = Task.model_validate(obj)
+                except ValidationError as e:
+                    bad.append(BadLine(str(path), n, _reason(e)))
+                    continue
+                if task.id in seen:
+                    bad.append(BadLine(str(path), n, f"id: duplicate of line {seen[task.id]}"))
+                    continue
+                seen[task.id] = n
+                tasks.append(task)
+        except UnicodeDecodeError:
+            raise UserError(f"workload {path}: not UTF-8 text") from None
+    return tasks, bad
+
+
+_WORDS = (
+    "summarise review clean the quarterly report contract clause invoice table code diff "
+    "customer ticket schema migration latency budget gateway canary token cost"
+).split()
+
+
+def demo_tasks(n: int, seed: int = 7, max_tokens: int = 1200) -> list[Task]:
+    """The team's shape: prompts of ~720 tokens on average, up to 1,200 output tokens.
+
+    About one task in seven carries a long document (1,000-1,500 tokens) so the
+    default dual-model routing sends it to the long-context model.
+    """
+    rng = random.Random(seed)
+    tasks = []
+    for i in range(n):
+        long_doc = rng.random() < 0.15
+        tokens = rng.randint(1000, 1500) if long_doc else rng.randint(450, 850)
+        words = [rng.choice(_WORDS) for _ in range(tokens * CHARS_PER_TOKEN // 6)]
+        prompt = f"Task {i}: " + " ".join(words)
+        # user ids spread over the hash space so canary buckets are realistic
+        uid = "user-" + hashlib.sha256(f"{seed}:{i % max(1, n // 3)}".encode()).hexdigest()[:10]
+        tasks.append(
+            Task(
+                id=f"demo-{i:05d}",
+                prompt=prompt[: tokens * CHARS_PER_TOKEN],
+                system="You are a careful sub-agent. Answer concisely.",
+                user_id=uid,
+                max_tokens=max_tokens,
+            )
+        )
+    return tasks

@@ -1,0 +1,88 @@
+"""Shared fixtures: the simulator on real loopback sockets, and the engine wired to it."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import pytest
+
+from swarm_tui.config import RetryConfig, RoutingConfig
+from swarm_tui.engine.events import Event
+from swarm_tui.engine.routing import SingleGateway
+from swarm_tui.engine.runner import RunPolicy, SwarmRunner
+from swarm_tui.gateway.client import GatewayClient
+from swarm_tui.prices import load_price_table
+from swarm_tui.sim.server import SimServer
+from swarm_tui.sim.settings import SimSettings
+from swarm_tui.workload import Task
+
+TEST_KEY = "sk-test-0123456789abcdefghijklmnop"
+
+
+@pytest.fixture
+def sim_factory() -> Iterator:
+    servers: list[SimServer] = []
+
+    def start(**settings) -> SimServer:
+        settings.setdefault("rate_429", 0.0)
+        settings.setdefault("rate_503", 0.0)
+        settings.setdefault("seed", 1)
+        server = SimServer(SimSettings(**settings)).start()
+        servers.append(server)
+        return server
+
+    yield start
+    for s in servers:
+        s.stop()
+
+
+@pytest.fixture
+def sim(sim_factory) -> SimServer:
+    return sim_factory(profile="fixed:50")
+
+
+def tasks(n: int, max_tokens: int = 64, prefix: str = "t", **extra) -> list[Task]:
+    return [Task(id=f"{prefix}{i}", prompt=f"task {i}: summarise this", max_tokens=max_tokens,
+                 **extra) for i in range(n)]
+
+
+class Recorder:
+    """An event consumer that keeps (kind, agent id, attempt number, at_ms) tuples."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str | None, int | None, float]] = []
+
+    def __call__(self, e: Event) -> None:
+        self.events.append((e.kind, e.agent.id if e.agent else None,
+                            e.attempt.number if e.attempt else None, e.at_ms))
+
+    def kinds(self, kind: str) -> list[tuple[str, str | None, int | None, float]]:
+        return [e for e in self.events if e[0] == kind]
+
+
+def make_client(server: SimServer, *, keys: list[str] | None = None, stream: bool = True,
+                timeout_s: float = 10.0, pool: int = 200, name: str = "sim") -> GatewayClient:
+    return GatewayClient(name, server.base_url, [(k, None) for k in (keys or [TEST_KEY])],
+                         pool=pool, timeout_s=timeout_s, stream=stream, simulated=True)
+
+
+def make_runner(
+    gateway: GatewayClient, task_list: list[Task], *, concurrency: int = 100,
+    retry: RetryConfig | None = None, routing: RoutingConfig | None = None,
+    consumers=(), seed: int = 3,
+) -> SwarmRunner:
+    policy = RunPolicy(concurrency, retry or RetryConfig(base_backoff_s=0.01, max_backoff_s=0.05),
+                       routing or RoutingConfig(), "deepseek-v3.2")
+    prices = load_price_table(None, {}, "test")
+    return SwarmRunner(task_list, {gateway.name: gateway}, SingleGateway(gateway.name), policy,
+                       prices, consumers, seed=seed)
+
+
+@contextlib.asynccontextmanager
+async def client_for(server: SimServer, **kw):
+    gw = make_client(server, **kw)
+    try:
+        yield gw
+    finally:
+        await gw.aclose()

@@ -1,0 +1,95 @@
+from __future__ import annotations
+
+import pytest
+
+from swarm_tui.config import load_config
+from swarm_tui.errors import UserError
+from swarm_tui.prices import load_price_table
+
+GOOD = """
+default_gateway = "prod"
+[gateways.prod]
+base_url = "https://gw.example.com/v1/"
+key_env = ["PROD_KEY"]
+timeout_s = 12
+[retry]
+max_attempts = 4
+[prices."my-model"]
+input = 1.0
+output = 2.0
+"""
+
+
+def write(tmp_path, text: str):
+    p = tmp_path / "config.toml"
+    p.write_text(text)
+    return p
+
+
+def test_good_config_and_env_override(tmp_path, monkeypatch):
+    p = write(tmp_path, GOOD)
+    monkeypatch.setenv("SWARM_TUI__RETRY__MAX_ATTEMPTS", "6")
+    cfg = load_config(str(p))
+    s = cfg.settings
+    assert s.gateways["prod"].base_url == "https://gw.example.com/v1"
+    assert s.gateways["prod"].timeout_s == 12
+    assert s.retry.max_attempts == 6  # environment wins over the file
+    assert cfg.prices.get("my-model").output == 2.0
+    assert cfg.prices.get("kimi-k2.5").input == 0.15  # shipped table still there
+    assert not cfg.simulated_only
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("[gateways.prod]\nbase_url = 'ftp://x'\n", r"gateways\.prod\.base_url: Value error, must"),
+    ("[retry]\nmax_attempts = 0\n", r"retry\.max_attempts: Input should be greater"),
+    ("[sla]\np95_msx = 3\n", r"sla\.p95_msx: unknown key"),
+    ("concurrency = 'lots'\n", r"concurrency: Input should be a valid integer"),
+    ("x = [\n", r"invalid TOML"),
+    ("default_gateway = 'nope'\n", r"default_gateway: no gateway named 'nope'"),
+    ("[gateways.sim]\nbase_url = 'http://x'\n", r"gateways: Value error, 'sim' is reserved"),
+    ("[prices.m]\ninput = -1\noutput = 1\n", r"prices\.m\.input: Input should be greater"),
+])
+def test_invalid_config_names_file_and_key(tmp_path, text, expected):
+    p = write(tmp_path, text)
+    with pytest.raises(UserError, match=expected) as info:
+        load_config(str(p))
+    msg = str(info.value)
+    assert str(p) in msg and "\n" not in msg and info.value.exit_code == 2
+
+
+def test_missing_explicit_config(tmp_path):
+    with pytest.raises(UserError, match="file not found"):
+        load_config(str(tmp_path / "nope.toml"))
+
+
+def test_no_config_means_simulator(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    monkeypatch.delenv("SWARM_TUI_CONFIG", raising=False)
+    cfg = load_config(None)
+    assert cfg.path is None and cfg.simulated_only
+
+
+def test_price_file_errors_name_the_file(tmp_path):
+    prices = tmp_path / "prices.toml"
+    prices.write_text('[models."x"]\ninput = 1\n')
+    p = write(tmp_path, f'prices_file = "{prices}"\n')
+    with pytest.raises(UserError, match=r"price file .*prices.toml: models.x.output: Field req"):
+        load_config(str(p))
+
+
+def test_unpriced_model_is_none_not_zero():
+    table = load_price_table(None, {}, "t")
+    assert table.cost("no-such-model", 1000, 1000) is None
+    # cached input billed at the cached rate: DeepSeek 0.28 fresh / 0.028 cached / 0.42 out
+    assert table.cost("deepseek-v3.2", 1_000_000, 1_000_000, cached_in=500_000) == pytest.approx(
+        0.5 * 0.28 + 0.5 * 0.028 + 0.42)
+    assert table.cost("provider/kimi-k2.5", 1_000_000, 0) == pytest.approx(0.15)
+
+
+def test_shipped_example_config_is_valid():
+    import pathlib
+
+    example = pathlib.Path(__file__).parent.parent / "examples" / "config.toml"
+    cfg = load_config(str(example))
+    assert set(cfg.settings.gateways) == {"prod", "direct"}
+    assert cfg.prices.get("my-finetune").cached_input == 0.05

@@ -1,0 +1,228 @@
+"""The engine through the real openai SDK against the simulator over loopback."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+
+from swarm_tui.config import RetryConfig, RoutingConfig
+from swarm_tui.engine import events as ev
+from swarm_tui.engine.state import FINAL_STATES
+from swarm_tui.workload import Task, demo_tasks
+from tests.conftest import Recorder, client_for, make_runner, tasks
+
+
+async def test_hundred_agents_on_gateway_profile_all_succeed(sim_factory):
+    server = sim_factory(profile="gateway", rate_429=None, rate_503=None)  # profile's own faults
+    rec = Recorder()
+    async with client_for(server) as gw:
+        runner = make_runner(gw, demo_tasks(100), consumers=[rec])
+        await runner.run()
+    assert runner.counts == {"succeeded": 100, "failed": 0, "cancelled": 0}
+    for a in runner.agents:
+        assert a.state == "succeeded"
+        assert a.tokens_in > 0 and a.tokens_out > 0 and not a.usage_estimated
+        assert a.ttft_ms is not None and 0 < a.ttft_ms <= a.latency_ms
+        assert a.cost_usd is not None and a.cost_usd > 0
+        assert a.response_text
+    # dual-model routing: long prompts went to the long-context model
+    models = Counter(a.model for a in runner.agents)
+    assert set(models) == {"kimi-k2.5", "deepseek-v3.2"}
+    assert len(rec.kinds(ev.SUCCEEDED)) == 100
+
+
+async def test_injected_429s_retry_after_honoured_and_nothing_counted_twice(sim_factory):
+    server = sim_factory(profile="fixed:30", rate_429=0.05, retry_after_s=0.3)
+    rec = Recorder()
+    async with client_for(server) as gw:
+        runner = make_runner(gw, tasks(300), consumers=[rec],
+                             retry=RetryConfig(max_attempts=4, retry_after_cap_s=5))
+        await runner.run()
+    finals = Counter(e[1] for e in rec.events if e[0] in ev.FINAL_KINDS)
+    assert len(finals) == 300 and set(finals.values()) == {1}  # one final event per task
+    for a in runner.agents:
+        assert a.state in ("succeeded", "failed")
+        if a.state == "failed":
+            assert a.error_class == "rate_limited"
+    assert runner.counts["succeeded"] == server.app.stats["served"]  # no call counted twice
+    waited = []
+    for a in runner.agents:
+        for prev, nxt in zip(a.attempts, a.attempts[1:], strict=False):
+            assert prev.error_class == "rate_limited" and prev.status_code == 429
+            assert prev.retry_wait_s == 0.3  # from retry-after-ms, not our backoff
+            gap = nxt.started_ms - (prev.started_ms + prev.latency_ms)
+            waited.append(gap)
+            assert gap >= 300 - 2  # timer granularity
+            assert nxt.queue_ms >= 300 - 2  # the wait is queue time, never latency
+    assert len(waited) >= 5, "the injection should have produced some retries"
+    assert len(rec.kinds(ev.RETRY_SCHEDULED)) == len(waited)
+
+
+async def test_queueing_is_never_reported_as_latency(sim_factory):
+    server = sim_factory(profile="fixed:100")
+    async with client_for(server) as gw:
+        runner = make_runner(gw, tasks(100), concurrency=10)
+        await runner.run()
+    agents = sorted(runner.agents, key=lambda a: a.attempts[0].started_ms)
+    lat = sorted(a.latency_ms for a in agents)
+    assert 95 <= lat[len(lat) // 2] <= 140, lat  # per-call latency ≈ 100 ms
+    first, last = agents[:10], agents[-10:]
+    assert max(a.queue_ms for a in first) < 50
+    assert min(a.queue_ms for a in last) > 700  # ten waves of ~100 ms: queue grows
+    assert max(a.latency_ms for a in last) < 200
+
+
+async def test_cancelled_run_leaves_nothing_running(sim_factory):
+    server = sim_factory(profile="fixed:200")
+    async with client_for(server) as gw:
+        runner = make_runner(gw, tasks(200), concurrency=20)
+        task = asyncio.create_task(runner.run())
+        await asyncio.sleep(0.35)
+        runner.cancel()
+        await asyncio.wait_for(task, 5)
+    assert runner.in_flight == 0 and runner.retry_waiting == 0
+    assert all(a.state in FINAL_STATES for a in runner.agents)
+    assert runner.counts["cancelled"] > 100
+    assert 0 < runner.counts["succeeded"] < 100
+    assert sum(runner.counts.values()) == 200
+
+
+async def test_cancel_one_agent_in_flight(sim_factory):
+    server = sim_factory(profile="fixed:300")
+    async with client_for(server) as gw:
+        runner = make_runner(gw, tasks(5), concurrency=5)
+        task = asyncio.create_task(runner.run())
+        await asyncio.sleep(0.1)
+        runner.cancel_agent(2)
+        await asyncio.wait_for(task, 5)
+    assert [a.state for a in runner.agents].count("cancelled") == 1
+    assert runner.agents[2].state == "cancelled"
+    assert runner.agents[2].attempts[-1].outcome == "cancelled"
+
+
+async def test_concurrency_change_mid_run_takes_effect(sim_factory):
+    server = sim_factory(profile="fixed:100")
+    samples: list[tuple[float, int]] = []
+    async with client_for(server) as gw:
+        runner = make_runner(gw, tasks(400), concurrency=5)
+        runner.consumers.append(lambda e: samples.append((e.at_ms, runner.in_flight)))
+        task = asyncio.create_task(runner.run())
+        await asyncio.sleep(0.4)
+        changed_at = runner.now_ms()
+        runner.set_concurrency(40)
+        await asyncio.wait_for(task, 20)
+    before = [n for t, n in samples if t < changed_at]
+    after = [n for t, n in samples if t > changed_at + 150]
+    assert max(before) == 5
+    assert max(after) == 40
+
+
+async def test_pause_stops_dispatch_and_resume_continues(sim_factory):
+    server = sim_factory(profile="fixed:50")
+    async with client_for(server) as gw:
+        runner = make_runner(gw, tasks(200), concurrency=10)
+        task = asyncio.create_task(runner.run())
+        await asyncio.sleep(0.12)
+        runner.pause()
+        await asyncio.sleep(0.15)  # in-flight calls drain
+        done_paused = runner.done
+        await asyncio.sleep(0.2)
+        assert runner.done == done_paused and runner.in_flight == 0
+        runner.resume()
+        await asyncio.wait_for(task, 10)
+    assert runner.counts["succeeded"] == 200
+
+
+async def test_auth_and_bad_request_are_never_retried(sim_factory):
+    server = sim_factory(profile="fixed:10", keys=["sk-the-only-good-key-0123456789"])
+    async with client_for(server, keys=["sk-wrong-key-000000000000000000"]) as gw:
+        runner = make_runner(gw, tasks(3))
+        await runner.run()
+    for a in runner.agents:
+        assert a.state == "failed" and a.error_class == "auth" and a.status_code == 401
+        assert len(a.attempts) == 1
+        assert "sk-wrong-key-000000000000000000" not in (a.error_message or "")
+
+
+async def test_server_errors_fall_back_to_next_model(sim_factory):
+    server = sim_factory(profile="fixed:10", rate_503=1.0)
+    routing = RoutingConfig(fallback={"deepseek-v3.2": ["kimi-k2.5"]})
+    rec = Recorder()
+    async with client_for(server) as gw:
+        runner = make_runner(gw, tasks(2), retry=RetryConfig(max_attempts=2, base_backoff_s=0.01),
+                             routing=routing, consumers=[rec])
+        await runner.run()
+    a = runner.agents[0]
+    assert a.state == "failed" and a.error_class == "server"
+    assert [x.model for x in a.attempts] == ["deepseek-v3.2"] * 2 + ["kimi-k2.5"] * 2
+    assert len(rec.kinds(ev.FALLBACK)) == 2
+
+
+async def test_fallback_succeeds_when_first_model_keeps_failing(sim_factory):
+    server = sim_factory(profile="fixed:10", rate_503=0.6)
+    async with client_for(server) as gw:
+        runner = make_runner(gw, tasks(60), retry=RetryConfig(max_attempts=2, base_backoff_s=0.01))
+        await runner.run()
+    fell_back = [a for a in runner.agents if a.state == "succeeded" and a.model == "kimi-k2.5"]
+    assert fell_back, "some tasks should have succeeded on the fallback model"
+    assert all(len(a.attempts) == 3 or len(a.attempts) == 4 for a in fell_back)
+
+
+async def test_cut_streams_are_classified_and_retried(sim_factory):
+    server = sim_factory(profile="fixed:40", rate_cut=0.3)
+    async with client_for(server) as gw:
+        runner = make_runner(gw, tasks(60), retry=RetryConfig(max_attempts=6, base_backoff_s=0.01))
+        await runner.run()
+    cut = [x for a in runner.agents for x in a.attempts if x.outcome == "error"]
+    assert cut and all(x.error_class == "connection" for x in cut)
+    assert runner.counts["succeeded"] == 60
+
+
+async def test_hang_past_timeout_is_a_timeout(sim_factory):
+    server = sim_factory(profile="fixed:10", rate_hang=1.0, hang_s=30)
+    async with client_for(server, timeout_s=0.3) as gw:
+        runner = make_runner(gw, tasks(2), retry=RetryConfig(max_attempts=1),
+                             routing=RoutingConfig(fallback={}))
+        await runner.run()
+    for a in runner.agents:
+        assert a.state == "failed" and a.error_class == "timeout"
+        assert 280 <= a.attempts[0].latency_ms < 1000
+
+
+async def test_missing_usage_is_estimated_and_marked(sim_factory):
+    server = sim_factory(profile="fixed:10", usage_mode="none")
+    async with client_for(server) as gw:
+        runner = make_runner(gw, tasks(3))
+        await runner.run()
+    for a in runner.agents:
+        assert a.state == "succeeded" and a.usage_estimated
+        assert a.tokens_out == -(-len(a.response_text) // 4)
+
+
+async def test_usage_on_the_finish_chunk_is_accepted(sim_factory):
+    server = sim_factory(profile="fixed:10", usage_mode="inline", cached_fraction=0.5)
+    async with client_for(server) as gw:
+        runner = make_runner(gw, tasks(3))
+        await runner.run()
+    for a in runner.agents:
+        assert not a.usage_estimated and a.tokens_out > 0
+        assert a.cached_in == a.tokens_in // 2
+
+
+async def test_non_streaming_mode(sim_factory):
+    server = sim_factory(profile="fixed:30")
+    async with client_for(server, stream=False) as gw:
+        runner = make_runner(gw, tasks(10))
+        await runner.run()
+    for a in runner.agents:
+        assert a.state == "succeeded" and a.tokens_out > 0 and not a.usage_estimated
+        assert a.ttft_ms == a.latency_ms or abs(a.ttft_ms - a.latency_ms) < 1
+
+
+async def test_explicit_task_model_wins_over_routing(sim_factory):
+    server = sim_factory(profile="fixed:10")
+    async with client_for(server) as gw:
+        runner = make_runner(gw, [Task(id="a", prompt="x" * 8000, model="gpt-4.1"),
+                                  Task(id="b", prompt="x" * 8000), Task(id="c", prompt="hi")])
+        await runner.run()
+    assert [a.model for a in runner.agents] == ["gpt-4.1", "kimi-k2.5", "deepseek-v3.2"]

@@ -1,0 +1,20 @@
+"""`ruff check` is part of the suite, so CI fails on lint."""
+
+from __future__ import annotations
+
+import pathlib
+import shutil
+import subprocess
+
+import pytest
+
+ROOT = pathlib.Path(__file__).parent.parent
+
+
+def test_ruff_clean():
+    ruff = shutil.which("ruff")
+    if ruff is None:
+        pytest.fail("ruff is not installed (it is in the [test] extra)")
+    r = subprocess.run([ruff, "check", "swarm_tui", "tests", "bench"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
