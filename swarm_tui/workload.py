@@ -119,18 +119,19 @@ def demo_tasks(n: int, seed: int = 7, max_tokens: int = 1200) -> list[Task]:
     default dual-model routing sends it to the long-context model.
     """
     rng = random.Random(seed)
+    corpus = " ".join(rng.choice(_WORDS) for _ in range(4000))  # sliced per task: cheap
     tasks = []
     for i in range(n):
         long_doc = rng.random() < 0.15
         tokens = rng.randint(1000, 1500) if long_doc else rng.randint(450, 850)
-        words = [rng.choice(_WORDS) for _ in range(tokens * CHARS_PER_TOKEN // 6)]
-        prompt = f"Task {i}: " + " ".join(words)
+        start = rng.randrange(len(corpus) // 2)
+        body = (corpus[start:] + " " + corpus)[: tokens * CHARS_PER_TOKEN]
         # user ids spread over the hash space so canary buckets are realistic
         uid = "user-" + hashlib.sha256(f"{seed}:{i % max(1, n // 3)}".encode()).hexdigest()[:10]
         tasks.append(
             Task(
                 id=f"demo-{i:05d}",
-                prompt=prompt[: tokens * CHARS_PER_TOKEN],
+                prompt=f"Task {i}: {body}"[: tokens * CHARS_PER_TOKEN],
                 system="You are a careful sub-agent. Answer concisely.",
                 user_id=uid,
                 max_tokens=max_tokens,
