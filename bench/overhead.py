@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import cpu_seconds, run_child, sim_process  # noqa: E402
+from bench.common import cpu_seconds, run_child, sim_process
 
 KEY = "sk-bench-0123456789abcdefghijklmnop"
 VARIANTS = ("bare-httpx2", "bare-aiohttp", "runner", "runner-asyncio")
