@@ -89,6 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--chunks", type=int, default=6, help="content chunks per streamed answer")
     sim.add_argument("--cached-fraction", type=float, default=0.0,
                      help="share of prompt tokens reported as cached")
+    sim.add_argument("--stdin-control", action="store_true", help=argparse.SUPPRESS)
     return parser
 
 
@@ -117,8 +118,11 @@ def _sim_settings(args: argparse.Namespace, prefix: str = ""):
 
 
 def cmd_sim(args: argparse.Namespace) -> int:
-    from swarm_tui.sim.server import serve_forever
+    from swarm_tui.sim.server import serve_child, serve_forever
 
+    if args.stdin_control:  # a child of `run` / the console: settings arrive on stdin
+        serve_child()
+        return EXIT_OK
     settings = _sim_settings(args)
     try:
         serve_forever(settings, args.host, args.port)

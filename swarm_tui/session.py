@@ -18,7 +18,7 @@ from swarm_tui.engine.summary import RunSummary, summarize
 from swarm_tui.errors import UserError
 from swarm_tui.gateway.client import GatewayClient, Transport
 from swarm_tui.gateway.keys import keys_from_env, read_key_file
-from swarm_tui.sim.server import SimServer
+from swarm_tui.sim.server import SimProcess
 from swarm_tui.sim.settings import SimSettings
 from swarm_tui.workload import Task
 
@@ -71,7 +71,7 @@ class RunSession:
     def __init__(self, cfg: LoadedConfig, opts: RunOptions) -> None:
         self.cfg = cfg
         self.opts = opts
-        self.sim: SimServer | None = None
+        self.sim: SimProcess | None = None
         self.gateway_name = pick_gateway_name(cfg, opts.gateway)
         self.simulated = self.gateway_name == SIM_GATEWAY
         s = cfg.settings
@@ -86,9 +86,12 @@ class RunSession:
         """Start the simulator if needed and build each client once."""
         s = self.cfg.settings
         if self.simulated:
-            self.sim = SimServer(self.opts.sim).start()
             key = "sk-sim-" + secrets.token_hex(16)  # in memory only, like any key
-            self.sim.app.settings = self.sim.app.settings.model_copy(update={"keys": [key]})
+            sim_settings = self.opts.sim.model_copy(update={"keys": [key]})
+            try:
+                self.sim = SimProcess(sim_settings).start()
+            except (OSError, RuntimeError) as e:
+                raise UserError(f"built-in simulator: could not start: {e}", 1) from None
             self.gateways[SIM_GATEWAY] = GatewayClient(
                 SIM_GATEWAY, self.sim.base_url, [(key, "simulator")],
                 pool=self.concurrency, timeout_s=30.0,

@@ -226,3 +226,26 @@ async def test_explicit_task_model_wins_over_routing(sim_factory):
                                   Task(id="b", prompt="x" * 8000), Task(id="c", prompt="hi")])
         await runner.run()
     assert [a.model for a in runner.agents] == ["gpt-4.1", "kimi-k2.5", "deepseek-v3.2"]
+
+
+async def test_latency_starts_when_the_request_hits_the_wire(sim_factory):
+    """The aiohttp trace hook moves sent_at to the socket write; the gap is booked as queue."""
+
+    class Sink:
+        live_chars = 0
+
+        def on_first_token(self, at: float) -> None:
+            self.first = at
+
+    server = sim_factory(profile="fixed:50")
+    async with client_for(server) as gw:
+        slot = gw.pick_key()
+        msgs = [{"role": "user", "content": "hi"}]
+        results = await asyncio.gather(*(gw.complete(slot, "m", msgs, 16, None, Sink())
+                                         for _ in range(30)))
+    for res in results:
+        assert res.error is None
+        assert res.send_delay_ms > 0  # the hook fired: the SDK's build time is not latency
+        assert 45 <= res.latency_ms < 200
+    # a burst of 30: the later requests waited on the client before reaching the wire
+    assert max(r.send_delay_ms for r in results) > min(r.send_delay_ms for r in results)

@@ -218,6 +218,10 @@ class SwarmRunner:
             return
         self.in_flight -= 1
         self._wake.set()
+        if res.send_delay_ms:  # the client's own delay before the wire is queue time
+            attempt.started_ms += res.send_delay_ms
+            attempt.queue_ms += res.send_delay_ms
+            agent.queue_ms += res.send_delay_ms
         attempt.latency_ms = res.latency_ms
         attempt.ttft_ms = res.ttft_ms
         if res.error is None:

@@ -6,12 +6,19 @@ The SDK's own retries are off (`max_retries=0`): the engine is the one retry lay
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import time
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+import aiohttp
 import httpx2
 import openai
+
+try:  # the SDK's own aiohttp transport; we only add a trace hook to its session
+    from openai._vendor.httpx_aiohttp import AiohttpTransport
+except ImportError:  # pragma: no cover - a future SDK moved it: fall back, no wire timestamp
+    AiohttpTransport = None  # type: ignore[assignment,misc]
 
 from swarm_tui.errors import UserError
 from swarm_tui.gateway.errors import AUTH, CONNECTION, TIMEOUT, CallError, classify, kept_headers
@@ -32,9 +39,16 @@ class AttemptSink(Protocol):
 
 @dataclass(slots=True)
 class CallResult:
-    """What one attempt produced. Times are perf_counter seconds / milliseconds."""
+    """What one attempt produced. Times are perf_counter seconds / milliseconds.
+
+    `sent_at` starts as the moment we called the SDK and moves to the moment the
+    request headers hit the socket when the transport reports it; the gap (the
+    client building and queueing the request) is `send_delay_ms`, which the engine
+    books as queue time — client overload is never reported as gateway latency.
+    """
 
     sent_at: float
+    send_delay_ms: float = 0.0
     ended_at: float = 0.0
     ttft_ms: float | None = None
     tokens_in: int = 0
@@ -66,12 +80,37 @@ class KeySlot:
         self.fingerprint = fingerprint(self.secret)
 
 
+_CURRENT_CALL: contextvars.ContextVar[CallResult | None] = contextvars.ContextVar(
+    "swarm_tui_call", default=None)
+
+
+async def _on_headers_sent(_session: Any, _ctx: Any, _params: Any) -> None:
+    # Runs in the task that made the request, so the contextvar is that call's result.
+    res = _CURRENT_CALL.get()
+    if res is not None and not res.send_delay_ms:
+        now = time.perf_counter()
+        res.send_delay_ms = (now - res.sent_at) * 1000.0
+        res.sent_at = now
+
+
 def build_http_client(transport: Transport, pool: int, timeout_s: float) -> httpx2.AsyncClient:
     limits = httpx2.Limits(max_connections=pool, max_keepalive_connections=pool)
     timeout = httpx2.Timeout(timeout_s, connect=min(10.0, timeout_s))
-    if transport == "aiohttp":
+    if transport == "httpx2":
+        return openai.DefaultAsyncHttpxClient(limits=limits, timeout=timeout)
+    if AiohttpTransport is None:  # pragma: no cover
         return openai.DefaultAioHttpClient(limits=limits, timeout=timeout)
-    return openai.DefaultAsyncHttpxClient(limits=limits, timeout=timeout)
+    trace = aiohttp.TraceConfig()
+    trace.on_request_headers_sent.append(_on_headers_sent)
+    wire = AiohttpTransport(limits=limits)
+
+    def session() -> aiohttp.ClientSession:
+        connector = aiohttp.TCPConnector(limit=pool, keepalive_timeout=limits.keepalive_expiry,
+                                         ssl=wire.ssl_context)
+        return aiohttp.ClientSession(connector=connector, trace_configs=[trace])
+
+    wire.client = session
+    return openai.DefaultAioHttpClient(limits=limits, timeout=timeout, transport=wire)
 
 
 class GatewayClient:
@@ -135,6 +174,7 @@ class GatewayClient:
         slot.in_flight += 1
         slot.calls += 1
         res = CallResult(sent_at=time.perf_counter())
+        token = _CURRENT_CALL.set(res)
         try:
             async with asyncio.timeout(self.timeout_s):
                 if self.stream:
@@ -148,6 +188,7 @@ class GatewayClient:
             res.error = classify(exc, self._secrets)
         finally:
             slot.in_flight -= 1
+            _CURRENT_CALL.reset(token)
         res.ended_at = time.perf_counter()
         if res.error is None and res.finish_reason is None:
             res.error = CallError(CONNECTION, None, "stream ended before a finish_reason")
