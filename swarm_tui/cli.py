@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
+import sqlite3
 import sys
 import time
 from collections.abc import Sequence
@@ -76,6 +78,34 @@ def build_parser() -> argparse.ArgumentParser:
                      help="HTTP transport under the SDK (default aiohttp: less CPU per call)")
     run.add_argument("--seed", type=int, help="seed for retry jitter")
     _sim_flags(run, "sim-")
+
+    resume = sub.add_parser("resume", help="finish an interrupted run: re-send only tasks "
+                            "without a stored result, under the same run id")
+    _common(resume)
+    resume.add_argument("run_id")
+    resume.add_argument("--concurrency", type=int, metavar="N")
+    resume.add_argument("--headless", action="store_true")
+    resume.add_argument("--json", action="store_true")
+    resume.add_argument("--quiet", action="store_true")
+    resume.add_argument("--no-preflight", action="store_true")
+    resume.add_argument("--insecure-key-file", action="store_true")
+
+    runs = sub.add_parser("runs", help="stored runs, newest first")
+    _common(runs)
+    runs.add_argument("--json", action="store_true")
+    runs.add_argument("--limit", type=int, default=50)
+
+    report = sub.add_parser("report", help="a stored run's summary, or two runs compared")
+    _common(report)
+    report.add_argument("run_id")
+    report.add_argument("--compare", metavar="RUN_B", help="before/after table: RUN_ID vs RUN_B")
+    report.add_argument("--json", action="store_true")
+
+    export = sub.add_parser("export", help="a run's tasks and attempts as CSV or JSON Lines")
+    _common(export)
+    export.add_argument("run_id")
+    export.add_argument("--format", choices=["csv", "jsonl"], default="jsonl")
+    export.add_argument("--out", metavar="FILE", help="default: standard output")
 
     sim = sub.add_parser("sim", help="serve the simulator gateway for any OpenAI client")
     _common(sim)
@@ -157,48 +187,159 @@ def _load_tasks(args: argparse.Namespace):
     return tasks
 
 
-def cmd_run(args: argparse.Namespace) -> int:
+def _opts_from_args(args: argparse.Namespace, **extra):
     from swarm_tui.session import RunOptions
 
-    cfg = load_config(args.config)
-    tasks = _load_tasks(args)
     if args.concurrency is not None and args.concurrency < 1:
         raise UserError("--concurrency: must be at least 1")
-    opts = RunOptions(
-        gateway=args.gateway, concurrency=args.concurrency,
-        stream=False if args.no_stream else None, model=args.model,
-        sim=_sim_settings(args, "sim_"), preflight=not args.no_preflight,
-        insecure_key_file=args.insecure_key_file, transport=args.transport, seed=args.seed,
-        name=args.name,
-    )
     if args.insecure_key_file:
         print("swarm-tui: warning: accepting key files readable by group/others",
               file=sys.stderr)
-    return run_async(_run_headless(cfg, opts, tasks, args))
+    return RunOptions(concurrency=args.concurrency, preflight=not args.no_preflight,
+                      insecure_key_file=args.insecure_key_file, **extra)
 
 
-async def _run_headless(cfg, opts, tasks, args: argparse.Namespace) -> int:
-    from swarm_tui.headless import run_with_progress, summary_text
-    from swarm_tui.session import RunSession
+def _finish(outcome, as_json: bool) -> int:
+    from swarm_tui.headless import summary_text
 
-    session = RunSession(cfg, opts)
-    try:
-        session.open()
-        await session.preflight()
-        runner = session.make_runner(tasks)
-        run_id = time.strftime("%Y%m%d-%H%M%S-") + os.urandom(2).hex()
-        interrupted = await run_with_progress(runner, show=not args.quiet)
-        status = "cancelled" if runner.cancelled else "finished"
-        summary = session.summary(run_id, status)
-    finally:
-        await session.aclose()
-    if args.json:
-        print(summary.model_dump_json(indent=2))
-    else:
-        print(summary_text(summary))
-    if interrupted:
+    summary = outcome.summary
+    print(summary.model_dump_json(indent=2) if as_json else summary_text(summary))
+    if outcome.interrupted:
         return EXIT_INTERRUPTED
     return EXIT_OK if summary.sla is not None and summary.sla.met else EXIT_SLA_BREACHED
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    cfg = load_config(args.config)
+    tasks = _load_tasks(args)
+    opts = _opts_from_args(
+        args, gateway=args.gateway, stream=False if args.no_stream else None, model=args.model,
+        sim=_sim_settings(args, "sim_"), transport=args.transport, seed=args.seed,
+        name=args.name)
+    return run_async(_with_db(args, _run, cfg, opts, tasks, args))
+
+
+async def _with_db(args: argparse.Namespace, fn, *rest, create: bool = True):
+    """Open the store (one-line errors), run `fn(conn, path, ...)`, always close."""
+    from swarm_tui.store.db import db_error, open_db, resolve_db_path
+
+    path = resolve_db_path(args.db)
+    conn = await open_db(path, create=create)
+    try:
+        return await fn(conn, path, *rest)
+    except sqlite3.Error as e:
+        raise db_error(path, e) from None
+    finally:
+        await conn.close()
+
+
+async def _run(conn, path, cfg, opts, tasks, args) -> int:
+    from swarm_tui.commands.execute import execute
+    from swarm_tui.store.runs import new_run_id
+
+    outcome = await execute(conn, path, cfg, opts, tasks, new_run_id(),
+                            show_progress=not args.quiet)
+    return _finish(outcome, args.json)
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    return run_async(_with_db(args, _resume, args, create=False))
+
+
+async def _resume(conn, path, args: argparse.Namespace) -> int:
+    from swarm_tui.commands.execute import Outcome, execute
+    from swarm_tui.sim.settings import SimSettings
+    from swarm_tui.store.runs import get_run, load_summary, resumable_tasks
+
+    run = await get_run(conn, args.run_id, path)
+    status = run.effective_status()
+    if status == "running":
+        age = time.time() - run.heartbeat_at
+        raise UserError(f"run {run.id}: still running (pid {run.pid} on {run.host}, heartbeat "
+                        f"{age:.0f} s ago); resume it once it has stopped")
+    seqs, tasks, prior = await resumable_tasks(conn, run.id)
+    if not tasks:
+        print(f"run {run.id}: nothing to resume, every task has a stored result",
+              file=sys.stderr)
+        return _finish(Outcome(await load_summary(conn, run), False), args.json)
+    snap = run.config
+    cfg = load_config(args.config)
+    gateway = snap.get("gateway")
+    sim = SimSettings.model_validate(snap["sim"]) if "sim" in snap else SimSettings()
+    opts = _opts_from_args(args, gateway=gateway, stream=snap.get("stream"),
+                           model=snap.get("model"), sim=sim, name=run.name)
+    if opts.concurrency is None:
+        opts.concurrency = snap.get("concurrency")
+    print(f"swarm-tui: resuming run {run.id} ({status}): {len(tasks)} of {run.total} tasks "
+          "have no stored result", file=sys.stderr)
+    outcome = await execute(conn, path, cfg, opts, tasks, run.id, show_progress=not args.quiet,
+                            seqs=seqs, prior_attempts=prior)
+    return _finish(outcome, args.json)
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    from swarm_tui.store.db import resolve_db_path
+
+    if not resolve_db_path(args.db).exists():
+        print("[]" if args.json else "no runs recorded yet")
+        return EXIT_OK
+    return run_async(_with_db(args, _runs, args, create=False))
+
+
+async def _runs(conn, path, args: argparse.Namespace) -> int:
+    from swarm_tui.commands.history import runs_listing, runs_table
+
+    items = await runs_listing(conn, args.limit)
+    if args.json:
+        print(json.dumps([i.model_dump() for i in items], indent=2))
+    else:
+        print(runs_table(items))
+    return EXIT_OK
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    return run_async(_with_db(args, _report, args, create=False))
+
+
+async def _report(conn, path, args: argparse.Namespace) -> int:
+    from swarm_tui.commands.history import compare_rows, compare_table, run_summary
+    from swarm_tui.headless import summary_text
+    from swarm_tui.store.runs import get_run
+
+    a = await run_summary(conn, await get_run(conn, args.run_id, path))
+    if args.compare:
+        b = await run_summary(conn, await get_run(conn, args.compare, path))
+        if args.json:
+            print(json.dumps({"a": a.run_id, "b": b.run_id, "rows": compare_rows(a, b)},
+                             indent=2))
+        else:
+            print(compare_table(a, b))
+        return EXIT_OK
+    print(a.model_dump_json(indent=2) if args.json else summary_text(a))
+    return EXIT_OK
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    return run_async(_with_db(args, _export, args, create=False))
+
+
+async def _export(conn, path, args: argparse.Namespace) -> int:
+    from swarm_tui.commands.history import export_run, open_out
+    from swarm_tui.store.runs import get_run
+
+    run = await get_run(conn, args.run_id, path)
+    try:
+        out, close = open_out(args.out)
+    except OSError as e:
+        raise UserError(f"--out {args.out}: cannot write ({e.strerror})") from None
+    try:
+        n = await export_run(conn, run, args.format, out)
+    finally:
+        if close:
+            out.close()
+    if close:
+        print(f"exported {n} tasks of run {run.id} to {args.out}", file=sys.stderr)
+    return EXIT_OK
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -207,7 +348,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return EXIT_OK
-    handlers = {"run": cmd_run, "sim": cmd_sim}
+    handlers = {"run": cmd_run, "sim": cmd_sim, "resume": cmd_resume, "runs": cmd_runs,
+                "report": cmd_report, "export": cmd_export}
     try:
         return handlers[args.command](args)
     except UserError as e:
@@ -216,6 +358,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("swarm-tui: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:  # `swarm-tui export … | head`: the reader left, not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
     except Exception as e:  # last resort: one line, no traceback, no secret
         if os.environ.get("SWARM_TUI_DEBUG"):
             raise

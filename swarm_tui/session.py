@@ -114,7 +114,8 @@ class RunSession:
                 await gw.preflight()
 
     def make_runner(
-        self, tasks: Sequence[Task], consumers: Iterable[Consumer] = ()
+        self, tasks: Sequence[Task], consumers: Iterable[Consumer] = (), *,
+        seqs: Sequence[int] | None = None, prior_attempts: Sequence[int] | None = None,
     ) -> SwarmRunner:
         s = self.cfg.settings
         if self.opts.model:
@@ -122,7 +123,8 @@ class RunSession:
             tasks = [t if t.model else t.model_copy(update=forced) for t in tasks]
         policy = RunPolicy(self.concurrency, s.retry, s.routing, s.default_model)
         self.runner = SwarmRunner(tasks, self.gateways, SingleGateway(self.gateway_name), policy,
-                                  self.cfg.prices, consumers, seed=self.opts.seed)
+                                  self.cfg.prices, consumers, seed=self.opts.seed, seqs=seqs,
+                                  prior_attempts=prior_attempts)
         return self.runner
 
     def summary(self, run_id: str, status: str) -> RunSummary:

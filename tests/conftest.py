@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -86,3 +90,35 @@ async def client_for(server: SimServer, **kw):
         yield gw
     finally:
         await gw.aclose()
+
+
+# -- the command line as a user runs it ----------------------------------------------------
+def swarm(*args: str, env: dict[str, str] | None = None, timeout: float = 90):
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run([sys.executable, "-m", "swarm_tui", *args], capture_output=True,
+                          text=True, timeout=timeout, env=full_env, stdin=subprocess.DEVNULL)
+
+
+@pytest.fixture
+def no_user_config(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg-data"))
+    monkeypatch.delenv("SWARM_TUI_CONFIG", raising=False)
+    monkeypatch.setenv("SWARM_TUI_DB", str(tmp_path / "runs.db"))
+
+
+def assert_one_line_error(r, code: int, *needles: str):
+    assert r.returncode == code, (r.returncode, r.stdout, r.stderr)
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, r.stderr
+    assert "Traceback" not in r.stderr
+    for n in needles:
+        assert n in lines[0], lines[0]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+

@@ -3,40 +3,16 @@
 from __future__ import annotations
 
 import json
-import os
-import socket
 import subprocess
 import sys
 
 import pytest
 
-from tests.conftest import TEST_KEY
+from tests.conftest import TEST_KEY, assert_one_line_error, free_port, swarm
 
 
-def swarm(*args: str, env: dict[str, str] | None = None, timeout: float = 90):
-    full_env = {**os.environ, **(env or {})}
-    return subprocess.run([sys.executable, "-m", "swarm_tui", *args], capture_output=True,
-                          text=True, timeout=timeout, env=full_env, stdin=subprocess.DEVNULL)
-
-
-@pytest.fixture
-def no_user_config(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
-    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg-data"))
-    monkeypatch.delenv("SWARM_TUI_CONFIG", raising=False)
-    monkeypatch.setenv("SWARM_TUI_DB", str(tmp_path / "runs.db"))
-
-
-def assert_one_line_error(r, code: int, *needles: str):
-    assert r.returncode == code, (r.returncode, r.stdout, r.stderr)
-    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1, r.stderr
-    assert "Traceback" not in r.stderr
-    for n in needles:
-        assert n in lines[0], lines[0]
-
-
-def test_demo_json_contract(no_user_config):
+@pytest.mark.usefixtures("no_user_config")
+def test_demo_json_contract():
     r = swarm("run", "--demo", "40", "--headless", "--json", "--sim-rate-429", "0",
               "--sim-rate-503", "0")
     assert r.returncode in (0, 3), r.stderr
@@ -54,7 +30,8 @@ def test_demo_json_contract(no_user_config):
     assert (r.returncode == 0) == out["sla"]["met"]
 
 
-def test_summary_line_and_sla_breach_exit_code(no_user_config):
+@pytest.mark.usefixtures("no_user_config")
+def test_summary_line_and_sla_breach_exit_code():
     r = swarm("run", "--demo", "30", "--headless", "--sim-profile", "fixed:400",
               "--sim-rate-429", "0", "--sim-rate-503", "0")
     assert r.returncode == 3, r.stderr
@@ -62,14 +39,16 @@ def test_summary_line_and_sla_breach_exit_code(no_user_config):
     assert "30/30 succeeded" in r.stdout and "SLA BREACHED: p95" in r.stdout
 
 
-def test_bad_config_exit_2(no_user_config, tmp_path):
+@pytest.mark.usefixtures("no_user_config")
+def test_bad_config_exit_2(tmp_path):
     cfg = tmp_path / "c.toml"
     cfg.write_text("[retry]\nmax_attempts = 'x'\n")
     r = swarm("run", "--demo", "1", "--headless", "--config", str(cfg))
     assert_one_line_error(r, 2, str(cfg), "retry.max_attempts")
 
 
-def test_bad_workload_line_exit_2_and_nothing_sent(no_user_config, tmp_path):
+@pytest.mark.usefixtures("no_user_config")
+def test_bad_workload_line_exit_2_and_nothing_sent(tmp_path):
     w = tmp_path / "w.jsonl"
     w.write_text('{"id": "a", "prompt": "x"}\n{"id": "b"}\n')
     r = swarm("run", str(w), "--headless")
@@ -82,15 +61,10 @@ def test_bad_workload_line_exit_2_and_nothing_sent(no_user_config, tmp_path):
     assert json.loads(r2.stdout)["total"] == 1
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def test_unreachable_gateway_exit_2(no_user_config, tmp_path):
+@pytest.mark.usefixtures("no_user_config")
+def test_unreachable_gateway_exit_2(tmp_path):
     cfg = tmp_path / "c.toml"
-    port = _free_port()
+    port = free_port()
     cfg.write_text(f'[gateways.gw]\nbase_url = "http://127.0.0.1:{port}/v1"\nkey_env = ["GW_KEY"]\n'
                    "timeout_s = 3\n")
     r = swarm("run", "--demo", "2", "--headless", "--config", str(cfg), env={"GW_KEY": TEST_KEY})
@@ -98,7 +72,8 @@ def test_unreachable_gateway_exit_2(no_user_config, tmp_path):
     assert TEST_KEY not in r.stderr + r.stdout
 
 
-def test_wrong_key_exit_2_without_the_key(no_user_config, tmp_path, sim_factory):
+@pytest.mark.usefixtures("no_user_config")
+def test_wrong_key_exit_2_without_the_key(tmp_path, sim_factory):
     server = sim_factory(profile="fixed:5", keys=["sk-good-000000000000000000000"])
     cfg = tmp_path / "c.toml"
     cfg.write_text(f'[gateways.gw]\nbase_url = "{server.base_url}"\nkey_env = ["GW_KEY"]\n')
@@ -107,7 +82,8 @@ def test_wrong_key_exit_2_without_the_key(no_user_config, tmp_path, sim_factory)
     assert TEST_KEY not in r.stderr + r.stdout
 
 
-def test_missing_key_and_unknown_gateway(no_user_config, tmp_path):
+@pytest.mark.usefixtures("no_user_config")
+def test_missing_key_and_unknown_gateway(tmp_path):
     cfg = tmp_path / "c.toml"
     cfg.write_text('[gateways.gw]\nbase_url = "http://127.0.0.1:9/v1"\nkey_env = ["NO_SUCH_VAR"]\n')
     r = swarm("run", "--demo", "2", "--headless", "--config", str(cfg))
@@ -116,8 +92,9 @@ def test_missing_key_and_unknown_gateway(no_user_config, tmp_path):
     assert_one_line_error(r, 2, "--gateway other", "known: gw, sim")
 
 
-def test_run_against_a_configured_gateway_in_another_process(no_user_config, tmp_path):
-    port = _free_port()
+@pytest.mark.usefixtures("no_user_config")
+def test_run_against_a_configured_gateway_in_another_process(tmp_path):
+    port = free_port()
     sim = subprocess.Popen([sys.executable, "-m", "swarm_tui", "sim", "--port", str(port),
                             "--profile", "fixed:20"], stdout=subprocess.PIPE, text=True,
                            stdin=subprocess.DEVNULL)
@@ -139,6 +116,7 @@ def test_run_against_a_configured_gateway_in_another_process(no_user_config, tmp
         sim.wait(10)
 
 
-def test_bad_sim_flags(no_user_config):
+@pytest.mark.usefixtures("no_user_config")
+def test_bad_sim_flags():
     r = swarm("run", "--demo", "2", "--headless", "--sim-profile", "fixed:-3")
     assert_one_line_error(r, 2, "simulator flags", "profile")

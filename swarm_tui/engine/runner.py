@@ -52,13 +52,21 @@ class SwarmRunner:
         prices: PriceTable,
         consumers: Iterable[ev.Consumer] = (),
         seed: int | None = None,
+        seqs: Sequence[int] | None = None,
+        prior_attempts: Sequence[int] | None = None,
     ) -> None:
+        """`seqs` / `prior_attempts` resume a stored run: each task's number in the run
+        and how many attempts an earlier session already stored for it."""
         self.gateways = gateways
         self.policy = policy
         self.prices = prices
         self.consumers = list(consumers)
         self.rng = random.Random(seed)
         self.agents = [self._agent(i, t, router) for i, t in enumerate(tasks)]
+        for agent, seq in zip(self.agents, seqs or (), strict=False):
+            agent.seq = seq
+        for agent, prior in zip(self.agents, prior_attempts or (), strict=False):
+            agent.prior_attempts = prior
         self.limit = policy.concurrency
         self.paused = False
         self.cancelled = False
@@ -81,8 +89,8 @@ class SwarmRunner:
         messages = [{"role": "user", "content": task.prompt}]
         if task.system:
             messages.insert(0, {"role": "system", "content": task.system})
-        return Agent(i, task, model, gw_name, bucket, fallback_chain(model, self.policy.routing),
-                     messages, runner=self)
+        return Agent(i, i, task, model, gw_name, bucket,
+                     fallback_chain(model, self.policy.routing), messages, runner=self)
 
     # -- clock and events ------------------------------------------------------------------
     def now_ms(self) -> float:
@@ -189,8 +197,8 @@ class SwarmRunner:
         self.in_flight += 1
         now = time.perf_counter()
         attempt = Attempt(
-            number=len(agent.attempts) + 1, model=agent.model, gateway=gw.name,
-            key_fp=slot.fingerprint, started_ms=(now - self.t0) * 1000.0,
+            number=agent.prior_attempts + len(agent.attempts) + 1, model=agent.model,
+            gateway=gw.name, key_fp=slot.fingerprint, started_ms=(now - self.t0) * 1000.0,
             queue_ms=(now - agent.ready_at) * 1000.0,
         )
         agent.attempts.append(attempt)

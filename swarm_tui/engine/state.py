@@ -44,7 +44,8 @@ class Attempt:
 class Agent:
     """One sub-agent = one task. Updated in place by the runner."""
 
-    index: int
+    index: int               # position in this runner
+    seq: int                 # the task's number in the run (stable across resumes)
     task: Task
     model: str
     gateway: str
@@ -55,6 +56,7 @@ class Agent:
     key_fp: str | None = None
     attempts: list[Attempt] = field(default_factory=list)
     attempts_on_model: int = 0
+    prior_attempts: int = 0      # attempts stored by an earlier session of this run
     ready_at: float = 0.0        # perf_counter when it last became ready to send
     live_chars: int = 0          # streamed characters of the current attempt
     latency_ms: float | None = None

@@ -1,0 +1,1 @@
+"""Sub-command implementations (argument parsing lives in swarm_tui.cli)."""

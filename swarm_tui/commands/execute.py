@@ -1,0 +1,82 @@
+"""Run a swarm with its results stored: shared by `run` and `resume`."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+
+from swarm_tui.config import LoadedConfig
+from swarm_tui.engine.summary import RunSummary
+from swarm_tui.headless import run_with_progress
+from swarm_tui.session import RunOptions, RunSession
+from swarm_tui.store.runs import (
+    create_run,
+    get_run,
+    load_summary,
+    mark_running,
+    save_summary,
+)
+from swarm_tui.store.writer import StoreWriter
+from swarm_tui.workload import Task
+
+
+@dataclass
+class Outcome:
+    summary: RunSummary
+    interrupted: bool
+
+
+def config_snapshot(session: RunSession, opts: RunOptions) -> dict[str, Any]:
+    """What a run was configured with — names, URLs and fingerprints, never a key."""
+    gateways = {
+        name: {"base_url": gw.base_url, "keys": [k.fingerprint for k in gw.keys],
+               "stream": gw.stream, "pinned_model": gw.pinned_model}
+        for name, gw in session.gateways.items()
+    }
+    snap: dict[str, Any] = {
+        "settings": session.cfg.settings.model_dump(mode="json"),
+        "config_path": str(session.cfg.path) if session.cfg.path else None,
+        "gateway": session.gateway_name, "concurrency": session.concurrency,
+        "model": opts.model, "stream": opts.stream, "gateways": gateways,
+    }
+    if session.simulated:
+        snap["sim"] = opts.sim.model_dump(mode="json", exclude={"keys"})
+    return snap
+
+
+async def execute(
+    conn: aiosqlite.Connection, db_path: Path, cfg: LoadedConfig, opts: RunOptions,
+    tasks: list[Task], run_id: str, *, show_progress: bool,
+    seqs: list[int] | None = None, prior_attempts: list[int] | None = None,
+) -> Outcome:
+    """Build the session, store the run, run it, and return the summary read back from
+    the store, so `run` and `report` print the same figures for the same run."""
+    session = RunSession(cfg, opts)
+    try:
+        session.open()
+        await session.preflight()
+        runner = session.make_runner(tasks, seqs=seqs, prior_attempts=prior_attempts)
+        if seqs is None:
+            await create_run(conn, run_id, runner, name=opts.name, simulated=session.simulated,
+                             config=config_snapshot(session, opts))
+        else:
+            await mark_running(conn, run_id)
+        writer = StoreWriter(conn, db_path, run_id, runner)
+        writer.log_event("session_started", None)
+        writer.start()
+        try:
+            interrupted = await run_with_progress(runner, show=show_progress)
+        finally:
+            await writer.close("cancelled" if runner.cancelled else "finished")
+    finally:
+        await session.aclose()
+    if writer.error:
+        print(f"swarm-tui: warning: results not fully stored: {writer.error}", file=sys.stderr)
+        return Outcome(session.summary(run_id, "unsaved"), interrupted)
+    summary = await load_summary(conn, await get_run(conn, run_id, db_path))
+    await save_summary(conn, summary)
+    return Outcome(summary, interrupted)

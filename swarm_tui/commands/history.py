@@ -1,0 +1,164 @@
+"""`runs`, `report`, `export`: reading stored runs (safe while another process writes)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+import time
+from pathlib import Path
+from typing import IO, Any
+
+import aiosqlite
+from pydantic import BaseModel
+
+from swarm_tui.engine.summary import RunSummary
+from swarm_tui.store.runs import ENDED, RunRecord, list_runs, load_summary
+
+
+class RunListItem(BaseModel):
+    id: str
+    name: str | None
+    started_at: float
+    status: str
+    simulated: bool
+    total: int
+    done: int
+    success_rate: float | None
+    p95_ms: float | None
+    cost_usd: float
+    unpriced_tasks: int
+
+
+async def run_summary(conn: aiosqlite.Connection, run: RunRecord) -> RunSummary:
+    """An ended run's stored summary; a live or interrupted one computed from its rows."""
+    if run.summary is not None and run.effective_status() in ENDED:
+        return RunSummary.model_validate(run.summary)
+    return await load_summary(conn, run)
+
+
+async def runs_listing(conn: aiosqlite.Connection, limit: int) -> list[RunListItem]:
+    items = []
+    for run in await list_runs(conn, limit):
+        s = await run_summary(conn, run)
+        items.append(RunListItem(
+            id=run.id, name=run.name, started_at=run.started_at, status=run.effective_status(),
+            simulated=run.simulated, total=run.total, done=s.succeeded + s.failed + s.cancelled,
+            success_rate=s.success_rate, p95_ms=s.latency_ms.p95, cost_usd=s.cost_usd,
+            unpriced_tasks=s.unpriced_tasks))
+    return items
+
+
+def runs_table(items: list[RunListItem]) -> str:
+    if not items:
+        return "no runs recorded yet"
+    head = (f"{'RUN':<21} {'NAME':<14} {'STARTED':<16} {'STATUS':<12} {'TASKS':>11} "
+            f"{'OK %':>6} {'P95 MS':>7} {'COST':>10}")
+    lines = [head]
+    for r in items:
+        started = time.strftime("%Y-%m-%d %H:%M", time.localtime(r.started_at))
+        rate = "-" if r.success_rate is None else f"{r.success_rate * 100:.1f}"
+        p95 = "-" if r.p95_ms is None else f"{r.p95_ms:.0f}"
+        cost = f"${r.cost_usd:.4f}" + ("+?" if r.unpriced_tasks else "")
+        name = (r.name or ("(sim)" if r.simulated else ""))[:14]
+        lines.append(f"{r.id:<21} {name:<14} {started:<16} {r.status:<12} "
+                     f"{f'{r.done}/{r.total}':>11} {rate:>6} {p95:>7} {cost:>10}")
+    return "\n".join(lines)
+
+
+# -- compare ----------------------------------------------------------------------------------
+def _change(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None or a == 0:
+        return None
+    return (b - a) / a * 100.0
+
+
+def compare_rows(a: RunSummary, b: RunSummary) -> list[dict[str, Any]]:
+    """The team's before/after table: A is before, B after; change is B relative to A."""
+    def row(metric: str, va: float | None, vb: float | None, unit: str) -> dict[str, Any]:
+        return {"metric": metric, "a": va, "b": vb, "unit": unit, "change_pct": _change(va, vb)}
+
+    rate_a = None if a.success_rate is None else a.success_rate * 100
+    rate_b = None if b.success_rate is None else b.success_rate * 100
+    return [
+        row("latency p50", a.latency_ms.p50, b.latency_ms.p50, "ms"),
+        row("latency p95", a.latency_ms.p95, b.latency_ms.p95, "ms"),
+        row("latency p99", a.latency_ms.p99, b.latency_ms.p99, "ms"),
+        row("TTFT p95", a.ttft_ms.p95, b.ttft_ms.p95, "ms"),
+        row("success rate", rate_a, rate_b, "%"),
+        row("tokens", a.tokens.input + a.tokens.output, b.tokens.input + b.tokens.output, ""),
+        row("cost", a.cost_usd, b.cost_usd, "$"),
+        row("cost per task", a.cost_per_task_usd, b.cost_per_task_usd, "$"),
+        row("tasks", a.total, b.total, ""),
+    ]
+
+
+def _fmt(v: float | None, unit: str) -> str:
+    if v is None:
+        return "-"
+    if unit == "$":
+        return f"${v:,.4f}"
+    if unit == "%":
+        return f"{v:.2f} %"
+    if unit == "ms":
+        return f"{v:,.0f} ms"
+    return f"{v:,.0f}"
+
+
+def compare_table(a: RunSummary, b: RunSummary) -> str:
+    lines = [f"{'metric':<15} {a.run_id:>22} {b.run_id:>22} {'change':>9}"]
+    for r in compare_rows(a, b):
+        ch = "-" if r["change_pct"] is None else f"{r['change_pct']:+.1f}%"
+        lines.append(f"{r['metric']:<15} {_fmt(r['a'], r['unit']):>22} "
+                     f"{_fmt(r['b'], r['unit']):>22} {ch:>9}")
+    for s in (a, b):
+        if s.unpriced_tasks:
+            lines.append(f"note: {s.run_id} has {s.unpriced_tasks} unpriced tasks "
+                         f"({', '.join(s.unpriced_models)}), not in its cost")
+    if a.simulated or b.simulated:
+        lines.append("note: SIMULATED data in this comparison")
+    return "\n".join(lines)
+
+
+# -- export -----------------------------------------------------------------------------------
+_TASK_COLS = ("seq", "task_id", "state", "model", "gateway", "bucket", "key_fp", "attempts",
+              "tokens_in", "tokens_out", "cached_in", "usage_estimated", "cost_usd",
+              "latency_ms", "ttft_ms", "queue_ms", "status_code", "error_class", "error_message",
+              "finished_at", "response_text")
+_ATTEMPT_COLS = ("number", "model", "gateway", "key_fp", "sent_at", "queue_ms", "latency_ms",
+                 "ttft_ms", "status_code", "error_class", "error_message", "retry_wait_s",
+                 "tokens_in", "tokens_out", "cached_in", "outcome")
+
+
+async def export_run(conn: aiosqlite.Connection, run: RunRecord, fmt: str, out: IO[str]) -> int:
+    """JSONL: one task per line with its attempts nested. CSV: one row per attempt, with its
+    task's columns (a task never sent gets one row with empty attempt columns)."""
+    attempts: dict[int, list[dict[str, Any]]] = {}
+    async with conn.execute(
+            f"SELECT seq, {', '.join(_ATTEMPT_COLS)} FROM attempts WHERE run_id=? "
+            "ORDER BY seq, number", (run.id,)) as cur:
+        async for r in cur:
+            attempts.setdefault(r[0], []).append(dict(zip(_ATTEMPT_COLS, r[1:], strict=True)))
+    writer = None
+    if fmt == "csv":
+        writer = csv.writer(out)
+        writer.writerow(["run_id", *_TASK_COLS, *(f"attempt_{c}" for c in _ATTEMPT_COLS)])
+    n = 0
+    async with conn.execute(f"SELECT {', '.join(_TASK_COLS)} FROM tasks WHERE run_id=? "
+                            "ORDER BY seq", (run.id,)) as cur:
+        async for r in cur:
+            task = dict(zip(_TASK_COLS, r, strict=True))
+            tries = attempts.get(task["seq"], [])
+            n += 1
+            if writer is None:
+                out.write(json.dumps({"run_id": run.id, **task, "attempts": tries}) + "\n")
+                continue
+            for a in tries or [dict.fromkeys(_ATTEMPT_COLS)]:
+                writer.writerow([run.id, *task.values(), *a.values()])
+    return n
+
+
+def open_out(path: str | None) -> tuple[IO[str], bool]:
+    if path is None or path == "-":
+        return sys.stdout, False
+    return Path(path).open("w", encoding="utf-8", newline=""), True

@@ -1,0 +1,1 @@
+"""SQLite persistence (aiosqlite, WAL): schema, batched writer, queries."""

@@ -1,0 +1,174 @@
+"""Runs in the store: create, look up, summarize, list, and what a resume must re-send."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+from pydantic import BaseModel
+
+from swarm_tui.config import SlaConfig
+from swarm_tui.engine.runner import SwarmRunner
+from swarm_tui.engine.summary import RunSummary, summarize
+from swarm_tui.errors import UserError
+from swarm_tui.workload import Task
+
+STALE_AFTER_S = 5.0  # heartbeat older than this while `running` → the process died
+ENDED = ("finished", "cancelled", "budget_stopped")
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S-") + os.urandom(2).hex()
+
+
+def workload_hash(tasks: list[Task]) -> str:
+    h = hashlib.sha256()
+    for t in tasks:
+        h.update(t.model_dump_json(exclude_none=True).encode())
+        h.update(b"\n")
+    return h.hexdigest()[:16]
+
+
+class RunRecord(BaseModel):
+    id: str
+    name: str | None
+    status: str
+    simulated: bool
+    started_at: float
+    finished_at: float | None
+    heartbeat_at: float
+    pid: int | None
+    host: str | None
+    wall_ms: float
+    total: int
+    workload_hash: str
+    config: dict[str, Any]
+    summary: dict[str, Any] | None
+
+    def effective_status(self, now: float | None = None) -> str:
+        """`interrupted`: marked running, but its heartbeat stopped (the process died)."""
+        now = time.time() if now is None else now
+        if self.status == "running" and now - self.heartbeat_at > STALE_AFTER_S:
+            return "interrupted"
+        return self.status
+
+    @property
+    def sla(self) -> SlaConfig:
+        return SlaConfig.model_validate(self.config.get("settings", {}).get("sla", {}))
+
+
+_RUN_COLS = ("id, name, status, simulated, started_at, finished_at, heartbeat_at, pid, host, "
+             "wall_ms, total, workload_hash, config_json, summary_json")
+
+
+def _record(row: tuple) -> RunRecord:
+    (rid, name, status, sim, started, finished, beat, pid, host, wall, total, wh, cfg,
+     summary) = row
+    return RunRecord(id=rid, name=name, status=status, simulated=bool(sim), started_at=started,
+                     finished_at=finished, heartbeat_at=beat, pid=pid, host=host, wall_ms=wall,
+                     total=total, workload_hash=wh, config=json.loads(cfg),
+                     summary=json.loads(summary) if summary else None)
+
+
+async def create_run(conn: aiosqlite.Connection, run_id: str, runner: SwarmRunner, *,
+                     name: str | None, simulated: bool, config: dict[str, Any]) -> None:
+    tasks = [a.task for a in runner.agents]
+    now = time.time()
+    await conn.execute("BEGIN IMMEDIATE")
+    try:
+        await conn.execute(
+            f"INSERT INTO runs ({_RUN_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (run_id, name, "running", int(simulated), now, None, now, os.getpid(),
+             socket.gethostname(), 0.0, len(tasks), workload_hash(tasks), json.dumps(config),
+             None))
+        await conn.executemany(
+            "INSERT INTO tasks (run_id, seq, task_id, task_json, state, model, gateway, bucket) "
+            "VALUES (?,?,?,?,?,?,?,?)",
+            [(run_id, a.seq, a.task.id, a.task.model_dump_json(exclude_none=True), "queued",
+              a.model, a.gateway, a.bucket) for a in runner.agents])
+        await conn.execute("COMMIT")
+    except BaseException:
+        await conn.execute("ROLLBACK")
+        raise
+
+
+async def get_run(conn: aiosqlite.Connection, run_id: str, path: Path) -> RunRecord:
+    async with conn.execute(f"SELECT {_RUN_COLS} FROM runs WHERE id = ?", (run_id,)) as cur:
+        row = await cur.fetchone()
+    if row is None:
+        raise UserError(f"run {run_id}: not found in {path} (see `swarm-tui runs`)")
+    return _record(tuple(row))
+
+
+async def list_runs(conn: aiosqlite.Connection, limit: int = 50) -> list[RunRecord]:
+    async with conn.execute(
+            f"SELECT {_RUN_COLS} FROM runs ORDER BY started_at DESC LIMIT ?", (limit,)) as cur:
+        return [_record(tuple(r)) for r in await cur.fetchall()]
+
+
+@dataclass(slots=True)
+class StoredTask:
+    """A task row as the summary needs it (the engine's Agent has the same attributes)."""
+
+    state: str
+    model: str
+    gateway: str
+    bucket: str
+    latency_ms: float | None
+    ttft_ms: float | None
+    queue_ms: float
+    tokens_in: int
+    tokens_out: int
+    cached_in: int
+    usage_estimated: bool
+    cost_usd: float | None
+    error_class: str | None
+
+
+async def task_rows(conn: aiosqlite.Connection, run_id: str) -> list[StoredTask]:
+    async with conn.execute(
+            "SELECT state, model, gateway, bucket, latency_ms, ttft_ms, queue_ms, tokens_in, "
+            "tokens_out, cached_in, usage_estimated, cost_usd, error_class FROM tasks "
+            "WHERE run_id = ? ORDER BY seq", (run_id,)) as cur:
+        return [StoredTask(*r) for r in await cur.fetchall()]
+
+
+async def load_summary(conn: aiosqlite.Connection, run: RunRecord) -> RunSummary:
+    """The run's summary computed from its stored rows (what `report` prints)."""
+    rows = await task_rows(conn, run.id)
+    return summarize(rows, run_id=run.id, sla=run.sla, wall_ms=run.wall_ms, name=run.name,
+                     status=run.effective_status(), simulated=run.simulated,
+                     started_at=run.started_at)
+
+
+async def save_summary(conn: aiosqlite.Connection, summary: RunSummary) -> None:
+    await conn.execute("UPDATE runs SET summary_json=? WHERE id=?",
+                       (summary.model_dump_json(), summary.run_id))
+
+
+async def resumable_tasks(
+    conn: aiosqlite.Connection, run_id: str
+) -> tuple[list[int], list[Task], list[int]]:
+    """Tasks with no stored result (never finished, or cancelled), with their stored attempts."""
+    async with conn.execute(
+            "SELECT t.seq, t.task_json, (SELECT COALESCE(MAX(number), 0) FROM attempts a "
+            "WHERE a.run_id = t.run_id AND a.seq = t.seq) FROM tasks t "
+            "WHERE t.run_id = ? AND t.state NOT IN ('succeeded', 'failed') ORDER BY t.seq",
+            (run_id,)) as cur:
+        rows = await cur.fetchall()
+    return ([r[0] for r in rows], [Task.model_validate_json(r[1]) for r in rows],
+            [r[2] for r in rows])
+
+
+async def mark_running(conn: aiosqlite.Connection, run_id: str) -> None:
+    now = time.time()
+    await conn.execute(
+        "UPDATE runs SET status='running', heartbeat_at=?, pid=?, host=?, finished_at=NULL "
+        "WHERE id=?", (now, os.getpid(), socket.gethostname(), run_id))

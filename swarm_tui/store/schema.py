@@ -1,0 +1,104 @@
+"""Schema, versioned by PRAGMA user_version and moved forward by these migrations.
+
+Each entry takes a database at version i to version i+1. Never edit a released
+entry: append a new one.
+"""
+
+from __future__ import annotations
+
+MIGRATIONS: list[str] = [
+    # 0 -> 1: runs, their tasks and every attempt
+    """
+    CREATE TABLE runs (
+        id TEXT PRIMARY KEY,
+        name TEXT,
+        status TEXT NOT NULL,          -- running | finished | cancelled | budget_stopped
+        simulated INTEGER NOT NULL,
+        started_at REAL NOT NULL,      -- unix seconds
+        finished_at REAL,
+        heartbeat_at REAL NOT NULL,    -- refreshed by the writer while the run is alive
+        pid INTEGER,
+        host TEXT,
+        wall_ms REAL NOT NULL DEFAULT 0,  -- summed over the run's sessions (run + resumes)
+        total INTEGER NOT NULL,
+        workload_hash TEXT NOT NULL,
+        config_json TEXT NOT NULL,     -- settings snapshot; never a key
+        summary_json TEXT              -- the summary as of the last session's end
+    );
+    CREATE TABLE tasks (
+        run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+        seq INTEGER NOT NULL,
+        task_id TEXT NOT NULL,
+        task_json TEXT NOT NULL,       -- the workload line, so resume needs no file
+        state TEXT NOT NULL,           -- queued until final
+        model TEXT NOT NULL,
+        gateway TEXT NOT NULL,
+        bucket TEXT NOT NULL,
+        key_fp TEXT,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        tokens_in INTEGER NOT NULL DEFAULT 0,
+        tokens_out INTEGER NOT NULL DEFAULT 0,
+        cached_in INTEGER NOT NULL DEFAULT 0,
+        usage_estimated INTEGER NOT NULL DEFAULT 0,
+        cost_usd REAL,
+        latency_ms REAL,
+        ttft_ms REAL,
+        queue_ms REAL NOT NULL DEFAULT 0,
+        status_code INTEGER,
+        error_class TEXT,
+        error_message TEXT,
+        response_text TEXT,
+        finished_at REAL,
+        PRIMARY KEY (run_id, seq)
+    );
+    CREATE UNIQUE INDEX tasks_by_task_id ON tasks(run_id, task_id);
+    CREATE INDEX tasks_by_state ON tasks(run_id, state);
+    CREATE TABLE attempts (
+        run_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        number INTEGER NOT NULL,
+        model TEXT NOT NULL,
+        gateway TEXT NOT NULL,
+        key_fp TEXT,
+        sent_at REAL NOT NULL,         -- unix seconds
+        queue_ms REAL NOT NULL,
+        latency_ms REAL,
+        ttft_ms REAL,
+        status_code INTEGER,
+        error_class TEXT,
+        error_message TEXT,
+        retry_wait_s REAL,
+        tokens_in INTEGER NOT NULL DEFAULT 0,
+        tokens_out INTEGER NOT NULL DEFAULT 0,
+        cached_in INTEGER NOT NULL DEFAULT 0,
+        outcome TEXT NOT NULL,
+        PRIMARY KEY (run_id, seq, number),
+        FOREIGN KEY (run_id, seq) REFERENCES tasks(run_id, seq) ON DELETE CASCADE
+    );
+    """,
+    # 1 -> 2: an audit/event log (run lifecycle, canary and key actions) and a control
+    # queue through which another process (watch --write, canary CLI) steers a runner
+    """
+    CREATE TABLE events (
+        id INTEGER PRIMARY KEY,
+        run_id TEXT,
+        at REAL NOT NULL,
+        kind TEXT NOT NULL,
+        actor TEXT,
+        detail_json TEXT
+    );
+    CREATE INDEX events_by_run ON events(run_id, at);
+    CREATE TABLE control (
+        id INTEGER PRIMARY KEY,
+        run_id TEXT NOT NULL,
+        at REAL NOT NULL,
+        actor TEXT,
+        command TEXT NOT NULL,
+        arg TEXT,
+        done_at REAL
+    );
+    CREATE INDEX control_pending ON control(run_id, done_at);
+    """,
+]
+
+SCHEMA_VERSION = len(MIGRATIONS)

@@ -1,0 +1,179 @@
+"""The one writer: consumes engine events, commits in batches, keeps the heartbeat.
+
+The engine only appends tuples to in-memory lists (no await, no I/O); a background
+task commits them at most every `flush_interval` seconds or as soon as
+`max_rows` are pending. A crash loses at most the rows of the last window.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+import time
+from pathlib import Path
+
+import aiosqlite
+
+from swarm_tui.engine import events as ev
+from swarm_tui.engine.runner import SwarmRunner
+from swarm_tui.engine.state import Agent, Attempt
+from swarm_tui.store.db import db_error
+
+UPDATE_TASK = """
+UPDATE tasks SET state=?, model=?, gateway=?, bucket=?, key_fp=?, attempts=?, tokens_in=?,
+    tokens_out=?, cached_in=?, usage_estimated=?, cost_usd=?, latency_ms=?, ttft_ms=?,
+    queue_ms=?, status_code=?, error_class=?, error_message=?, response_text=?, finished_at=?
+WHERE run_id=? AND seq=?
+"""
+INSERT_ATTEMPT = """
+INSERT OR REPLACE INTO attempts (run_id, seq, number, model, gateway, key_fp, sent_at, queue_ms,
+    latency_ms, ttft_ms, status_code, error_class, error_message, retry_wait_s, tokens_in,
+    tokens_out, cached_in, outcome)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+"""
+INSERT_EVENT = "INSERT INTO events (run_id, at, kind, actor, detail_json) VALUES (?, ?, ?, ?, ?)"
+
+
+class WriterStats:
+    __slots__ = ("flush_ms_max", "flush_ms_total", "flushes", "max_pending", "rows")
+
+    def __init__(self) -> None:
+        self.flushes = 0
+        self.rows = 0
+        self.max_pending = 0
+        self.flush_ms_max = 0.0
+        self.flush_ms_total = 0.0
+
+
+class StoreWriter:
+    def __init__(self, conn: aiosqlite.Connection, path: Path, run_id: str, runner: SwarmRunner,
+                 *, flush_interval: float = 0.25, max_rows: int = 5000,
+                 heartbeat_s: float = 1.0) -> None:
+        self.conn = conn
+        self.path = path
+        self.run_id = run_id
+        self.runner = runner
+        self.flush_interval = flush_interval
+        self.max_rows = max_rows
+        self.heartbeat_s = heartbeat_s
+        self.stats = WriterStats()
+        self.error: str | None = None
+        self._tasks: list[tuple] = []
+        self._attempts: list[tuple] = []
+        self._events: list[tuple] = []
+        self._kick = asyncio.Event()
+        self._loop_task: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._last_beat = 0.0
+        runner.consumers.append(self.on_event)
+
+    # -- the consumer: called inline by the engine, so only appends ------------------------
+    def on_event(self, e: ev.Event) -> None:
+        kind = e.kind
+        if kind in ev.FINAL_KINDS:
+            agent = e.agent
+            assert agent is not None
+            if e.attempt is not None:
+                self._attempts.append(self._attempt_row(agent, e.attempt))
+            self._tasks.append(self._task_row(agent))
+        elif kind == ev.RETRY_SCHEDULED:
+            assert e.agent is not None and e.attempt is not None
+            self._attempts.append(self._attempt_row(e.agent, e.attempt))
+        elif kind == ev.CONTROL:
+            self._events.append((self.run_id, time.time(), "control", None, e.detail))
+        else:
+            return
+        pending = len(self._tasks) + len(self._attempts)
+        if pending > self.stats.max_pending:
+            self.stats.max_pending = pending
+        if pending >= self.max_rows:
+            self._kick.set()
+
+    def _task_row(self, a: Agent) -> tuple:
+        finished = self.runner.started_wall + (a.finished_ms or 0.0) / 1000.0
+        return (a.state, a.model, a.gateway, a.bucket, a.key_fp,
+                a.prior_attempts + len(a.attempts), a.tokens_in, a.tokens_out, a.cached_in,
+                int(a.usage_estimated), a.cost_usd, a.latency_ms, a.ttft_ms, a.queue_ms,
+                a.status_code, a.error_class, a.error_message, a.response_text, finished,
+                self.run_id, a.seq)
+
+    def _attempt_row(self, a: Agent, x: Attempt) -> tuple:
+        sent = self.runner.started_wall + x.started_ms / 1000.0
+        return (self.run_id, a.seq, x.number, x.model, x.gateway, x.key_fp, sent, x.queue_ms,
+                x.latency_ms, x.ttft_ms, x.status_code, x.error_class, x.error_message,
+                x.retry_wait_s, x.tokens_in, x.tokens_out, x.cached_in, x.outcome)
+
+    def log_event(self, kind: str, detail_json: str | None = None,
+                  actor: str | None = None) -> None:
+        self._events.append((self.run_id, time.time(), kind, actor, detail_json))
+
+    # -- the flushing task -----------------------------------------------------------------
+    def start(self) -> None:
+        self._loop_task = asyncio.create_task(self._loop())
+
+    async def _loop(self) -> None:
+        while not self._stopping:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._kick.wait(), self.flush_interval)
+            self._kick.clear()
+            await self.flush()
+
+    async def flush(self) -> None:
+        tasks, attempts, events = self._tasks, self._attempts, self._events
+        now = time.time()
+        beat = now - self._last_beat >= self.heartbeat_s
+        if not (tasks or attempts or events or beat):
+            return
+        self._tasks, self._attempts, self._events = [], [], []
+        t0 = time.perf_counter()
+        try:
+            await self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                if attempts:
+                    await self.conn.executemany(INSERT_ATTEMPT, attempts)
+                if tasks:
+                    await self.conn.executemany(UPDATE_TASK, tasks)
+                if events:
+                    await self.conn.executemany(INSERT_EVENT, events)
+                await self.conn.execute("UPDATE runs SET heartbeat_at=? WHERE id=?",
+                                        (now, self.run_id))
+                await self.conn.execute("COMMIT")
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    await self.conn.execute("ROLLBACK")
+                raise
+        except BaseException as e:
+            # Put the rows back (a full disk or a cancelled flush must not lose results);
+            # they go out with the next flush.
+            self._tasks[:0], self._attempts[:0], self._events[:0] = tasks, attempts, events
+            if not isinstance(e, sqlite3.Error):
+                raise
+            self.error = str(db_error(self.path, e))
+            return
+        self.error = None
+        self._last_beat = now
+        ms = (time.perf_counter() - t0) * 1000.0
+        st = self.stats
+        st.flushes += 1
+        st.rows += len(tasks) + len(attempts) + len(events)
+        st.flush_ms_total += ms
+        st.flush_ms_max = max(st.flush_ms_max, ms)
+
+    async def close(self, status: str, summary_json: str | None = None) -> None:
+        """Let the loop finish its flush, flush the rest, record how the session ended."""
+        self._stopping = True
+        self._kick.set()
+        if self._loop_task is not None:
+            await self._loop_task
+        self._last_beat = 0.0
+        await self.flush()
+        if self.error:
+            return
+        try:
+            await self.conn.execute(
+                "UPDATE runs SET status=?, finished_at=?, heartbeat_at=?, "
+                "wall_ms = wall_ms + ? WHERE id=?",
+                (status, time.time(), time.time(), self.runner.wall_ms, self.run_id))
+        except sqlite3.Error as e:
+            self.error = str(db_error(self.path, e))

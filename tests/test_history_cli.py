@@ -1,0 +1,193 @@
+"""Stored runs from the command line: report = run, live readers, crash + resume, export."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import httpx2
+import pytest
+
+from tests.conftest import TEST_KEY, assert_one_line_error, free_port, swarm
+
+
+def _workload(tmp_path, n: int, max_tokens: int = 16):
+    w = tmp_path / "w.jsonl"
+    w.write_text("".join(json.dumps({"id": f"t{i:05d}", "prompt": f"task {i}",
+                                     "max_tokens": max_tokens}) + "\n" for i in range(n)))
+    return w
+
+
+@pytest.fixture
+def sim_proc(tmp_path):
+    """`swarm-tui sim` in its own process, and a config pointing a gateway at it."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "swarm_tui", "sim", "--port", str(port),
+                             "--profile", "fixed:50", "--rate-429", "0", "--rate-503", "0"],
+                            stdout=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    assert "SIMULATED" in proc.stdout.readline()
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[gateways.local]\nbase_url = "http://127.0.0.1:{port}/v1"\n'
+                   'key_env = ["GW_KEY"]\n')
+    yield port, cfg
+    proc.terminate()
+    proc.wait(10)
+
+
+def _served(port: int) -> int:
+    return httpx2.get(f"http://127.0.0.1:{port}/sim/stats").json().get("served", 0)
+
+
+@pytest.mark.usefixtures("no_user_config")
+def test_run_and_report_print_the_same_summary():
+    r = swarm("run", "--demo", "60", "--headless", "--json", "--quiet")
+    assert r.returncode in (0, 3), r.stderr
+    ran = json.loads(r.stdout)
+    rep = swarm("report", ran["run_id"], "--json")
+    assert rep.returncode == 0, rep.stderr
+    assert json.loads(rep.stdout) == ran
+    text_run = swarm("report", ran["run_id"])
+    assert text_run.stdout.startswith(f"SIMULATED run {ran['run_id']} [finished]")
+
+
+@pytest.mark.usefixtures("no_user_config")
+def test_readers_see_progress_while_a_run_writes(tmp_path, sim_proc):
+    _port, cfg = sim_proc
+    w = _workload(tmp_path, 3000)
+    env = {**os.environ, "GW_KEY": TEST_KEY}
+    run = subprocess.Popen([sys.executable, "-m", "swarm_tui", "run", str(w), "--config",
+                            str(cfg), "--concurrency", "25", "--headless", "--quiet"],
+                           env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                           stdin=subprocess.DEVNULL)
+    try:
+        seen = []
+        deadline = time.time() + 60
+        while time.time() < deadline and len(seen) < 3:
+            r = swarm("runs", "--json")
+            items = json.loads(r.stdout) if r.returncode == 0 and r.stdout.strip() else []
+            if items and items[0]["status"] == "running" and 0 < items[0]["done"] < 3000:
+                seen.append(items[0]["done"])
+                rep = swarm("report", items[0]["id"], "--json")
+                assert rep.returncode == 0 and json.loads(rep.stdout)["status"] == "running"
+            time.sleep(0.3)
+        assert len(seen) == 3 and seen[0] < seen[-1], seen
+    finally:
+        run.wait(60)
+    assert run.returncode in (0, 3), run.stderr.read()
+    final = json.loads(swarm("runs", "--json").stdout)[0]
+    assert final["status"] == "finished" and final["done"] == 3000
+
+
+@pytest.mark.usefixtures("no_user_config")
+def test_sigkill_then_resume_sends_only_what_was_not_stored(tmp_path, sim_proc):
+    port, cfg = sim_proc
+    n, conc = 2000, 40
+    w = _workload(tmp_path, n)
+    db = os.environ["SWARM_TUI_DB"]
+    env = {**os.environ, "GW_KEY": TEST_KEY}
+    run = subprocess.Popen([sys.executable, "-m", "swarm_tui", "run", str(w), "--config",
+                            str(cfg), "--concurrency", str(conc), "--headless", "--quiet"],
+                           env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           stdin=subprocess.DEVNULL)
+    stored = 0
+    deadline = time.time() + 60
+    while time.time() < deadline and stored < 600:
+        time.sleep(0.05)
+        try:
+            with sqlite3.connect(db, timeout=5) as raw:
+                stored = raw.execute(
+                    "SELECT COUNT(*) FROM tasks WHERE state='succeeded'").fetchone()[0]
+        except sqlite3.OperationalError:
+            pass
+    os.kill(run.pid, signal.SIGKILL)
+    run.wait(10)
+    assert 600 <= stored < n, "the kill must land mid-run"
+    time.sleep(6)  # heartbeat goes stale; in-flight calls of the dead client settle
+    runs = json.loads(swarm("runs", "--json").stdout)
+    assert runs[0]["status"] == "interrupted"
+    run_id = runs[0]["id"]
+    with sqlite3.connect(db) as raw:
+        before = dict(raw.execute("SELECT task_id, latency_ms FROM tasks "
+                                  "WHERE state='succeeded'").fetchall())
+        rate_rows = raw.execute("SELECT finished_at FROM tasks WHERE state='succeeded' "
+                                "ORDER BY finished_at DESC").fetchall()
+    served_before = _served(port)
+    lost = served_before - len(before)  # served by the gateway, not stored before the kill
+    last = rate_rows[0][0]
+    per_s = sum(1 for (t,) in rate_rows if t > last - 1.0)  # throughput just before the kill
+    window = per_s * 0.25  # the writer's flush window
+    assert 0 <= lost <= window * 1.5 + conc, (lost, window)
+
+    r = swarm("resume", run_id, "--config", str(cfg), "--json", "--quiet",
+              env={"GW_KEY": TEST_KEY})
+    assert r.returncode in (0, 3), r.stderr
+    out = json.loads(r.stdout)
+    assert out["run_id"] == run_id and out["total"] == n and out["succeeded"] == n
+    resumed = n - len(before)
+    assert _served(port) - served_before == resumed  # only the unstored tasks were sent
+    with sqlite3.connect(db) as raw:
+        after = dict(raw.execute("SELECT task_id, latency_ms FROM tasks "
+                                 "WHERE state='succeeded'").fetchall())
+        assert raw.execute("SELECT COUNT(*) FROM tasks").fetchone()[0] == n
+        dup = raw.execute("SELECT COUNT(*) FROM (SELECT seq FROM attempts GROUP BY seq "
+                          "HAVING SUM(outcome='ok') > 1)").fetchone()[0]
+    assert dup == 0  # no task has two successful attempts
+    assert all(after[k] == v for k, v in before.items())  # stored results untouched
+    assert len(after) == n
+    again = swarm("resume", run_id, "--config", str(cfg), env={"GW_KEY": TEST_KEY})
+    assert again.returncode in (0, 3) and "nothing to resume" in again.stderr
+
+
+@pytest.mark.usefixtures("no_user_config")
+def test_resume_refuses_a_live_run_and_unknown_ids(tmp_path):
+    r = swarm("run", "--demo", "5", "--headless", "--json", "--quiet")
+    run_id = json.loads(r.stdout)["run_id"]
+    with sqlite3.connect(os.environ["SWARM_TUI_DB"]) as raw:
+        raw.execute("UPDATE runs SET status='running', heartbeat_at=? WHERE id=?",
+                    (time.time() + 3600, run_id))
+    assert_one_line_error(swarm("resume", run_id), 2, "still running")
+    assert_one_line_error(swarm("report", "nope"), 2, "run nope: not found")
+    assert_one_line_error(swarm("export", "nope"), 2, "run nope: not found")
+
+
+@pytest.mark.usefixtures("no_user_config")
+def test_export_csv_and_jsonl_carry_no_key(tmp_path, sim_proc):
+    _port, cfg = sim_proc
+    w = _workload(tmp_path, 20)
+    r = swarm("run", str(w), "--config", str(cfg), "--headless", "--json", "--quiet",
+              env={"GW_KEY": TEST_KEY})
+    run_id = json.loads(r.stdout)["run_id"]
+    out_csv = tmp_path / "x.csv"
+    e = swarm("export", run_id, "--format", "csv", "--out", str(out_csv))
+    assert e.returncode == 0 and "exported 20 tasks" in e.stderr
+    lines = out_csv.read_text().splitlines()
+    assert lines[0].startswith("run_id,seq,task_id,state") and len(lines) == 21
+    j = swarm("export", run_id, "--format", "jsonl")
+    rows = [json.loads(x) for x in j.stdout.splitlines()]
+    assert len(rows) == 20 and all(len(x["attempts"]) == 1 for x in rows)
+    assert rows[0]["key_fp"].startswith("sk-…")
+    db = os.environ["SWARM_TUI_DB"]
+    files = [pathlib.Path(db), pathlib.Path(db + "-wal"), out_csv]
+    blobs = [f.read_bytes() for f in files if f.exists()] + [j.stdout.encode(), r.stdout.encode()]
+    for blob in blobs:
+        assert TEST_KEY.encode() not in blob
+
+
+@pytest.mark.usefixtures("no_user_config")
+def test_locked_database_is_one_line_exit_2():
+    r = swarm("run", "--demo", "2", "--headless", "--quiet")
+    assert r.returncode in (0, 3)
+    holder = sqlite3.connect(os.environ["SWARM_TUI_DB"], isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        r = swarm("run", "--demo", "2", "--headless", "--quiet")
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert_one_line_error(r, 2, "locked by another process")

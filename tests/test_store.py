@@ -1,0 +1,180 @@
+"""The store: migrations, bad files, batched writes, report = independent recomputation."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import math
+import sqlite3
+
+import pytest
+
+from swarm_tui.config import SlaConfig
+from swarm_tui.engine.summary import summarize
+from swarm_tui.errors import UserError
+from swarm_tui.store.db import open_db
+from swarm_tui.store.runs import create_run, get_run, load_summary
+from swarm_tui.store.schema import MIGRATIONS, SCHEMA_VERSION
+from swarm_tui.store.writer import StoreWriter
+from tests.conftest import client_for, make_runner, tasks
+
+
+def _digest(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize("start_version", range(SCHEMA_VERSION))
+async def test_migrates_forward_from_every_earlier_version(tmp_path, start_version):
+    path = tmp_path / "old.db"
+    raw = sqlite3.connect(path)
+    for v in range(start_version):
+        raw.executescript(MIGRATIONS[v])
+    raw.execute(f"PRAGMA user_version = {start_version}")
+    if start_version >= 1:  # data written by that version must survive
+        raw.execute("INSERT INTO runs (id, status, simulated, started_at, heartbeat_at, total, "
+                    "workload_hash, config_json) VALUES ('old', 'finished', 1, 1, 1, 0, 'h', '{}')")
+    raw.commit()
+    raw.close()
+    conn = await open_db(path)
+    async with conn.execute("PRAGMA user_version") as cur:
+        assert (await cur.fetchone())[0] == SCHEMA_VERSION
+    async with conn.execute("SELECT name FROM sqlite_master WHERE type='table'") as cur:
+        tables = {r[0] for r in await cur.fetchall()}
+    assert {"runs", "tasks", "attempts", "events", "control"} <= tables
+    if start_version >= 1:
+        assert (await get_run(conn, "old", path)).status == "finished"
+    await conn.close()
+
+
+async def test_newer_schema_is_refused_and_left_as_it_was(tmp_path):
+    path = tmp_path / "new.db"
+    raw = sqlite3.connect(path)
+    raw.execute("CREATE TABLE future (x)")
+    raw.execute("PRAGMA user_version = 99")
+    raw.commit()
+    raw.close()
+    before = _digest(path)
+    with pytest.raises(UserError, match=r"schema version 99 is newer .* upgrade swarm-tui"):
+        await open_db(path)
+    assert _digest(path) == before
+
+
+async def test_corrupt_file_is_refused_and_left_as_it_was(tmp_path):
+    path = tmp_path / "corrupt.db"
+    path.write_bytes(b"this is not sqlite at all" * 100)
+    before = _digest(path)
+    with pytest.raises(UserError, match="not a swarm-tui database or corrupt") as info:
+        await open_db(path)
+    assert str(path) in str(info.value) and info.value.exit_code == 2
+    assert _digest(path) == before
+
+
+async def test_unwritable_location(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(UserError, match="cannot create its directory"):
+        await open_db(blocker / "sub" / "runs.db")
+
+
+async def test_missing_db_for_readers(tmp_path):
+    with pytest.raises(UserError, match="does not exist"):
+        await open_db(tmp_path / "none.db", create=False)
+
+
+async def _stored_run(sim_factory, tmp_path, n=400, **sim):
+    server = sim_factory(profile=sim.pop("profile", "gateway"), **sim)
+    path = tmp_path / "runs.db"
+    conn = await open_db(path)
+    async with client_for(server) as gw:
+        runner = make_runner(gw, tasks(n, prefix="s"), concurrency=60)
+        await create_run(conn, "r1", runner, name="t", simulated=True,
+                         config={"settings": {"sla": {"p95_ms": 350, "min_success": 0.99}}})
+        writer = StoreWriter(conn, path, "r1", runner, flush_interval=0.05, max_rows=50)
+        writer.start()
+        await runner.run()
+        await writer.close("finished")
+    return conn, path, runner, writer
+
+
+async def test_writer_stores_every_task_and_attempt_in_batches(sim_factory, tmp_path):
+    conn, path, runner, writer = await _stored_run(sim_factory, tmp_path, rate_429=0.1,
+                                                   retry_after_s=0.05)
+    raw = sqlite3.connect(path)
+    states = dict(raw.execute("SELECT state, COUNT(*) FROM tasks GROUP BY state").fetchall())
+    expected = {k: v for k, v in runner.counts.items() if v}
+    assert states == expected and sum(states.values()) == 400
+    stored_attempts = raw.execute("SELECT COUNT(*) FROM attempts").fetchone()[0]
+    assert stored_attempts == sum(len(a.attempts) for a in runner.agents)
+    assert stored_attempts > 400  # some 429 retries happened
+    rate_limited = raw.execute(
+        "SELECT COUNT(*) FROM attempts WHERE error_class='rate_limited' AND retry_wait_s=0.05"
+    ).fetchone()[0]
+    assert rate_limited > 0
+    assert writer.stats.flushes > 3 and writer.stats.max_pending >= 1
+    assert raw.execute("SELECT status, wall_ms > 0 FROM runs").fetchone() == ("finished", 1)
+    raw.close()
+    await conn.close()
+
+
+def _nearest_rank(values, p):
+    values = sorted(values)
+    return values[max(1, math.ceil(p / 100 * len(values))) - 1]
+
+
+async def test_report_equals_independent_recomputation_from_raw_rows(sim_factory, tmp_path):
+    conn, path, runner, _ = await _stored_run(sim_factory, tmp_path, n=300)
+    summary = await load_summary(conn, await get_run(conn, "r1", path))
+    raw = sqlite3.connect(path)
+    rows = raw.execute("SELECT latency_ms, ttft_ms, cost_usd, tokens_in, tokens_out, model "
+                       "FROM tasks WHERE state='succeeded'").fetchall()
+    lat = [r[0] for r in rows]
+    ttft = [r[1] for r in rows]
+    for p, field in ((50, "p50"), (95, "p95"), (99, "p99")):
+        assert getattr(summary.latency_ms, field) == _nearest_rank(lat, p)
+    assert summary.ttft_ms.p95 == _nearest_rank(ttft, 95)
+    # cost: recomputed from stored tokens and the price table, to the cent and beyond
+    prices = {"deepseek-v3.2": (0.28, 0.42), "kimi-k2.5": (0.15, 2.50)}
+    expected = sum((r[3] * prices[r[5]][0] + r[4] * prices[r[5]][1]) / 1e6 for r in rows)
+    assert summary.cost_usd == pytest.approx(expected, rel=1e-12)
+    assert summary.tokens.input == sum(r[3] for r in rows)
+    by_model = {m: [r[0] for r in rows if r[5] == m] for m in prices}
+    for model, values in by_model.items():
+        if values:
+            assert summary.by_model[model].latency_ms.p95 == _nearest_rank(values, 95)
+    # the summary computed live from the engine's records equals the stored one
+    live = summarize(runner.agents, run_id="r1", sla=SlaConfig(), wall_ms=runner.wall_ms,
+                     name="t", status="finished", simulated=True, started_at=summary.started_at)
+    assert live == summary and summary.succeeded == 300
+    raw.close()
+    await conn.close()
+
+
+async def test_closing_during_a_flush_loses_nothing(tmp_path):
+    """close() while the loop is mid-flush: every row still lands (it once rolled back)."""
+    from swarm_tui.engine import events as ev
+    from swarm_tui.engine.state import SUCCEEDED, Attempt
+    from swarm_tui.gateway.client import GatewayClient
+
+    path = tmp_path / "w.db"
+    conn = await open_db(path)
+    gw = GatewayClient("sim", "http://127.0.0.1:9/v1", [("sk-unused-0000000000000000", None)],
+                       pool=1)
+    runner = make_runner(gw, tasks(6000, prefix="c"))
+    runner.started_wall = 1.0
+    await create_run(conn, "c", runner, name=None, simulated=True, config={})
+    writer = StoreWriter(conn, path, "c", runner, max_rows=500)
+    writer.start()
+    for i, a in enumerate(runner.agents):
+        a.attempts.append(Attempt(1, a.model, "sim", "fp", 1.0, 0.0, 10.0, outcome="ok"))
+        a.state, a.response_text = SUCCEEDED, "x" * 2000
+        writer.on_event(ev.Event(ev.SUCCEEDED, 1.0, a, a.attempts[0]))
+        if i % 700 == 0:
+            await asyncio.sleep(0.001)  # let a flush start
+    await writer.close("finished")
+    await gw.aclose()
+    raw = sqlite3.connect(path)
+    assert raw.execute("SELECT COUNT(*) FROM tasks WHERE state='succeeded'").fetchone()[0] == 6000
+    assert raw.execute("SELECT COUNT(*) FROM attempts").fetchone()[0] == 6000
+    assert writer.stats.rows == 12000 and writer.stats.flushes > 1
+    raw.close()
+    await conn.close()
