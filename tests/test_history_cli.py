@@ -102,7 +102,7 @@ def test_sigkill_then_resume_sends_only_what_was_not_stored(tmp_path, sim_proc):
         try:
             with sqlite3.connect(db, timeout=5) as raw:
                 stored = raw.execute(
-                    "SELECT COUNT(*) FROM tasks WHERE state='succeeded'").fetchone()[0]
+                    "SELECT COUNT(*) FROM task_results WHERE state='succeeded'").fetchone()[0]
         except sqlite3.OperationalError:
             pass
     os.kill(run.pid, signal.SIGKILL)
@@ -113,9 +113,9 @@ def test_sigkill_then_resume_sends_only_what_was_not_stored(tmp_path, sim_proc):
     assert runs[0]["status"] == "interrupted"
     run_id = runs[0]["id"]
     with sqlite3.connect(db) as raw:
-        before = dict(raw.execute("SELECT task_id, latency_ms FROM tasks "
+        before = dict(raw.execute("SELECT task_id, latency_ms FROM task_results "
                                   "WHERE state='succeeded'").fetchall())
-        rate_rows = raw.execute("SELECT finished_at FROM tasks WHERE state='succeeded' "
+        rate_rows = raw.execute("SELECT finished_at FROM task_results WHERE state='succeeded' "
                                 "ORDER BY finished_at DESC").fetchall()
     served_before = _served(port)
     lost = served_before - len(before)  # served by the gateway, not stored before the kill
@@ -132,7 +132,7 @@ def test_sigkill_then_resume_sends_only_what_was_not_stored(tmp_path, sim_proc):
     resumed = n - len(before)
     assert _served(port) - served_before == resumed  # only the unstored tasks were sent
     with sqlite3.connect(db) as raw:
-        after = dict(raw.execute("SELECT task_id, latency_ms FROM tasks "
+        after = dict(raw.execute("SELECT task_id, latency_ms FROM task_results "
                                  "WHERE state='succeeded'").fetchall())
         assert raw.execute("SELECT COUNT(*) FROM tasks").fetchone()[0] == n
         dup = raw.execute("SELECT COUNT(*) FROM (SELECT seq FROM attempts GROUP BY seq "

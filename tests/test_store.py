@@ -100,7 +100,7 @@ async def test_writer_stores_every_task_and_attempt_in_batches(sim_factory, tmp_
     conn, path, runner, writer = await _stored_run(sim_factory, tmp_path, rate_429=0.1,
                                                    retry_after_s=0.05)
     raw = sqlite3.connect(path)
-    states = dict(raw.execute("SELECT state, COUNT(*) FROM tasks GROUP BY state").fetchall())
+    states = dict(raw.execute("SELECT state, COUNT(*) FROM task_results GROUP BY state").fetchall())
     expected = {k: v for k, v in runner.counts.items() if v}
     assert states == expected and sum(states.values()) == 400
     stored_attempts = raw.execute("SELECT COUNT(*) FROM attempts").fetchone()[0]
@@ -126,7 +126,7 @@ async def test_report_equals_independent_recomputation_from_raw_rows(sim_factory
     summary = await load_summary(conn, await get_run(conn, "r1", path))
     raw = sqlite3.connect(path)
     rows = raw.execute("SELECT latency_ms, ttft_ms, cost_usd, tokens_in, tokens_out, model "
-                       "FROM tasks WHERE state='succeeded'").fetchall()
+                       "FROM task_results WHERE state='succeeded'").fetchall()
     lat = [r[0] for r in rows]
     ttft = [r[1] for r in rows]
     for p, field in ((50, "p50"), (95, "p95"), (99, "p99")):
@@ -173,7 +173,8 @@ async def test_closing_during_a_flush_loses_nothing(tmp_path):
     await writer.close("finished")
     await gw.aclose()
     raw = sqlite3.connect(path)
-    assert raw.execute("SELECT COUNT(*) FROM tasks WHERE state='succeeded'").fetchone()[0] == 6000
+    ok = "SELECT COUNT(*) FROM task_results WHERE state='succeeded'"
+    assert raw.execute(ok).fetchone()[0] == 6000
     assert raw.execute("SELECT COUNT(*) FROM attempts").fetchone()[0] == 6000
     assert writer.stats.rows == 12000 and writer.stats.flushes > 1
     raw.close()

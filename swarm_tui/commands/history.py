@@ -144,7 +144,7 @@ async def export_run(conn: aiosqlite.Connection, run: RunRecord, fmt: str, out: 
         writer = csv.writer(out)
         writer.writerow(["run_id", *_TASK_COLS, *(f"attempt_{c}" for c in _ATTEMPT_COLS)])
     n = 0
-    async with conn.execute(f"SELECT {', '.join(_TASK_COLS)} FROM tasks WHERE run_id=? "
+    async with conn.execute(f"SELECT {', '.join(_TASK_COLS)} FROM task_results WHERE run_id=? "
                             "ORDER BY seq", (run.id,)) as cur:
         async for r in cur:
             task = dict(zip(_TASK_COLS, r, strict=True))

@@ -89,9 +89,9 @@ async def create_run(conn: aiosqlite.Connection, run_id: str, runner: SwarmRunne
              socket.gethostname(), 0.0, len(tasks), workload_hash(tasks), json.dumps(config),
              None))
         await conn.executemany(
-            "INSERT INTO tasks (run_id, seq, task_id, task_json, state, model, gateway, bucket) "
-            "VALUES (?,?,?,?,?,?,?,?)",
-            [(run_id, a.seq, a.task.id, a.task.model_dump_json(exclude_none=True), "queued",
+            "INSERT INTO tasks (run_id, seq, task_id, task_json, model, gateway, bucket) "
+            "VALUES (?,?,?,?,?,?,?)",
+            [(run_id, a.seq, a.task.id, a.task.model_dump_json(exclude_none=True),
               a.model, a.gateway, a.bucket) for a in runner.agents])
         await conn.execute("COMMIT")
     except BaseException:
@@ -135,7 +135,7 @@ class StoredTask:
 async def task_rows(conn: aiosqlite.Connection, run_id: str) -> list[StoredTask]:
     async with conn.execute(
             "SELECT state, model, gateway, bucket, latency_ms, ttft_ms, queue_ms, tokens_in, "
-            "tokens_out, cached_in, usage_estimated, cost_usd, error_class FROM tasks "
+            "tokens_out, cached_in, usage_estimated, cost_usd, error_class FROM task_results "
             "WHERE run_id = ? ORDER BY seq", (run_id,)) as cur:
         return [StoredTask(*r) for r in await cur.fetchall()]
 
@@ -160,7 +160,8 @@ async def resumable_tasks(
     async with conn.execute(
             "SELECT t.seq, t.task_json, (SELECT COALESCE(MAX(number), 0) FROM attempts a "
             "WHERE a.run_id = t.run_id AND a.seq = t.seq) FROM tasks t "
-            "WHERE t.run_id = ? AND t.state NOT IN ('succeeded', 'failed') ORDER BY t.seq",
+            "LEFT JOIN results r ON r.run_id = t.run_id AND r.seq = t.seq "
+            "WHERE t.run_id = ? AND (r.state IS NULL OR r.state = 'cancelled') ORDER BY t.seq",
             (run_id,)) as cur:
         rows = await cur.fetchall()
     return ([r[0] for r in rows], [Task.model_validate_json(r[1]) for r in rows],

@@ -25,34 +25,56 @@ MIGRATIONS: list[str] = [
         config_json TEXT NOT NULL,     -- settings snapshot; never a key
         summary_json TEXT              -- the summary as of the last session's end
     );
+    -- what was asked: written once when the run is created
     CREATE TABLE tasks (
         run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
         seq INTEGER NOT NULL,
         task_id TEXT NOT NULL,
         task_json TEXT NOT NULL,       -- the workload line, so resume needs no file
-        state TEXT NOT NULL,           -- queued until final
+        model TEXT NOT NULL,           -- as routed at the start (a fallback may change it)
+        gateway TEXT NOT NULL,
+        bucket TEXT NOT NULL,
+        PRIMARY KEY (run_id, seq)
+    );
+    CREATE UNIQUE INDEX tasks_by_task_id ON tasks(run_id, task_id);
+    -- what came of it: inserted once per final state. Kept apart from `tasks` so a
+    -- result is an INSERT, not a rewrite of the prompt row (measured ~1.8x faster).
+    CREATE TABLE results (
+        run_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        state TEXT NOT NULL,           -- succeeded | failed | cancelled
         model TEXT NOT NULL,
         gateway TEXT NOT NULL,
         bucket TEXT NOT NULL,
         key_fp TEXT,
-        attempts INTEGER NOT NULL DEFAULT 0,
-        tokens_in INTEGER NOT NULL DEFAULT 0,
-        tokens_out INTEGER NOT NULL DEFAULT 0,
-        cached_in INTEGER NOT NULL DEFAULT 0,
-        usage_estimated INTEGER NOT NULL DEFAULT 0,
-        cost_usd REAL,
+        attempts INTEGER NOT NULL,
+        tokens_in INTEGER NOT NULL,
+        tokens_out INTEGER NOT NULL,
+        cached_in INTEGER NOT NULL,
+        usage_estimated INTEGER NOT NULL,
+        cost_usd REAL,                 -- NULL: unpriced model (never $0)
         latency_ms REAL,
         ttft_ms REAL,
-        queue_ms REAL NOT NULL DEFAULT 0,
+        queue_ms REAL NOT NULL,
         status_code INTEGER,
         error_class TEXT,
         error_message TEXT,
         response_text TEXT,
-        finished_at REAL,
-        PRIMARY KEY (run_id, seq)
+        finished_at REAL NOT NULL,
+        PRIMARY KEY (run_id, seq),
+        FOREIGN KEY (run_id, seq) REFERENCES tasks(run_id, seq) ON DELETE CASCADE
     );
-    CREATE UNIQUE INDEX tasks_by_task_id ON tasks(run_id, task_id);
-    CREATE INDEX tasks_by_state ON tasks(run_id, state);
+    -- one row per task, finished or not: what reports, exports and readers use
+    CREATE VIEW task_results AS
+    SELECT t.run_id, t.seq, t.task_id, COALESCE(r.state, 'queued') AS state,
+           COALESCE(r.model, t.model) AS model, COALESCE(r.gateway, t.gateway) AS gateway,
+           COALESCE(r.bucket, t.bucket) AS bucket, r.key_fp, COALESCE(r.attempts, 0) AS attempts,
+           COALESCE(r.tokens_in, 0) AS tokens_in, COALESCE(r.tokens_out, 0) AS tokens_out,
+           COALESCE(r.cached_in, 0) AS cached_in,
+           COALESCE(r.usage_estimated, 0) AS usage_estimated, r.cost_usd, r.latency_ms,
+           r.ttft_ms, COALESCE(r.queue_ms, 0) AS queue_ms, r.status_code, r.error_class,
+           r.error_message, r.response_text, r.finished_at
+    FROM tasks t LEFT JOIN results r ON r.run_id = t.run_id AND r.seq = t.seq;
     CREATE TABLE attempts (
         run_id TEXT NOT NULL,
         seq INTEGER NOT NULL,

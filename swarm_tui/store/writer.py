@@ -20,11 +20,11 @@ from swarm_tui.engine.runner import SwarmRunner
 from swarm_tui.engine.state import Agent, Attempt
 from swarm_tui.store.db import db_error
 
-UPDATE_TASK = """
-UPDATE tasks SET state=?, model=?, gateway=?, bucket=?, key_fp=?, attempts=?, tokens_in=?,
-    tokens_out=?, cached_in=?, usage_estimated=?, cost_usd=?, latency_ms=?, ttft_ms=?,
-    queue_ms=?, status_code=?, error_class=?, error_message=?, response_text=?, finished_at=?
-WHERE run_id=? AND seq=?
+INSERT_RESULT = """
+INSERT OR REPLACE INTO results (run_id, seq, state, model, gateway, bucket, key_fp, attempts,
+    tokens_in, tokens_out, cached_in, usage_estimated, cost_usd, latency_ms, ttft_ms, queue_ms,
+    status_code, error_class, error_message, response_text, finished_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 """
 INSERT_ATTEMPT = """
 INSERT OR REPLACE INTO attempts (run_id, seq, number, model, gateway, key_fp, sent_at, queue_ms,
@@ -92,11 +92,10 @@ class StoreWriter:
 
     def _task_row(self, a: Agent) -> tuple:
         finished = self.runner.started_wall + (a.finished_ms or 0.0) / 1000.0
-        return (a.state, a.model, a.gateway, a.bucket, a.key_fp,
+        return (self.run_id, a.seq, a.state, a.model, a.gateway, a.bucket, a.key_fp,
                 a.prior_attempts + len(a.attempts), a.tokens_in, a.tokens_out, a.cached_in,
                 int(a.usage_estimated), a.cost_usd, a.latency_ms, a.ttft_ms, a.queue_ms,
-                a.status_code, a.error_class, a.error_message, a.response_text, finished,
-                self.run_id, a.seq)
+                a.status_code, a.error_class, a.error_message, a.response_text, finished)
 
     def _attempt_row(self, a: Agent, x: Attempt) -> tuple:
         sent = self.runner.started_wall + x.started_ms / 1000.0
@@ -133,7 +132,7 @@ class StoreWriter:
                 if attempts:
                     await self.conn.executemany(INSERT_ATTEMPT, attempts)
                 if tasks:
-                    await self.conn.executemany(UPDATE_TASK, tasks)
+                    await self.conn.executemany(INSERT_RESULT, tasks)
                 if events:
                     await self.conn.executemany(INSERT_EVENT, events)
                 await self.conn.execute("UPDATE runs SET heartbeat_at=? WHERE id=?",
