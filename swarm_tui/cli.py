@@ -49,11 +49,22 @@ def _sim_flags(p: argparse.ArgumentParser, prefix: str = "") -> None:
     p.add_argument(f"--{prefix}seed", type=int, help="random seed for reproducible runs")
 
 
+def _console_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--theme", help="console theme (swarm-dark, swarm-light, "
+                   "swarm-high-contrast, swarm-ansi, swarm-production, or your own)")
+    p.add_argument("-r", "--refresh", type=float, metavar="SECONDS",
+                   help="console refresh interval (default 0.25)")
+    p.add_argument("--readonly", action="store_true",
+                   help="no action that changes a run (pause, cancel, concurrency)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="swarm-tui", description="Terminal operations console for LLM agent swarms.")
+        prog="swarm-tui", description="Terminal operations console for LLM agent swarms. "
+        "Without a sub-command: the console (built-in simulator when nothing is configured).")
     parser.add_argument("--version", action="version", version=f"swarm-tui {__version__}")
     _common(parser)
+    _console_flags(parser)
     sub = parser.add_subparsers(dest="command")
 
     run = sub.add_parser("run", help="run a workload (or --demo N) against a gateway")
@@ -78,6 +89,14 @@ def build_parser() -> argparse.ArgumentParser:
                      help="HTTP transport under the SDK (default aiohttp: less CPU per call)")
     run.add_argument("--seed", type=int, help="seed for retry jitter")
     _sim_flags(run, "sim-")
+    _console_flags(run)
+
+    watch = sub.add_parser("watch", help="attach the console to a run another process executes")
+    _common(watch)
+    watch.add_argument("run_id", nargs="?", help="default: the newest running run")
+    watch.add_argument("--write", action="store_true",
+                       help="allow pause / resume / cancel / concurrency through the store")
+    _console_flags(watch)
 
     resume = sub.add_parser("resume", help="finish an interrupted run: re-send only tasks "
                             "without a stored result, under the same run id")
@@ -187,16 +206,19 @@ def _load_tasks(args: argparse.Namespace):
     return tasks
 
 
-def _opts_from_args(args: argparse.Namespace, **extra):
+def _opts_from_args(args: argparse.Namespace, preflight_default: bool = False, **extra):
     from swarm_tui.session import RunOptions
 
-    if args.concurrency is not None and args.concurrency < 1:
+    concurrency = getattr(args, "concurrency", None)
+    if concurrency is not None and concurrency < 1:
         raise UserError("--concurrency: must be at least 1")
-    if args.insecure_key_file:
+    insecure = getattr(args, "insecure_key_file", False)
+    if insecure:
         print("swarm-tui: warning: accepting key files readable by group/others",
               file=sys.stderr)
-    return RunOptions(concurrency=args.concurrency, preflight=not args.no_preflight,
-                      insecure_key_file=args.insecure_key_file, **extra)
+    preflight = preflight_default or not getattr(args, "no_preflight", False)
+    return RunOptions(concurrency=concurrency, preflight=preflight, insecure_key_file=insecure,
+                      **extra)
 
 
 def _finish(outcome, as_json: bool) -> int:
@@ -216,7 +238,80 @@ def cmd_run(args: argparse.Namespace) -> int:
         args, gateway=args.gateway, stream=False if args.no_stream else None, model=args.model,
         sim=_sim_settings(args, "sim_"), transport=args.transport, seed=args.seed,
         name=args.name)
+    if not args.headless and not args.json and _interactive():
+        from swarm_tui.sources import LiveSource
+        from swarm_tui.store.db import resolve_db_path
+
+        db = resolve_db_path(args.db)
+        source = LiveSource(cfg, opts, tasks, db, readonly=args.readonly)
+        return _console(args, cfg, source=source, db_path=db)
     return run_async(_with_db(args, _run, cfg, opts, tasks, args))
+
+
+def _interactive() -> bool:
+    return sys.stdin.isatty() and sys.stdout.isatty() and not os.environ.get("CI")
+
+
+def _console(args: argparse.Namespace, cfg, **kw) -> int:
+    from swarm_tui.ui.app import SwarmApp
+
+    ui = cfg.settings.ui
+    theme = args.theme or ui.theme
+    if theme is None and not cfg.simulated_only:
+        gw = cfg.settings.gateways.get(getattr(args, "gateway", None)
+                                       or cfg.settings.default_gateway or "")
+        theme = gw.theme if gw else None
+    app = SwarmApp(refresh_s=args.refresh or ui.refresh_s, theme=theme, keymap=ui.keys,
+                   readonly=args.readonly, **kw)
+    code = app.run()
+    source = kw.get("source") or app.source
+    err = getattr(source, "error", None)
+    if err:
+        raise UserError(err)
+    outcome = getattr(source, "outcome", None)
+    if outcome is not None:
+        from swarm_tui.headless import summary_text
+
+        print(summary_text(outcome.summary))
+        if code == EXIT_INTERRUPTED or outcome.interrupted:
+            return EXIT_INTERRUPTED
+        return EXIT_OK if outcome.summary.sla and outcome.summary.sla.met else EXIT_SLA_BREACHED
+    return code or EXIT_OK
+
+
+def cmd_console(args: argparse.Namespace) -> int:
+    """Bare `swarm-tui`: the console; offers the demo swarm (key d) on the simulator."""
+    from swarm_tui.sources import LiveSource
+    from swarm_tui.store.db import resolve_db_path
+    from swarm_tui.workload import demo_tasks
+
+    cfg = load_config(args.config)
+    db = resolve_db_path(args.db)
+    opts = _opts_from_args(args, preflight_default=True)
+
+    def start_demo() -> LiveSource:
+        return LiveSource(cfg, opts, demo_tasks(100), db, readonly=args.readonly)
+
+    where = "the built-in simulator (SIMULATED)" if cfg.simulated_only else "the default gateway"
+    return _console(args, cfg, start_source=None if args.readonly else start_demo, db_path=db,
+                    idle_message=f"press d to start a 100-agent demo swarm on {where}; "
+                    "h for stored runs, ? for help")
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    from swarm_tui.sources import StoreSource
+    from swarm_tui.store.db import resolve_db_path
+
+    cfg = load_config(args.config)
+    db = resolve_db_path(args.db)
+    if not db.exists():
+        raise UserError(f"database {db}: does not exist (no runs recorded yet)")
+    source = StoreSource(db, args.run_id, write=args.write and not args.readonly)
+    run_async(source.open())
+    run_async(source.close())
+    args.readonly = args.readonly or not args.write
+    return _console(args, cfg, source=StoreSource(db, source.run_id, write=not args.readonly),
+                    db_path=db)
 
 
 async def _with_db(args: argparse.Namespace, fn, *rest, create: bool = True):
@@ -345,11 +440,12 @@ async def _export(conn, path, args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command is None:
-        parser.print_help()
+    if args.command is None and not _interactive():
+        parser.print_help()  # the console needs a terminal
         return EXIT_OK
     handlers = {"run": cmd_run, "sim": cmd_sim, "resume": cmd_resume, "runs": cmd_runs,
-                "report": cmd_report, "export": cmd_export}
+                "report": cmd_report, "export": cmd_export, "watch": cmd_watch,
+                None: cmd_console}
     try:
         return handlers[args.command](args)
     except UserError as e:

@@ -76,6 +76,12 @@ class PriceOverride(_Strict):
     checked: str | None = None
 
 
+class UiConfig(_Strict):
+    theme: str | None = None        # default swarm-dark; a gateway's own theme wins
+    refresh_s: Annotated[float, Field(ge=0.05, le=10)] = 0.25
+    keys: dict[str, str] = Field(default_factory=dict)  # binding id -> keys, e.g. "run.pause"
+
+
 class Settings(BaseSettings):
     """The whole config. Environment (`SWARM_TUI__RETRY__MAX_ATTEMPTS=5`) overrides the file."""
 
@@ -93,6 +99,7 @@ class Settings(BaseSettings):
     sla: SlaConfig = Field(default_factory=SlaConfig)
     prices_file: Path | None = None
     prices: dict[str, PriceOverride] = Field(default_factory=dict)
+    ui: UiConfig = Field(default_factory=UiConfig)
 
     @classmethod
     def settings_customise_sources(

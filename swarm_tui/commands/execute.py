@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,8 @@ from typing import Any
 import aiosqlite
 
 from swarm_tui.config import LoadedConfig
+from swarm_tui.engine.events import Consumer
+from swarm_tui.engine.runner import SwarmRunner
 from swarm_tui.engine.summary import RunSummary
 from swarm_tui.headless import run_with_progress
 from swarm_tui.session import RunOptions, RunSession
@@ -52,6 +55,8 @@ async def execute(
     conn: aiosqlite.Connection, db_path: Path, cfg: LoadedConfig, opts: RunOptions,
     tasks: list[Task], run_id: str, *, show_progress: bool,
     seqs: list[int] | None = None, prior_attempts: list[int] | None = None,
+    consumers: Iterable[Consumer] = (),
+    on_start: Callable[[SwarmRunner, RunSession], None] | None = None,
 ) -> Outcome:
     """Build the session, store the run, run it, and return the summary read back from
     the store, so `run` and `report` print the same figures for the same run."""
@@ -59,7 +64,7 @@ async def execute(
     try:
         session.open()
         await session.preflight()
-        runner = session.make_runner(tasks, seqs=seqs, prior_attempts=prior_attempts)
+        runner = session.make_runner(tasks, consumers, seqs=seqs, prior_attempts=prior_attempts)
         if seqs is None:
             await create_run(conn, run_id, runner, name=opts.name, simulated=session.simulated,
                              config=config_snapshot(session, opts))
@@ -68,6 +73,8 @@ async def execute(
         writer = StoreWriter(conn, db_path, run_id, runner)
         writer.log_event("session_started", None)
         writer.start()
+        if on_start is not None:
+            on_start(runner, session)
         try:
             interrupted = await run_with_progress(runner, show=show_progress)
         finally:

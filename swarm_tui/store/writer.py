@@ -33,6 +33,7 @@ INSERT OR REPLACE INTO attempts (run_id, seq, number, model, gateway, key_fp, se
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 """
 INSERT_EVENT = "INSERT INTO events (run_id, at, kind, actor, detail_json) VALUES (?, ?, ?, ?, ?)"
+CONTROL_POLL_S = 0.5
 
 
 class WriterStats:
@@ -65,6 +66,7 @@ class StoreWriter:
         self._kick = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
         self._stopping = False
+        self._last_poll = 0.0
         self._last_beat = 0.0
         runner.consumers.append(self.on_event)
 
@@ -117,6 +119,25 @@ class StoreWriter:
                 await asyncio.wait_for(self._kick.wait(), self.flush_interval)
             self._kick.clear()
             await self.flush()
+            if time.monotonic() - self._last_poll >= CONTROL_POLL_S:
+                self._last_poll = time.monotonic()
+                await self.apply_control()
+
+    async def apply_control(self) -> None:
+        """Commands another process (`watch --write`) queued for this run."""
+        try:
+            async with self.conn.execute(
+                    "SELECT id, command, arg, actor FROM control "
+                    "WHERE run_id=? AND done_at IS NULL ORDER BY id", (self.run_id,)) as cur:
+                rows = list(await cur.fetchall())
+            for cid, command, arg, actor in rows:
+                ok = apply_command(self.runner, command, arg)
+                await self.conn.execute("UPDATE control SET done_at=? WHERE id=?",
+                                        (time.time(), cid))
+                self.log_event("control" if ok else "control_rejected",
+                               f'{{"command": "{command}", "arg": "{arg or ""}"}}', actor)
+        except sqlite3.Error as e:
+            self.error = str(db_error(self.path, e))
 
     async def flush(self) -> None:
         tasks, attempts, events = self._tasks, self._attempts, self._events
@@ -176,3 +197,26 @@ class StoreWriter:
                 (status, time.time(), time.time(), self.runner.wall_ms, self.run_id))
         except sqlite3.Error as e:
             self.error = str(db_error(self.path, e))
+
+
+def apply_command(runner: SwarmRunner, command: str, arg: str | None) -> bool:
+    """pause | resume | cancel | concurrency N | cancel_agent SEQ. False: not understood."""
+    try:
+        if command == "pause":
+            runner.pause()
+        elif command == "resume":
+            runner.resume()
+        elif command == "cancel":
+            runner.cancel()
+        elif command == "concurrency" and arg:
+            runner.set_concurrency(int(arg))
+        elif command == "cancel_agent" and arg:
+            seq = int(arg)
+            for agent in runner.agents:
+                if agent.seq == seq:
+                    runner.cancel_agent(agent.index)
+        else:
+            return False
+    except ValueError:
+        return False
+    return True

@@ -1,0 +1,192 @@
+"""Live metrics (an event consumer) and the snapshot the console reads at a fixed rate.
+
+Per event the consumer does O(1) work; percentiles come from HdrHistogram sketches,
+so a snapshot costs the same at 100 or 10,000 agents (plus one pass over the
+agent states for the grid).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, deque
+from dataclasses import dataclass, field
+
+from hdrh.histogram import HdrHistogram
+
+from swarm_tui.config import SlaConfig
+from swarm_tui.engine import events as ev
+from swarm_tui.engine.state import STATES
+
+LOG_LINES = 300
+SPARK_SECONDS = 60
+HIST_EDGES_MS = (50, 100, 150, 200, 250, 300, 350, 500, 750, 1000, 2000)
+
+
+@dataclass(frozen=True, slots=True)
+class AgentCell:
+    """What the grid needs for one agent."""
+
+    seq: int
+    task_id: str
+    state: str
+    model: str
+    bucket: str
+    latency_ms: float | None
+    cost_usd: float | None
+    live_tokens: int
+    attempts: int
+    error_class: str | None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    run_id: str
+    simulated: bool
+    gateways: tuple[str, ...]
+    status: str                 # running | paused | finished | cancelled | interrupted
+    elapsed_s: float
+    total: int
+    counts: dict[str, int]
+    in_flight: int
+    concurrency: int
+    calls_per_s: float
+    success_rate: float | None
+    latency_ms: tuple[float | None, float | None, float | None]  # p50, p95, p99
+    ttft_ms: tuple[float | None, float | None]
+    tokens_in: int
+    tokens_out: int
+    cost_usd: float
+    unpriced_tasks: int
+    usage_estimated: bool
+    projected_month_usd: float | None
+    sla: SlaConfig
+    agents: tuple[AgentCell, ...]
+    log: tuple[str, ...]
+    histogram: tuple[int, ...]      # counts per HIST_EDGES_MS bucket (+ overflow)
+    sparkline: tuple[int, ...]      # completions per second, last SPARK_SECONDS
+    canary: str = "canary: off"
+    readonly: bool = False
+    source: str = "live"            # live | watch | replay
+    errors: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def done(self) -> int:
+        c = self.counts
+        return c.get("succeeded", 0) + c.get("failed", 0) + c.get("cancelled", 0)
+
+
+def histogram_bucket(ms: float) -> int:
+    i = 0
+    while i < len(HIST_EDGES_MS) and ms > HIST_EDGES_MS[i]:
+        i += 1
+    return i
+
+
+class LiveMetrics:
+    """Consumes engine events; answers snapshot questions cheaply."""
+
+    def __init__(self) -> None:
+        self.latency = HdrHistogram(1, 3_600_000, 2)  # ms
+        self.ttft = HdrHistogram(1, 3_600_000, 2)
+        self.succeeded = 0
+        self.failed = 0
+        self.tokens_in = 0
+        self.tokens_out = 0
+        self.cost_usd = 0.0
+        self.unpriced = 0
+        self.estimated = False
+        self.errors: Counter[str] = Counter()
+        self.log: deque[str] = deque(maxlen=LOG_LINES)
+        self.hist = [0] * (len(HIST_EDGES_MS) + 1)
+        self._per_second: deque[tuple[int, int]] = deque(maxlen=SPARK_SECONDS + 5)
+        self._start = time.monotonic()
+
+    def _tick(self) -> None:
+        sec = int(time.monotonic() - self._start)
+        if self._per_second and self._per_second[-1][0] == sec:
+            self._per_second[-1] = (sec, self._per_second[-1][1] + 1)
+        else:
+            self._per_second.append((sec, 1))
+
+    def __call__(self, e: ev.Event) -> None:
+        kind = e.kind
+        a = e.agent
+        if kind == ev.SUCCEEDED and a is not None:
+            self.succeeded += 1
+            self._tick()
+            if a.latency_ms is not None:
+                self.latency.record_value(max(1, int(a.latency_ms)))
+                self.hist[histogram_bucket(a.latency_ms)] += 1
+            if a.ttft_ms is not None:
+                self.ttft.record_value(max(1, int(a.ttft_ms)))
+            self.tokens_in += a.tokens_in
+            self.tokens_out += a.tokens_out
+            self.estimated |= a.usage_estimated
+            if a.cost_usd is None:
+                self.unpriced += 1
+            else:
+                self.cost_usd += a.cost_usd
+        elif kind == ev.FAILED and a is not None:
+            self.failed += 1
+            self._tick()
+            self.errors[a.error_class or "other"] += 1
+            self._line(e, f"FAIL   {a.id} {a.error_class} {a.status_code or ''} "
+                          f"{(a.error_message or '')[:60]}")
+        elif kind == ev.RETRY_SCHEDULED and a is not None and e.attempt is not None:
+            wait = e.attempt.retry_wait_s or 0.0
+            self._line(e, f"RETRY  {a.id} #{e.attempt.number} {e.detail} +{wait:.2f}s")
+        elif kind == ev.FALLBACK and a is not None:
+            self._line(e, f"FALLBK {a.id} {e.detail}")
+        elif kind == ev.CONTROL:
+            self._line(e, f"CTRL   {e.detail}")
+
+    def _line(self, e: ev.Event, text: str) -> None:
+        self.log.append(f"{e.at_ms / 1000:7.1f}s {text}")
+
+    @staticmethod
+    def pct(h: HdrHistogram, p: float) -> float | None:
+        return float(h.get_value_at_percentile(p)) if h.get_total_count() else None
+
+    def sparkline(self) -> tuple[int, ...]:
+        now = int(time.monotonic() - self._start)
+        by_sec = dict(self._per_second)
+        return tuple(by_sec.get(s, 0) for s in range(now - SPARK_SECONDS + 1, now + 1))
+
+    def calls_per_s(self, window: int = 5) -> float:
+        now = int(time.monotonic() - self._start)
+        return sum(n for s, n in self._per_second if now - window <= s < now) / window
+
+
+def live_snapshot(runner, metrics: LiveMetrics, *, run_id: str, simulated: bool,
+                  sla: SlaConfig, tasks_per_day: int, readonly: bool = False,
+                  status: str | None = None) -> Snapshot:
+    """Read the runner and the metrics; never mutate them."""
+    counts = Counter(a.state for a in runner.agents)
+    cells = tuple(
+        AgentCell(a.seq, a.task.id, a.state, a.model, a.bucket, a.latency_ms, a.cost_usd,
+                  a.live_chars // 4, a.prior_attempts + len(a.attempts), a.error_class)
+        for a in runner.agents
+    )
+    m = metrics
+    ended = m.succeeded + m.failed
+    priced = m.succeeded - m.unpriced
+    per_task = m.cost_usd / priced if priced else None
+    if status is None:
+        if runner.wall_ms:
+            status = "cancelled" if runner.cancelled else "finished"
+        else:
+            status = "paused" if runner.paused else "running"
+    elapsed = (runner.wall_ms or (runner.now_ms() if runner.t0 else 0.0)) / 1000.0
+    return Snapshot(
+        run_id=run_id, simulated=simulated, gateways=tuple(runner.gateways), status=status,
+        elapsed_s=elapsed, total=len(runner.agents), counts={s: counts.get(s, 0) for s in STATES},
+        in_flight=runner.in_flight, concurrency=runner.limit, calls_per_s=m.calls_per_s(),
+        success_rate=m.succeeded / ended if ended else None,
+        latency_ms=(m.pct(m.latency, 50), m.pct(m.latency, 95), m.pct(m.latency, 99)),
+        ttft_ms=(m.pct(m.ttft, 50), m.pct(m.ttft, 95)),
+        tokens_in=m.tokens_in, tokens_out=m.tokens_out, cost_usd=m.cost_usd,
+        unpriced_tasks=m.unpriced, usage_estimated=m.estimated,
+        projected_month_usd=per_task * tasks_per_day * 30 if per_task is not None else None,
+        sla=sla, agents=cells, log=tuple(m.log), histogram=tuple(m.hist),
+        sparkline=m.sparkline(), readonly=readonly, errors=dict(m.errors),
+    )

@@ -1,0 +1,265 @@
+"""Where the console's snapshots come from: a run in this process (live), or the store
+(watch another process's run, or replay a finished one). No Textual here."""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+
+from swarm_tui.config import LoadedConfig, SlaConfig
+from swarm_tui.engine.live import (
+    HIST_EDGES_MS,
+    AgentCell,
+    LiveMetrics,
+    Snapshot,
+    histogram_bucket,
+    live_snapshot,
+)
+from swarm_tui.engine.runner import SwarmRunner
+from swarm_tui.engine.state import STATES
+from swarm_tui.engine.summary import summarize
+from swarm_tui.errors import UserError
+from swarm_tui.session import RunOptions, RunSession
+from swarm_tui.store.db import open_db
+from swarm_tui.store.runs import RunRecord, StoredTask, get_run, list_runs, new_run_id
+from swarm_tui.workload import Task
+
+
+@dataclass
+class AgentDetail:
+    seq: int
+    task_id: str
+    state: str
+    model: str
+    gateway: str
+    bucket: str
+    key_fp: str | None
+    prompt: str
+    latency_ms: float | None
+    ttft_ms: float | None
+    queue_ms: float
+    tokens_in: int
+    tokens_out: int
+    cost_usd: float | None
+    error: str | None
+    response_text: str | None
+    attempts: list[dict[str, Any]] = field(default_factory=list)
+
+
+class LiveSource:
+    """Runs the swarm in this process (as async work on the app's loop) and stores it."""
+
+    kind = "live"
+
+    def __init__(self, cfg: LoadedConfig, opts: RunOptions, tasks: list[Task], db_path: Path,
+                 readonly: bool = False) -> None:
+        self.cfg = cfg
+        self.opts = opts
+        self.tasks = tasks
+        self.db_path = db_path
+        self.readonly = readonly
+        self.run_id = new_run_id()
+        self.metrics = LiveMetrics()
+        self.runner: SwarmRunner | None = None
+        self.session: RunSession | None = None
+        self.outcome = None
+        self.error: str | None = None
+        self.started = asyncio.Event()
+
+    async def run(self) -> None:
+        from swarm_tui.commands.execute import execute
+
+        def attach(runner: SwarmRunner, session: RunSession) -> None:
+            self.runner, self.session = runner, session
+            self.started.set()
+
+        try:
+            conn = await open_db(self.db_path)
+            try:
+                self.outcome = await execute(conn, self.db_path, self.cfg, self.opts, self.tasks,
+                                             self.run_id, show_progress=False,
+                                             consumers=[self.metrics], on_start=attach)
+            finally:
+                await conn.close()
+        except UserError as e:
+            self.error = str(e)
+        finally:
+            self.started.set()
+
+    @property
+    def active(self) -> bool:
+        r = self.runner
+        return r is not None and not r.wall_ms and self.error is None
+
+    async def snapshot(self) -> Snapshot | None:
+        r = self.runner
+        if r is None or self.session is None:
+            return None
+        status = None
+        if self.outcome is not None and self.outcome.interrupted:
+            status = "cancelled"
+        return live_snapshot(r, self.metrics, run_id=self.run_id,
+                             simulated=self.session.simulated, sla=self.cfg.settings.sla,
+                             tasks_per_day=self.cfg.settings.tasks_per_day,
+                             readonly=self.readonly, status=status)
+
+    async def detail(self, seq: int) -> AgentDetail | None:
+        r = self.runner
+        if r is None:
+            return None
+        agent = next((a for a in r.agents if a.seq == seq), None)
+        if agent is None:
+            return None
+        return AgentDetail(
+            seq=agent.seq, task_id=agent.id, state=agent.state, model=agent.model,
+            gateway=agent.gateway, bucket=agent.bucket, key_fp=agent.key_fp,
+            prompt=agent.task.prompt, latency_ms=agent.latency_ms, ttft_ms=agent.ttft_ms,
+            queue_ms=agent.queue_ms, tokens_in=agent.tokens_in, tokens_out=agent.tokens_out,
+            cost_usd=agent.cost_usd,
+            error=f"{agent.error_class}: {agent.error_message}" if agent.error_class else None,
+            response_text=agent.response_text,
+            attempts=[{"number": x.number, "model": x.model, "key_fp": x.key_fp,
+                       "queue_ms": x.queue_ms, "latency_ms": x.latency_ms, "ttft_ms": x.ttft_ms,
+                       "status_code": x.status_code, "error_class": x.error_class,
+                       "error_message": x.error_message, "retry_wait_s": x.retry_wait_s,
+                       "outcome": x.outcome} for x in agent.attempts],
+        )
+
+    # controls
+    async def control(self, command: str, arg: str | None = None) -> bool:
+        from swarm_tui.store.writer import apply_command
+
+        if self.readonly or self.runner is None:
+            return False
+        return apply_command(self.runner, command, arg)
+
+
+class StoreSource:
+    """A run read from the store: `watch` (another process writes it) or a replay."""
+
+    kind = "watch"
+
+    def __init__(self, db_path: Path, run_id: str | None, *, write: bool = False,
+                 replay: bool = False) -> None:
+        self.db_path = db_path
+        self.run_id = run_id
+        self.readonly = not write
+        self.kind = "replay" if replay else "watch"
+        self.conn: aiosqlite.Connection | None = None
+        self.record: RunRecord | None = None
+        self.error: str | None = None
+        self.active = False
+
+    async def open(self) -> None:
+        if self.conn is not None:
+            return
+        self.conn = await open_db(self.db_path, create=False)
+        if self.run_id is None:
+            runs = [r for r in await list_runs(self.conn, 20)
+                    if r.effective_status() == "running"]
+            if not runs:
+                raise UserError(f"database {self.db_path}: no running run to watch "
+                                "(give a RUN_ID, see `swarm-tui runs`)")
+            self.run_id = runs[0].id
+
+    async def close(self) -> None:
+        if self.conn is not None:
+            await self.conn.close()
+
+    async def snapshot(self) -> Snapshot | None:
+        assert self.conn is not None and self.run_id is not None
+        self.record = run = await get_run(self.conn, self.run_id, self.db_path)
+        async with self.conn.execute(
+                "SELECT seq, task_id, state, model, gateway, bucket, latency_ms, ttft_ms, "
+                "queue_ms, tokens_in, tokens_out, cached_in, usage_estimated, cost_usd, "
+                "error_class, attempts FROM task_results WHERE run_id=? ORDER BY seq",
+                (self.run_id,)) as cur:
+            rows = list(await cur.fetchall())
+        stored = [StoredTask(r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], r[11],
+                             bool(r[12]), r[13], r[14]) for r in rows]
+        s = summarize(stored, run_id=run.id, sla=run.sla, wall_ms=run.wall_ms,
+                      status=run.effective_status(), simulated=run.simulated)
+        status = run.effective_status()
+        self.active = status == "running"
+        elapsed = (time.time() - run.started_at) if self.active else run.wall_ms / 1000
+        counts = dict.fromkeys(STATES, 0)
+        for r in rows:
+            counts[r[2]] = counts.get(r[2], 0) + 1
+        hist = [0] * (len(HIST_EDGES_MS) + 1)
+        for t in stored:
+            if t.state == "succeeded" and t.latency_ms is not None:
+                hist[histogram_bucket(t.latency_ms)] += 1
+        async with self.conn.execute(
+                "SELECT sent_at, seq, number, error_class, status_code, retry_wait_s FROM attempts "
+                "WHERE run_id=? AND outcome='error' ORDER BY sent_at DESC LIMIT 100",
+                (self.run_id,)) as cur:
+            errs = list(await cur.fetchall())
+        log = tuple(f"{(a - run.started_at):8.1f}s RETRY seq {q} #{n} {c} {sc or ''} "
+                    f"wait {w or 0:.2f}s" for a, q, n, c, sc, w in reversed(errs))
+        per_task = s.cost_per_task_usd
+        tpd = int(run.config.get("settings", {}).get("tasks_per_day", 12000))
+        cells = tuple(AgentCell(r[0], r[1], r[2], r[3], r[5], r[6], r[13], 0, r[15], r[14])
+                      for r in rows)
+        return Snapshot(
+            run_id=run.id, simulated=run.simulated,
+            gateways=tuple(run.config.get("gateways", {}) or (run.config.get("gateway", "?"),)),
+            status=status, elapsed_s=elapsed, total=run.total, counts=counts,
+            in_flight=0, concurrency=int(run.config.get("concurrency", 0)),
+            calls_per_s=(s.succeeded + s.failed) / elapsed if elapsed > 0 else 0.0,
+            success_rate=s.success_rate,
+            latency_ms=(s.latency_ms.p50, s.latency_ms.p95, s.latency_ms.p99),
+            ttft_ms=(s.ttft_ms.p50, s.ttft_ms.p95), tokens_in=s.tokens.input,
+            tokens_out=s.tokens.output, cost_usd=s.cost_usd, unpriced_tasks=s.unpriced_tasks,
+            usage_estimated=bool(s.tokens.estimated_tasks),
+            projected_month_usd=per_task * tpd * 30 if per_task is not None else None,
+            sla=SlaConfig.model_validate(run.sla.model_dump()), agents=cells, log=log,
+            histogram=tuple(hist), sparkline=(), readonly=self.readonly, source=self.kind,
+            errors=s.errors)
+
+    async def detail(self, seq: int) -> AgentDetail | None:
+        assert self.conn is not None
+        async with self.conn.execute(
+                "SELECT r.seq, r.task_id, r.state, r.model, r.gateway, r.bucket, r.key_fp, "
+                "t.task_json, r.latency_ms, r.ttft_ms, r.queue_ms, r.tokens_in, r.tokens_out, "
+                "r.cost_usd, r.error_class, r.error_message, r.response_text "
+                "FROM task_results r JOIN tasks t ON t.run_id=r.run_id AND t.seq=r.seq "
+                "WHERE r.run_id=? AND r.seq=?", (self.run_id, seq)) as cur:
+            row = await cur.fetchone()
+        if row is None:
+            return None
+        async with self.conn.execute(
+                "SELECT number, model, key_fp, queue_ms, latency_ms, ttft_ms, status_code, "
+                "error_class, error_message, retry_wait_s, outcome FROM attempts "
+                "WHERE run_id=? AND seq=? ORDER BY number", (self.run_id, seq)) as cur:
+            cols = ("number", "model", "key_fp", "queue_ms", "latency_ms", "ttft_ms",
+                    "status_code", "error_class", "error_message", "retry_wait_s", "outcome")
+            attempts = [dict(zip(cols, a, strict=True)) for a in await cur.fetchall()]
+        task = Task.model_validate_json(row[7])
+        return AgentDetail(
+            seq=row[0], task_id=row[1], state=row[2], model=row[3], gateway=row[4],
+            bucket=row[5], key_fp=row[6], prompt=task.prompt, latency_ms=row[8], ttft_ms=row[9],
+            queue_ms=row[10], tokens_in=row[11], tokens_out=row[12], cost_usd=row[13],
+            error=f"{row[14]}: {row[15]}" if row[14] else None, response_text=row[16],
+            attempts=attempts)
+
+    async def control(self, command: str, arg: str | None = None) -> bool:
+        """Queue a command for the runner process (it polls the control table)."""
+        if self.readonly or self.conn is None or self.kind == "replay":
+            return False
+        await self.conn.execute(
+            "INSERT INTO control (run_id, at, actor, command, arg) VALUES (?,?,?,?,?)",
+            (self.run_id, time.time(), _os_user(), command, arg))
+        return True
+
+
+def _os_user() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:
+        return "unknown"

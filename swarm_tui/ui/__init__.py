@@ -1,0 +1,1 @@
+"""The Textual console. Reads snapshots; never talks to the network itself."""

@@ -1,0 +1,354 @@
+"""The console: a dashboard over a snapshot source, refreshed at a fixed rate.
+
+The engine (when the run is live) is async work on this app's loop, never a
+thread worker; the UI reads a snapshot every `refresh_s` and never receives one
+message per engine event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from textual.app import App, ComposeResult, SystemCommand
+from textual.binding import Binding
+from textual.containers import Horizontal
+from textual.screen import Screen
+from textual.widgets import Footer, Input, Static
+
+from swarm_tui.engine.live import Snapshot
+from swarm_tui.errors import UserError
+from swarm_tui.ui.filtering import SORTS, FilterError, parse_filter, sort_cells
+from swarm_tui.ui.grid import AgentGrid
+from swarm_tui.ui.screens import ConfirmScreen, DetailScreen, HelpScreen, RunsScreen, TextScreen
+from swarm_tui.ui.themes import load_themes
+from swarm_tui.ui.widgets import EventLog, LatencyHistogram, StatusBar, sparkline_text
+
+CONCURRENCY_STEP = 10
+# (binding id, description) of every action, for the help screen and the command palette.
+ACTIONS: list[tuple[str, str, str]] = [
+    ("app.help", "help", "Show the key bindings"),
+    ("run.pause", "toggle_pause", "Pause / resume dispatch"),
+    ("run.more", "concurrency(1)", "Raise concurrency by 10"),
+    ("run.less", "concurrency(-1)", "Lower concurrency by 10"),
+    ("run.cancel", "cancel_run", "Cancel the run (asks first)"),
+    ("agent.cancel", "cancel_agent", "Cancel the selected agent (asks first)"),
+    ("grid.filter", "filter", "Filter agents"),
+    ("grid.sort", "sort", "Cycle sort: index / latency / state / cost"),
+    ("app.history", "history", "Stored runs: replay, compare"),
+    ("app.demo", "demo", "Start the demo swarm"),
+    ("app.freeze", "freeze", "Freeze / unfreeze the display"),
+    ("app.theme", "next_theme", "Next theme"),
+    ("app.quit", "request_quit", "Quit (asks while a run is active)"),
+]
+
+
+_KEY_NAMES = {"question_mark": "?", "slash": "/", "plus": "+", "equals_sign": "=",
+              "minus": "-", "space": "space"}
+
+
+def _key_names(keys: str) -> str:
+    return " ".join(_KEY_NAMES.get(k.strip(), k.strip()) for k in keys.split(","))
+
+
+class Dashboard(Screen[None]):
+    def compose(self) -> ComposeResult:
+        yield StatusBar(id="status")
+        yield AgentGrid(id="grid")
+        with Horizontal(id="bottom"):
+            yield EventLog(id="log")
+            yield LatencyHistogram(id="hist")
+        yield Static("", id="message")
+        yield Input(placeholder="filter: state:failed model:kimi !bucket:candidate regex…",
+                    id="filter")
+        yield Footer()
+
+
+class SwarmApp(App[int]):
+    CSS_PATH = "app.tcss"
+    TITLE = "swarm-tui"
+    ENABLE_COMMAND_PALETTE = True
+    BINDINGS = [
+        Binding("question_mark", "help", "Help", id="app.help"),
+        Binding("p", "toggle_pause", "Pause", id="run.pause"),
+        Binding("plus,equals_sign", "concurrency(1)", "+Conc", id="run.more"),
+        Binding("minus", "concurrency(-1)", "-Conc", id="run.less"),
+        Binding("x", "cancel_run", "Cancel run", id="run.cancel"),
+        Binding("c", "cancel_agent", "Cancel agent", id="agent.cancel", show=False),
+        Binding("slash", "filter", "Filter", id="grid.filter"),
+        Binding("s", "sort", "Sort", id="grid.sort"),
+        Binding("h", "history", "History", id="app.history"),
+        Binding("d", "demo", "Demo", id="app.demo", show=False),
+        Binding("space", "freeze", "Freeze", id="app.freeze", show=False),
+        Binding("t", "next_theme", "Theme", id="app.theme", show=False),
+        Binding("q", "request_quit", "Quit", id="app.quit"),
+        Binding("escape", "clear_filter", "Clear filter", show=False),
+    ]
+
+    def __init__(
+        self,
+        source=None,
+        *,
+        start_source: Callable[[], object] | None = None,
+        db_path: Path | None = None,
+        refresh_s: float = 0.25,
+        theme: str | None = None,
+        keymap: dict[str, str] | None = None,
+        readonly: bool = False,
+        idle_message: str = "",
+        theme_dir: Path | None = None,
+    ) -> None:
+        super().__init__()
+        self.source = source
+        self.start_source = start_source  # builds a LiveSource on demand (demo key)
+        self.db_path = db_path
+        self.refresh_s = refresh_s
+        self.readonly = readonly
+        self.idle_message = idle_message
+        self.frozen = False
+        self.filter_text = ""
+        self.sort_order = SORTS[0]
+        self.snapshot: Snapshot | None = None
+        self.message = ""
+        self._themes = load_themes(theme_dir)
+        self._wanted_theme = theme or "swarm-dark"
+        self._keymap = keymap or {}
+        self._worker = None
+
+    # -- lifecycle -----------------------------------------------------------------------
+    def on_mount(self) -> None:
+        for t in self._themes.values():
+            self.register_theme(t)
+        if self._wanted_theme not in self.available_themes:
+            raise UserError(f"--theme {self._wanted_theme}: unknown (known: "
+                            f"{', '.join(sorted(self._themes))})")
+        self.theme = self._wanted_theme
+        if self._keymap:
+            self.set_keymap(self._keymap)
+        self.push_screen(Dashboard())
+        if self.source is not None:
+            self._start(self.source)
+        self.set_interval(self.refresh_s, self.tick)
+        self.call_later(self.tick)
+
+    def _start(self, source) -> None:
+        self.source = source
+        if hasattr(source, "run"):
+            self._worker = self.run_worker(source.run(), name="engine", exclusive=True,
+                                           exit_on_error=False)
+        elif hasattr(source, "open"):
+            self._worker = self.run_worker(source.open(), name="open", exit_on_error=False)
+
+    async def tick(self) -> None:
+        if self.frozen or not isinstance(self.screen, Dashboard):
+            return
+        snap = None
+        if self.source is not None:
+            if getattr(self.source, "error", None):
+                self.message = f"error: {self.source.error}"
+            try:
+                snap = await self.source.snapshot()
+            except (AssertionError, UserError) as e:
+                self.message = str(e) if isinstance(e, UserError) else self.message
+        self.snapshot = snap
+        self.render_snapshot()
+
+    def render_snapshot(self) -> None:
+        screen = self.screen
+        if not isinstance(screen, Dashboard):
+            return
+        s = self.snapshot
+        idle = self.idle_message if self.source is None else "starting…"
+        screen.query_one(StatusBar).show(s, idle if s is None else "")
+        screen.query_one("#message", Static).update(self.message)
+        if s is None:
+            return
+        cells = list(s.agents)
+        if self.filter_text:
+            try:
+                cells = [c for c in cells if parse_filter(self.filter_text)(c)]
+            except FilterError as e:
+                self.message = str(e)
+        cells = sort_cells(cells, self.sort_order)
+        screen.query_one(AgentGrid).update_cells(tuple(cells))
+        screen.query_one(EventLog).feed(s.log)
+        screen.query_one(LatencyHistogram).show(s, sparkline_text(s.sparkline))
+
+    @property
+    def run_active(self) -> bool:
+        return bool(self.source is not None and getattr(self.source, "active", False))
+
+    # -- commands palette ----------------------------------------------------------------
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        for _id, action, help_text in ACTIONS:
+            yield SystemCommand(help_text, help_text, lambda a=action: self.run_action(a))
+
+    def key_rows(self) -> list[tuple[str, str]]:
+        rows = []
+        by_id = {b.id: b for b in self.BINDINGS if isinstance(b, Binding) and b.id}
+        for binding_id, _action, help_text in ACTIONS:
+            b = by_id.get(binding_id)
+            keys = self._keymap.get(binding_id, b.key if b else "")
+            rows.append((_key_names(keys), help_text))
+        rows += [("arrows/pgup/pgdn", "Move in the agent grid"), ("enter", "Agent detail"),
+                 ("escape", "Back / clear filter")]
+        return rows
+
+    # -- actions -------------------------------------------------------------------------
+    def _guard(self, what: str) -> bool:
+        """True when the action may change the run; tells the user why not otherwise."""
+        if self.readonly or (self.source is not None and getattr(self.source, "readonly", False)):
+            self.notify(f"{what}: read-only console", severity="warning")
+            return False
+        if not self.run_active:
+            self.notify(f"{what}: no active run", severity="warning")
+            return False
+        return True
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen(self.key_rows()))
+
+    async def action_toggle_pause(self) -> None:
+        if not self._guard("pause"):
+            return
+        paused = self.snapshot is not None and self.snapshot.status == "paused"
+        await self.source.control("resume" if paused else "pause")
+        self.notify("resumed" if paused else "paused: no new calls; in-flight calls finish")
+
+    async def action_concurrency(self, direction: int) -> None:
+        if not self._guard("concurrency") or self.snapshot is None:
+            return
+        n = max(1, self.snapshot.concurrency + direction * CONCURRENCY_STEP)
+        await self.source.control("concurrency", str(n))
+        self.notify(f"concurrency → {n}")
+
+    def action_cancel_run(self) -> None:
+        if not self._guard("cancel"):
+            return
+
+        async def answer(yes: bool | None) -> None:
+            if yes:
+                await self.source.control("cancel")
+                self.notify("run cancelled; in-flight calls stopped, results kept")
+
+        self.push_screen(ConfirmScreen("Cancel the whole run? Queued tasks stay resumable."),
+                         answer)
+
+    def action_cancel_agent(self) -> None:
+        grid = self.screen.query_one(AgentGrid) if isinstance(self.screen, Dashboard) else None
+        cell = grid.selected if grid is not None else None
+        if cell is None or not self._guard("cancel agent"):
+            return
+
+        async def answer(yes: bool | None) -> None:
+            if yes:
+                await self.source.control("cancel_agent", str(cell.seq))
+                self.notify(f"cancel requested for {cell.task_id}")
+
+        self.push_screen(ConfirmScreen(f"Cancel agent {cell.task_id}?"), answer)
+
+    def action_filter(self) -> None:
+        if not isinstance(self.screen, Dashboard):
+            return
+        box = self.screen.query_one("#filter", Input)
+        box.add_class("visible")
+        box.value = self.filter_text
+        box.focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.filter_text = event.value.strip()
+        event.input.remove_class("visible")
+        self.message = f"filter: {self.filter_text}" if self.filter_text else ""
+        self.screen.query_one(AgentGrid).focus()
+        self.render_snapshot()
+
+    def action_clear_filter(self) -> None:
+        if not isinstance(self.screen, Dashboard):
+            return
+        box = self.screen.query_one("#filter", Input)
+        box.remove_class("visible")
+        self.filter_text = ""
+        self.message = ""
+        self.screen.query_one(AgentGrid).focus()
+        self.render_snapshot()
+
+    def action_sort(self) -> None:
+        self.sort_order = SORTS[(SORTS.index(self.sort_order) + 1) % len(SORTS)]
+        self.notify(f"sort: {self.sort_order}")
+        self.render_snapshot()
+
+    def action_freeze(self) -> None:
+        self.frozen = not self.frozen
+        self.notify("display frozen (space to resume)" if self.frozen else "display live")
+
+    def action_next_theme(self) -> None:
+        names = sorted(self._themes)
+        current = self.theme if self.theme in names else names[0]
+        self.theme = names[(names.index(current) + 1) % len(names)]
+        self.notify(f"theme: {self.theme}")
+
+    def action_demo(self) -> None:
+        if self.source is not None or self.start_source is None:
+            self.notify("a run is already loaded", severity="warning")
+            return
+        self._start(self.start_source())
+
+    async def on_agent_grid_selected(self, message: AgentGrid.Selected) -> None:
+        if self.source is None:
+            return
+        detail = await self.source.detail(message.cell.seq)
+        if detail is not None:
+            self.push_screen(DetailScreen(detail))
+
+    async def action_history(self) -> None:
+        from swarm_tui.commands.history import runs_listing
+        from swarm_tui.store.db import open_db
+
+        if self.db_path is None or not self.db_path.exists():
+            self.notify("no stored runs yet", severity="warning")
+            return
+        conn = await open_db(self.db_path, create=False)
+        try:
+            items = await runs_listing(conn, 200)
+        finally:
+            await conn.close()
+        self.push_screen(RunsScreen(items, self._replay, self._compare))
+
+    def _replay(self, run_id: str) -> None:
+        from swarm_tui.sources import StoreSource
+
+        if self.run_active:
+            self.notify("a run is active here; replay it after it ends", severity="warning")
+            return
+        self.pop_screen()
+        self.snapshot = None
+        self._start(StoreSource(self.db_path, run_id, replay=True))
+
+    async def _compare(self, a: str, b: str) -> None:
+        from swarm_tui.commands.history import compare_table, run_summary
+        from swarm_tui.store.db import open_db
+        from swarm_tui.store.runs import get_run
+
+        conn = await open_db(self.db_path, create=False)
+        try:
+            sa = await run_summary(conn, await get_run(conn, a, self.db_path))
+            sb = await run_summary(conn, await get_run(conn, b, self.db_path))
+        finally:
+            await conn.close()
+        self.push_screen(TextScreen(compare_table(sa, sb)))
+
+    def action_request_quit(self) -> None:
+        if not self.run_active or self.readonly or getattr(self.source, "kind", "") != "live":
+            self.exit(0)
+            return
+
+        async def answer(yes: bool | None) -> None:
+            if yes:
+                await self.source.control("cancel")
+                if self._worker is not None:
+                    await self._worker.wait()  # results flushed before we leave
+                self.exit(130, return_code=130)
+
+        self.push_screen(ConfirmScreen("A run is active. Cancel it and quit? "
+                                       "Unsent tasks stay resumable."), answer)

@@ -1,0 +1,163 @@
+"""Secondary screens: agent detail, help, confirmation, run history, compare."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import ModalScreen, Screen
+from textual.widgets import Button, DataTable, Footer, Label, Static
+
+from swarm_tui.sources import AgentDetail
+
+
+def _ms(v: float | None) -> str:
+    return "-" if v is None else f"{v:,.0f} ms"
+
+
+def detail_text(d: AgentDetail) -> str:
+    cost = "unpriced" if d.cost_usd is None and d.state == "succeeded" else (
+        "-" if d.cost_usd is None else f"${d.cost_usd:.6f}")
+    head = [
+        f"task {d.task_id}  (#{d.seq})  state {d.state.upper()}",
+        f"model {d.model}  gateway {d.gateway}  bucket {d.bucket}  key {d.key_fp or '-'}",
+        f"latency {_ms(d.latency_ms)}  ttft {_ms(d.ttft_ms)}  queue {_ms(d.queue_ms)}  "
+        f"tokens {d.tokens_in}/{d.tokens_out}  cost {cost}",
+    ]
+    if d.error:
+        head.append(f"error {d.error}")
+    head.append("")
+    head.append(f"{'#':>2} {'model':<16} {'queue':>8} {'latency':>8} {'ttft':>7} "
+                f"{'status':>6} {'outcome':<8} detail")
+    for a in d.attempts:
+        detail = a.get("error_class") or ""
+        if a.get("retry_wait_s") is not None:
+            detail += f" retry in {a['retry_wait_s']:.2f}s"
+        if a.get("error_message"):
+            detail += f" — {a['error_message'][:60]}"
+        head.append(f"{a['number']:>2} {a['model'][:16]:<16} {_ms(a['queue_ms']):>8} "
+                    f"{_ms(a['latency_ms']):>8} {_ms(a['ttft_ms']):>7} "
+                    f"{a.get('status_code') or '-':>6} {a['outcome']:<8} {detail}")
+    head += ["", "prompt:", d.prompt[:400] + ("…" if len(d.prompt) > 400 else ""), "",
+             "response:", d.response_text or "(none yet)"]
+    return "\n".join(head)
+
+
+class DetailScreen(Screen[None]):
+    BINDINGS = [Binding("escape,q", "app.pop_screen", "Back", id="detail.back")]
+
+    def __init__(self, detail: AgentDetail) -> None:
+        super().__init__()
+        self.detail = detail
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="detail"):
+            yield Static(detail_text(self.detail), id="detail-text", markup=False)
+        yield Footer()
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS = [Binding("escape,q,question_mark", "app.pop_screen", "Close", id="help.close")]
+
+    def __init__(self, rows: list[tuple[str, str]]) -> None:
+        super().__init__()
+        self.rows = rows
+
+    def compose(self) -> ComposeResult:
+        lines = ["[b]swarm-tui keys[/]  (rebind in the config: [ui.keys] id = \"key\")", ""]
+        lines += [f"[b]{k:>12}[/]  {d}" for k, d in self.rows]
+        lines += ["", "Filter (/): state:failed model:kimi bucket:candidate error:rate, a",
+                  "regex on the task id; ! inverts a word.  Ctrl+P: command palette."]
+        with VerticalScroll(id="help"):
+            yield Static("\n".join(lines), id="help-text")
+
+
+class ConfirmScreen(ModalScreen[bool]):
+    BINDINGS = [Binding("y", "answer(True)", "Yes", id="confirm.yes"),
+                Binding("n,escape", "answer(False)", "No", id="confirm.no")]
+
+    def __init__(self, question: str) -> None:
+        super().__init__()
+        self.question = question
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="confirm"):
+            yield Label(self.question, id="confirm-question")
+            with Horizontal(id="confirm-buttons"):
+                yield Button("Yes (y)", id="yes", variant="error")
+                yield Button("No (n)", id="no")
+
+    def action_answer(self, answer: bool) -> None:
+        self.dismiss(answer)
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "yes")
+
+
+class RunsScreen(Screen[None]):
+    """Stored runs (DataTable is fine here: it changes only when reloaded)."""
+
+    BINDINGS = [
+        Binding("escape,q", "app.pop_screen", "Back", id="runs.back"),
+        Binding("enter", "open", "Replay", id="runs.open"),
+        Binding("m", "mark", "Mark for compare", id="runs.mark"),
+        Binding("c", "compare", "Compare with mark", id="runs.compare"),
+    ]
+
+    def __init__(self, items: list, on_open, on_compare) -> None:
+        super().__init__()
+        self.items = items
+        self.on_open = on_open
+        self.on_compare = on_compare
+        self.marked: str | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Label("Runs (newest first) — enter: replay, m: mark, c: compare with mark",
+                    id="runs-title")
+        yield DataTable(id="runs-table", cursor_type="row", zebra_stripes=True)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one(DataTable)
+        table.add_columns("run", "name", "status", "tasks", "ok %", "p95 ms", "cost")
+        for r in self.items:
+            rate = "-" if r.success_rate is None else f"{r.success_rate * 100:.1f}"
+            p95 = "-" if r.p95_ms is None else f"{r.p95_ms:.0f}"
+            table.add_row(r.id, (r.name or ("sim" if r.simulated else ""))[:12], r.status,
+                          f"{r.done}/{r.total}", rate, p95, f"${r.cost_usd:.4f}", key=r.id)
+        table.focus()
+
+    def _current(self) -> str | None:
+        table = self.query_one(DataTable)
+        if not self.items:
+            return None
+        return self.items[table.cursor_row].id
+
+    def action_open(self) -> None:
+        run_id = self._current()
+        if run_id:
+            self.on_open(run_id)
+
+    def action_mark(self) -> None:
+        self.marked = self._current()
+        self.notify(f"marked {self.marked}; move to another run and press c")
+
+    def action_compare(self) -> None:
+        other = self._current()
+        if self.marked and other and other != self.marked:
+            self.on_compare(self.marked, other)
+        else:
+            self.notify("mark a run with m first, then select another", severity="warning")
+
+
+class TextScreen(Screen[None]):
+    BINDINGS = [Binding("escape,q", "app.pop_screen", "Back", id="text.back")]
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll():
+            yield Static(self.text, markup=False)
+        yield Footer()

@@ -1,0 +1,225 @@
+"""Console behaviour with pilots: every binding against a real run on the simulator,
+the readonly/watch rules, keymaps, and watch catching up with another process."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+
+from swarm_tui.config import load_config
+from swarm_tui.session import RunOptions
+from swarm_tui.sim.settings import SimSettings
+from swarm_tui.sources import LiveSource, StoreSource
+from swarm_tui.ui.app import SwarmApp
+from swarm_tui.ui.filtering import FilterError, parse_filter, sort_cells
+from swarm_tui.ui.grid import AgentGrid
+from swarm_tui.ui.screens import ConfirmScreen, DetailScreen, HelpScreen, RunsScreen
+from swarm_tui.workload import demo_tasks
+from tests.ui_fixtures import FixedSource, mid_run_snapshot
+
+
+@pytest.fixture
+def cfg(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.delenv("SWARM_TUI_CONFIG", raising=False)
+    return load_config(None)
+
+
+def live(cfg, tmp_path, n=400, profile="fixed:400", readonly=False, **sim) -> LiveSource:
+    opts = RunOptions(sim=SimSettings(profile=profile, rate_429=0, rate_503=0, **sim),
+                      concurrency=20)
+    return LiveSource(cfg, opts, demo_tasks(n), tmp_path / "runs.db", readonly=readonly)
+
+
+async def wait_for(pred, timeout=15.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        await asyncio.sleep(0.05)
+    raise AssertionError("condition not reached")
+
+
+async def test_every_run_binding_against_a_live_run(cfg, tmp_path):
+    source = live(cfg, tmp_path)
+    app = SwarmApp(source, db_path=tmp_path / "runs.db", refresh_s=0.1)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(lambda: source.runner is not None and source.runner.in_flight > 0)
+        runner = source.runner
+        await pilot.press("p")
+        assert runner.paused
+        await pilot.press("p")
+        assert not runner.paused
+        await pilot.press("plus")
+        assert runner.limit == 30
+        await pilot.press("minus", "minus")
+        assert runner.limit == 10
+        await pilot.pause(0.3)
+        await pilot.press("slash")
+        await pilot.press(*"state:queued", "enter")
+        await pilot.pause(0.3)
+        grid = app.screen.query_one(AgentGrid)
+        assert grid.cells and all(c.state == "queued" for c in grid.cells)
+        await pilot.press("escape")
+        await pilot.pause(0.3)
+        assert len(grid.cells) == 400
+        await pilot.press("s")
+        assert app.sort_order == "latency"
+        await pilot.press("space")
+        assert app.frozen
+        await pilot.press("space")
+        await pilot.press("t")
+        assert app.theme != "swarm-dark"
+        await pilot.press("enter")
+        assert isinstance(app.screen, DetailScreen)
+        await pilot.press("escape")
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape")
+        await pilot.press("s", "s", "s")  # back to index order
+        await pilot.press("c")  # cancel the selected agent: asks, "n" keeps it
+        assert isinstance(app.screen, ConfirmScreen)
+        first = grid.selected
+        await pilot.press("n")
+        assert runner.agents[first.seq].cancel_requested is False
+        await pilot.press("x")
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("y")
+        await wait_for(lambda: not source.active)
+        assert runner.cancelled
+        await pilot.pause(0.5)
+        await pilot.press("h")
+        await pilot.pause(0.3)
+        assert isinstance(app.screen, RunsScreen)
+        assert app.screen.items[0].id == source.run_id
+        assert app.screen.items[0].status == "cancelled"
+        await pilot.press("escape", "q")
+    assert app.return_code == 0
+
+
+async def test_quit_asks_while_a_run_is_active_and_cancels_cleanly(cfg, tmp_path):
+    source = live(cfg, tmp_path, n=2000)
+    app = SwarmApp(source, db_path=tmp_path / "runs.db", refresh_s=0.1)
+    async with app.run_test() as pilot:
+        await wait_for(lambda: source.runner is not None and source.runner.in_flight > 0)
+        await pilot.press("q")
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("n")
+        assert source.active
+        await pilot.press("q", "y")
+        await wait_for(lambda: app.return_code is not None, 20)
+    assert app.return_code == 130
+    raw = sqlite3.connect(tmp_path / "runs.db")
+    assert raw.execute("SELECT status FROM runs").fetchone()[0] == "cancelled"
+    queued = raw.execute("SELECT COUNT(*) FROM task_results WHERE state IN "
+                         "('queued', 'cancelled')").fetchone()[0]
+    assert queued > 0  # left resumable
+    raw.close()
+
+
+async def test_readonly_console_changes_nothing(cfg, tmp_path):
+    source = live(cfg, tmp_path, readonly=True)
+    app = SwarmApp(source, db_path=tmp_path / "runs.db", refresh_s=0.1, readonly=True)
+    async with app.run_test() as pilot:
+        await wait_for(lambda: source.runner is not None and source.runner.in_flight > 0)
+        runner = source.runner
+        await pilot.press("p", "plus", "x", "c")
+        assert not runner.paused and runner.limit == 20 and not runner.cancelled
+        assert not isinstance(app.screen, ConfirmScreen)
+        await pilot.press("q")  # readonly: no question, the run is not ours to stop
+    assert app.return_code == 0
+
+
+async def test_keymap_rebinds_actions():
+    source = FixedSource(mid_run_snapshot())
+    app = SwarmApp(source, keymap={"run.pause": "z"}, refresh_s=10)
+    async with app.run_test() as pilot:
+        await pilot.pause(0.2)
+        await pilot.press("z")
+        assert source.commands == [("pause", None)]
+        await pilot.press("p")  # no longer bound
+        assert source.commands == [("pause", None)]
+
+
+async def test_command_palette_offers_every_action():
+    app = SwarmApp(FixedSource(mid_run_snapshot()), refresh_s=10)
+    async with app.run_test() as pilot:
+        await pilot.pause(0.1)
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+    for wanted in ("Pause / resume dispatch", "Cancel the run (asks first)", "Filter agents",
+                   "Stored runs: replay, compare", "Show the key bindings"):
+        assert wanted in titles
+
+
+def test_filter_words():
+    cells = mid_run_snapshot().agents
+    assert {c.state for c in cells if parse_filter("state:fail")(c)} == {"failed"}
+    assert all(c.state != "queued" for c in cells if parse_filter("!state:queued")(c))
+    kimi = [c for c in cells if parse_filter("model:kimi !state:queued")(c)]
+    assert kimi and all(c.model == "kimi-k2.5" and c.state != "queued" for c in kimi)
+    assert [c.task_id for c in cells if parse_filter(r"demo-0000[12]$")(c)] == \
+        ["demo-00001", "demo-00002"]
+    with pytest.raises(FilterError):
+        parse_filter("([")
+    by_latency = sort_cells(list(cells), "latency")
+    assert by_latency[0].latency_ms == max(c.latency_ms or 0 for c in cells)
+
+
+async def test_watch_follows_another_process_and_obeys_write(cfg, tmp_path):
+    db = tmp_path / "runs.db"
+    env = {**os.environ, "SWARM_TUI_DB": str(db), "XDG_CONFIG_HOME": str(tmp_path / "xdg")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "swarm_tui", "run", "--demo", "1500", "--headless", "--quiet",
+         "--concurrency", "20", "--sim-profile", "fixed:150", "--sim-rate-429", "0",
+         "--sim-rate-503", "0"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 30
+        while time.time() < deadline and not db.exists():
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(1.0)
+        ro = StoreSource(db, None)
+        await ro.open()
+        app = SwarmApp(ro, db_path=db, refresh_s=0.2, readonly=True)
+        async with app.run_test() as pilot:
+            await wait_for(lambda: app.snapshot is not None and app.snapshot.done > 0)
+            first = app.snapshot.done
+            await wait_for(lambda: app.snapshot.done > first + 50)  # catching up
+            assert app.snapshot.source == "watch" and app.snapshot.status == "running"
+            await pilot.press("p")  # read-only watch: refused
+            assert not isinstance(app.screen, ConfirmScreen)
+        await ro.close()
+        rw = StoreSource(db, ro.run_id, write=True)
+        await rw.open()
+        app = SwarmApp(rw, db_path=db, refresh_s=0.2)
+        async with app.run_test() as pilot:
+            await wait_for(lambda: app.snapshot is not None and app.snapshot.done > 0)
+            await pilot.press("p")  # queued for the runner through the control table
+            raw = sqlite3.connect(db)
+            await wait_for(lambda: raw.execute(
+                "SELECT COUNT(*) FROM events WHERE kind='control'").fetchone()[0] >= 1, 10)
+            await asyncio.sleep(1.0)
+            paused_at = raw.execute("SELECT COUNT(*) FROM results").fetchone()[0]
+            await asyncio.sleep(1.0)
+            assert raw.execute("SELECT COUNT(*) FROM results").fetchone()[0] == paused_at
+            app.snapshot = app.snapshot.__class__(**{**app.snapshot.__dict__,
+                                                     "status": "paused"})
+            await pilot.press("p")  # resume
+            await wait_for(lambda: raw.execute(
+                "SELECT COUNT(*) FROM events WHERE kind='control'").fetchone()[0] >= 2, 10)
+            raw.close()
+        await rw.close()
+    finally:
+        proc.wait(60)
+    assert proc.returncode in (0, 3), proc.stderr.read()
+    final = StoreSource(db, ro.run_id, replay=True)
+    await final.open()
+    snap = await final.snapshot()
+    assert snap.status == "finished" and snap.done == 1500
+    await final.close()

@@ -1,0 +1,84 @@
+"""Deterministic inputs for the console's visual (snapshot) tests.
+
+Live runs are timing-dependent (latencies differ by a few ms each run), so the
+pictures are taken of a fixed snapshot with the shape of a real mid-run swarm;
+the console's behaviour is tested against real runs in test_ui.py.
+"""
+
+from __future__ import annotations
+
+import random
+
+from swarm_tui.config import SlaConfig
+from swarm_tui.engine.live import AgentCell, Snapshot
+from swarm_tui.sources import AgentDetail
+
+STATES = ["succeeded"] * 55 + ["streaming"] * 20 + ["running"] * 8 + ["retrying"] * 4 + \
+    ["failed"] * 2 + ["cancelled"] * 1 + ["queued"] * 50
+
+
+def mid_run_snapshot(n: int = 140) -> Snapshot:
+    rng = random.Random(4)
+    cells = []
+    for i in range(n):
+        state = STATES[i % len(STATES)] if i < 90 else "queued"
+        lat = round(150 + rng.random() * 200, 1) if state == "succeeded" else None
+        cells.append(AgentCell(i, f"demo-{i:05d}", state,
+                               "kimi-k2.5" if i % 7 == 0 else "deepseek-v3.2", "baseline",
+                               lat, 0.00065 if lat else None, 120 if state == "streaming" else 0,
+                               2 if state == "retrying" else 1,
+                               "rate_limited" if state in ("retrying", "failed") else None))
+    counts: dict[str, int] = {}
+    for c in cells:
+        counts[c.state] = counts.get(c.state, 0) + 1
+    log = (*(f"{0.4 + i * 0.1:7.1f}s RETRY  demo-{i * 7:05d} #1 rate_limited 429 +1.00s"
+             for i in range(8)), "    1.3s FAIL   demo-00044 auth 401 Incorrect API key")
+    return Snapshot(
+        run_id="20261202-093000-abcd", simulated=True, gateways=("sim",), status="running",
+        elapsed_s=1.8, total=n, counts=counts, in_flight=32, concurrency=100, calls_per_s=412.0,
+        success_rate=55 / 57, latency_ms=(182.0, 281.0, 402.0), ttft_ms=(64.0, 99.0),
+        tokens_in=39_600, tokens_out=66_000, cost_usd=0.0358, unpriced_tasks=0,
+        usage_estimated=False, projected_month_usd=234.0, sla=SlaConfig(), agents=tuple(cells),
+        log=log, histogram=(0, 0, 4, 20, 18, 9, 3, 1, 0, 0, 0, 0),
+        sparkline=(0,) * 50 + (40, 180, 390, 412, 405, 398, 420, 415, 410, 412),
+    )
+
+
+def agent_detail() -> AgentDetail:
+    return AgentDetail(
+        seq=7, task_id="demo-00007", state="succeeded", model="kimi-k2.5", gateway="sim",
+        bucket="baseline", key_fp="sk-…a1b2#3f9c1e", prompt="Task 7: summarise the contract " * 4,
+        latency_ms=214.0, ttft_ms=71.0, queue_ms=1012.0, tokens_in=1210, tokens_out=1150,
+        cost_usd=0.003057, error=None, response_text="The contract renews yearly. " * 6,
+        attempts=[
+            {"number": 1, "model": "kimi-k2.5", "key_fp": "sk-…a1b2#3f9c1e", "queue_ms": 10.0,
+             "latency_ms": 8.0, "ttft_ms": None, "status_code": 429,
+             "error_class": "rate_limited", "error_message": "Rate limit reached, retry later.",
+             "retry_wait_s": 1.0, "outcome": "error"},
+            {"number": 2, "model": "kimi-k2.5", "key_fp": "sk-…a1b2#3f9c1e", "queue_ms": 1002.0,
+             "latency_ms": 214.0, "ttft_ms": 71.0, "status_code": None, "error_class": None,
+             "error_message": None, "retry_wait_s": None, "outcome": "ok"},
+        ])
+
+
+class FixedSource:
+    """Serves one fixed snapshot (for pictures); records control commands."""
+
+    kind = "live"
+    error = None
+
+    def __init__(self, snap: Snapshot, readonly: bool = False) -> None:
+        self.snap = snap
+        self.readonly = readonly
+        self.active = True
+        self.commands: list[tuple[str, str | None]] = []
+
+    async def snapshot(self) -> Snapshot:
+        return self.snap
+
+    async def detail(self, seq: int) -> AgentDetail:
+        return agent_detail()
+
+    async def control(self, command: str, arg: str | None = None) -> bool:
+        self.commands.append((command, arg))
+        return True
