@@ -119,7 +119,7 @@ async def run_with_progress(runner: SwarmRunner, show: bool = True) -> bool:
         runner.cancel()
 
     for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             loop.add_signal_handler(sig, on_signal)
     progress = asyncio.create_task(Progress(runner).run()) if show else None
     try:
@@ -130,6 +130,6 @@ async def run_with_progress(runner: SwarmRunner, show: bool = True) -> bool:
             with contextlib.suppress(asyncio.CancelledError):
                 await progress
         for sig in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(NotImplementedError, RuntimeError):
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 loop.remove_signal_handler(sig)
     return interrupted

@@ -52,14 +52,17 @@ async def test_every_run_binding_against_a_live_run(cfg, tmp_path):
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_for(lambda: source.runner is not None and source.runner.in_flight > 0)
         runner = source.runner
+        await pilot.press("p")  # controls reach the engine's own loop a moment later
+        await wait_for(lambda: runner.paused)
         await pilot.press("p")
-        assert runner.paused
-        await pilot.press("p")
-        assert not runner.paused
+        await wait_for(lambda: not runner.paused)
         await pilot.press("plus")
-        assert runner.limit == 30
-        await pilot.press("minus", "minus")
-        assert runner.limit == 10
+        await wait_for(lambda: runner.limit == 30)
+        await pilot.pause(0.3)  # the next snapshot carries the new concurrency
+        await pilot.press("minus")
+        await pilot.pause(0.3)
+        await pilot.press("minus")
+        await wait_for(lambda: runner.limit == 10)
         await pilot.pause(0.3)
         await pilot.press("slash")
         await pilot.press(*"state:queued", "enter")
@@ -87,7 +90,12 @@ async def test_every_run_binding_against_a_live_run(cfg, tmp_path):
         assert isinstance(app.screen, ConfirmScreen)
         first = grid.selected
         await pilot.press("n")
+        await pilot.pause(0.2)
         assert runner.agents[first.seq].cancel_requested is False
+        await pilot.press("end", "c", "y")  # the last agent is still queued
+        second = grid.selected
+        assert second.seq == 399
+        await wait_for(lambda: runner.agents[399].state == "cancelled")
         await pilot.press("x")
         assert isinstance(app.screen, ConfirmScreen)
         await pilot.press("y")
@@ -130,6 +138,7 @@ async def test_readonly_console_changes_nothing(cfg, tmp_path):
         await wait_for(lambda: source.runner is not None and source.runner.in_flight > 0)
         runner = source.runner
         await pilot.press("p", "plus", "x", "c")
+        await pilot.pause(0.5)
         assert not runner.paused and runner.limit == 20 and not runner.cancelled
         assert not isinstance(app.screen, ConfirmScreen)
         await pilot.press("q")  # readonly: no question, the run is not ours to stop
@@ -208,8 +217,7 @@ async def test_watch_follows_another_process_and_obeys_write(cfg, tmp_path):
             paused_at = raw.execute("SELECT COUNT(*) FROM results").fetchone()[0]
             await asyncio.sleep(1.0)
             assert raw.execute("SELECT COUNT(*) FROM results").fetchone()[0] == paused_at
-            app.snapshot = app.snapshot.__class__(**{**app.snapshot.__dict__,
-                                                     "status": "paused"})
+            assert rw.paused
             await pilot.press("p")  # resume
             await wait_for(lambda: raw.execute(
                 "SELECT COUNT(*) FROM events WHERE kind='control'").fetchone()[0] >= 2, 10)

@@ -25,8 +25,7 @@ def mid_run_snapshot(n: int = 140) -> Snapshot:
         lat = round(150 + rng.random() * 200, 1) if state == "succeeded" else None
         cells.append(AgentCell(i, f"demo-{i:05d}", state,
                                "kimi-k2.5" if i % 7 == 0 else "deepseek-v3.2", "baseline",
-                               lat, 0.00065 if lat else None, 120 if state == "streaming" else 0,
-                               2 if state == "retrying" else 1,
+                               lat, 0.00065 if lat else None, 2 if state == "retrying" else 1,
                                "rate_limited" if state in ("retrying", "failed") else None))
     counts: dict[str, int] = {}
     for c in cells:
@@ -71,6 +70,7 @@ class FixedSource:
         self.snap = snap
         self.readonly = readonly
         self.active = True
+        self.paused = False
         self.commands: list[tuple[str, str | None]] = []
 
     async def snapshot(self) -> Snapshot:

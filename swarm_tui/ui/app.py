@@ -212,7 +212,7 @@ class SwarmApp(App[int]):
     async def action_toggle_pause(self) -> None:
         if not self._guard("pause"):
             return
-        paused = self.snapshot is not None and self.snapshot.status == "paused"
+        paused = bool(getattr(self.source, "paused", False))
         await self.source.control("resume" if paused else "pause")
         self.notify("resumed" if paused else "paused: no new calls; in-flight calls finish")
 

@@ -67,23 +67,29 @@ class AgentGrid(ScrollView, can_focus=True):
 
     # -- data ---------------------------------------------------------------------------
     def update_cells(self, cells: tuple[AgentCell, ...]) -> None:
-        """Refresh only the rows whose states (or the cursor) changed."""
+        """Refresh only the visible rows whose states (or the cursor) changed."""
         self.cells = cells
         if self.cursor >= len(cells):
             self.cursor = max(0, len(cells) - 1)
         cols = self.columns
-        rows = [tuple(c.state for c in cells[r * cols:(r + 1) * cols])
-                + ((self.cursor - r * cols,) if r * cols <= self.cursor < (r + 1) * cols else ())
-                for r in range(self._row_count())]
-        self.virtual_size = Size(cols * CELL_W, len(rows))
-        if len(rows) != len(self._rows):
-            self._rows = rows
-            self.refresh()
-            return
+        n_rows = self._row_count()
+        if self.virtual_size.height != n_rows or self.virtual_size.width != cols * CELL_W:
+            self.virtual_size = Size(cols * CELL_W, n_rows)
+            self._rows = []
         top = self.scroll_offset.y
-        for r, (old, new) in enumerate(zip(self._rows, rows, strict=True)):
-            if old != new and top <= r < top + self.size.height:
-                self.refresh_line(r - top)
+        height = max(1, self.size.height)
+        rows = []
+        for r in range(top, min(n_rows, top + height)):
+            sig = tuple(c.state for c in cells[r * cols:(r + 1) * cols])
+            if r * cols <= self.cursor < (r + 1) * cols:
+                sig += (self.cursor - r * cols,)
+            rows.append((r, sig))
+        if len(rows) != len(self._rows) or (rows and self._rows and rows[0][0] != self._rows[0][0]):
+            self.refresh()
+        else:
+            for y, (old, new) in enumerate(zip(self._rows, rows, strict=True)):
+                if old != new:
+                    self.refresh_line(y)
         self._rows = rows
 
     @property
