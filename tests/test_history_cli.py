@@ -121,8 +121,11 @@ def test_sigkill_then_resume_sends_only_what_was_not_stored(tmp_path, sim_proc):
     lost = served_before - len(before)  # served by the gateway, not stored before the kill
     last = rate_rows[0][0]
     per_s = sum(1 for (t,) in rate_rows if t > last - 1.0)  # throughput just before the kill
-    window = per_s * 0.25  # the writer's flush window
-    assert 0 <= lost <= window * 1.5 + conc, (lost, window)
+    # The writer commits every 250 ms, but a commit that carries a WAL checkpoint can take
+    # a few hundred ms on a loaded machine (measured up to ~0.6 s), during which results
+    # wait in memory: allow one second of throughput plus what was in flight.
+    window = per_s * 1.0
+    assert 0 <= lost <= window + conc, (lost, window)
 
     r = swarm("resume", run_id, "--config", str(cfg), "--json", "--quiet",
               env={"GW_KEY": TEST_KEY})
