@@ -306,11 +306,13 @@ def cmd_watch(args: argparse.Namespace) -> int:
     db = resolve_db_path(args.db)
     if not db.exists():
         raise UserError(f"database {db}: does not exist (no runs recorded yet)")
-    source = StoreSource(db, args.run_id, write=args.write and not args.readonly)
-    run_async(source.open())
-    run_async(source.close())
+    # Resolve the run (and any database error) before the console starts, so a bad id or
+    # file is one line and an exit code; the console then opens its own connection.
+    probe = StoreSource(db, args.run_id)
+    run_async(probe.open())
+    run_async(probe.close())
     args.readonly = args.readonly or not args.write
-    return _console(args, cfg, source=StoreSource(db, source.run_id, write=not args.readonly),
+    return _console(args, cfg, source=StoreSource(db, probe.run_id, write=not args.readonly),
                     db_path=db)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import getpass
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -79,6 +80,7 @@ class LiveSource:
         self.error: str | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self._want_paused = False
+        self._done = threading.Event()
 
     async def run(self) -> None:
         """Awaitable from the UI's loop; the engine runs on its own thread and loop."""
@@ -87,7 +89,19 @@ class LiveSource:
     def _thread_main(self) -> None:
         from swarm_tui.cli import run_async
 
-        run_async(self._engine())
+        try:
+            run_async(self._engine())
+        finally:
+            self._done.set()
+
+    async def shutdown(self, timeout_s: float = 30.0) -> None:
+        """The console is closing: a run cannot outlive its process, so cancel it cleanly
+        (results flushed, unsent tasks resumable) and wait for the engine thread."""
+        if self.loop is None:
+            return
+        if self.active and self.runner is not None:
+            self.loop.call_soon_threadsafe(self.runner.cancel)
+        await asyncio.to_thread(self._done.wait, timeout_s)
 
     async def _engine(self) -> None:
         from swarm_tui.commands.execute import execute
@@ -196,6 +210,9 @@ class StoreSource:
     async def close(self) -> None:
         if self.conn is not None:
             await self.conn.close()
+            self.conn = None
+
+    shutdown = close
 
     async def snapshot(self) -> Snapshot | None:
         assert self.conn is not None and self.run_id is not None

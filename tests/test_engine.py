@@ -232,10 +232,11 @@ async def test_latency_starts_when_the_request_hits_the_wire(sim_factory):
     """The aiohttp trace hook moves sent_at to the socket write; the gap is booked as queue."""
 
     class Sink:
-        live_chars = 0
-
         def on_first_token(self, at: float) -> None:
             self.first = at
+
+        def on_progress(self, chars: int, at: float) -> None:
+            self.chars = chars
 
     server = sim_factory(profile="fixed:50")
     async with client_for(server) as gw:
@@ -249,3 +250,16 @@ async def test_latency_starts_when_the_request_hits_the_wire(sim_factory):
         assert 45 <= res.latency_ms < 200
     # a burst of 30: the later requests waited on the client before reaching the wire
     assert max(r.send_delay_ms for r in results) > min(r.send_delay_ms for r in results)
+
+
+async def test_long_streams_emit_throttled_progress_events(sim_factory):
+    server = sim_factory(profile="fixed:2600", chunks=40)
+    rec = Recorder()
+    async with client_for(server) as gw:
+        runner = make_runner(gw, tasks(3, max_tokens=400), consumers=[rec])
+        await runner.run()
+    progress = rec.kinds(ev.PROGRESS)
+    per_agent = Counter(e[1] for e in progress)
+    # ~1.7 s of streaming after the first token: one or two events each, never one per chunk
+    assert set(per_agent) == {"t0", "t1", "t2"}
+    assert all(1 <= n <= 2 for n in per_agent.values())

@@ -141,8 +141,11 @@ async def test_readonly_console_changes_nothing(cfg, tmp_path):
         await pilot.pause(0.5)
         assert not runner.paused and runner.limit == 20 and not runner.cancelled
         assert not isinstance(app.screen, ConfirmScreen)
-        await pilot.press("q")  # readonly: no question, the run is not ours to stop
-    assert app.return_code == 0
+        await pilot.press("q")  # the run lives in this process: quitting stops it, so ask
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("y")
+        await wait_for(lambda: app.return_code is not None, 20)
+    assert app.return_code == 130 and runner.cancelled
 
 
 async def test_keymap_rebinds_actions():
@@ -231,3 +234,77 @@ async def test_watch_follows_another_process_and_obeys_write(cfg, tmp_path):
     snap = await final.snapshot()
     assert snap.status == "finished" and snap.done == 1500
     await final.close()
+
+
+async def test_demo_key_starts_a_swarm_from_the_bare_console(cfg, tmp_path):
+    from swarm_tui.workload import demo_tasks as demo
+
+    db = tmp_path / "runs.db"
+
+    def start() -> LiveSource:
+        opts = RunOptions(sim=SimSettings(profile="fixed:50", rate_429=0, rate_503=0))
+        return LiveSource(cfg, opts, demo(100), db)
+
+    app = SwarmApp(None, start_source=start, db_path=db, refresh_s=0.1, idle_message="press d")
+    async with app.run_test() as pilot:
+        await pilot.pause(0.2)
+        assert app.source is None
+        await pilot.press("d")
+        assert isinstance(app.source, LiveSource)
+        await wait_for(lambda: app.snapshot is not None and app.snapshot.status == "finished", 20)
+        assert app.snapshot.done == 100 and app.snapshot.simulated
+        await pilot.press("d")  # a second demo is refused while one is loaded
+        await pilot.press("q")
+    assert app.return_code == 0
+
+
+async def test_grid_navigation_keys():
+    app = SwarmApp(FixedSource(mid_run_snapshot(1000)), refresh_s=10)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause(0.2)
+        await app.tick()
+        grid = app.screen.query_one(AgentGrid)
+        cols = grid.columns
+        assert cols == 39 and grid.cursor == 0  # 80 columns less the scrollbar
+        await pilot.press("right", "right", "down")
+        assert grid.cursor == 2 + cols
+        await pilot.press("left", "up")
+        assert grid.cursor == 1
+        await pilot.press("pagedown")
+        assert grid.cursor == 1 + cols * grid.size.height
+        await pilot.press("end")
+        assert grid.cursor == 999 and grid.scroll_offset.y > 0  # scrolled to the last row
+        await pilot.press("pageup", "home")
+        assert grid.cursor == 0 and grid.scroll_offset.y == 0
+
+
+async def test_history_replays_and_compares_stored_runs(stored_runs_db):
+    from swarm_tui.ui.screens import TextScreen
+
+    app = SwarmApp(None, db_path=stored_runs_db, refresh_s=0.1)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("h")
+        await pilot.pause(0.3)
+        assert isinstance(app.screen, RunsScreen)
+        await pilot.press("m", "down", "c")
+        await pilot.pause(0.3)
+        assert isinstance(app.screen, TextScreen)
+        assert "latency p95" in app.screen.text and "change" in app.screen.text
+        await pilot.press("escape")
+        await pilot.press("enter")  # replay the selected run from its rows
+        await wait_for(lambda: app.snapshot is not None)
+        assert app.snapshot.source == "replay" and app.snapshot.status == "finished"
+
+
+def test_dashboard_no_color(snap_compare, monkeypatch):
+    """NO_COLOR: Textual renders monochrome; the grid's glyphs still tell the states apart."""
+    monkeypatch.setenv("NO_COLOR", "1")
+
+    async def settle(pilot):
+        await pilot.pause(0.2)
+        await pilot.app.tick()
+        await pilot.pause(0.1)
+
+    app = SwarmApp(FixedSource(mid_run_snapshot()), refresh_s=10)
+    assert app.no_color
+    assert snap_compare(app, terminal_size=(80, 24), run_before=settle)

@@ -82,3 +82,6 @@ class FixedSource:
     async def control(self, command: str, arg: str | None = None) -> bool:
         self.commands.append((command, arg))
         return True
+
+    async def shutdown(self) -> None:
+        self.active = False

@@ -177,8 +177,12 @@ class LiveMetrics:
         return tuple(by_sec.get(s, 0) for s in range(now - SPARK_SECONDS + 1, now + 1))
 
     def calls_per_s(self, window: int = 5) -> float:
+        """Completions per second over the last `window` whole seconds (fewer at the start)."""
         now = int(time.monotonic() - self._start)
-        return sum(n for s, n in self._per_second if now - window <= s < now) / window
+        span = min(window, now)
+        if span <= 0:
+            return 0.0
+        return sum(n for s, n in self._per_second if now - span <= s < now) / span
 
 
 def live_snapshot(runner, metrics: LiveMetrics, *, run_id: str, simulated: bool,

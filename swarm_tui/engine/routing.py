@@ -8,8 +8,7 @@ from typing import Protocol
 from swarm_tui.config import RoutingConfig
 from swarm_tui.workload import Task
 
-BASELINE = "baseline"
-CANDIDATE = "candidate"
+BASELINE = "baseline"  # the bucket of every task until a canary splits traffic
 
 
 def canary_slot(user_id: str) -> int:

@@ -210,6 +210,9 @@ class SwarmRunner:
     def first_token(self, agent: Agent, at: float) -> None:
         self.emit(ev.FIRST_TOKEN, agent, agent.attempts[-1])
 
+    def progress(self, agent: Agent) -> None:
+        self.emit(ev.PROGRESS, agent, agent.attempts[-1], str(agent.live_chars // 4))
+
     async def _attempt(self, agent: Agent, attempt: Attempt, gw: GatewayClient, slot) -> None:
         task = agent.task
         try:

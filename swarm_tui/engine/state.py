@@ -16,6 +16,8 @@ SUCCEEDED = "succeeded"
 FAILED = "failed"
 CANCELLED = "cancelled"
 
+PROGRESS_EVERY_S = 1.0  # long streams report progress; short calls never need to
+
 FINAL_STATES = frozenset({SUCCEEDED, FAILED, CANCELLED})
 STATES = (QUEUED, RUNNING, STREAMING, RETRYING, SUCCEEDED, FAILED, CANCELLED)
 
@@ -73,6 +75,7 @@ class Agent:
     response_text: str | None = None
     finished_ms: float | None = None
     cancel_requested: bool = False
+    progress_at: float = 0.0     # perf_counter of the last progress event
     handle: asyncio.Task[None] | asyncio.TimerHandle | None = field(default=None, repr=False)
     runner: Any = field(default=None, repr=False)
 
@@ -86,4 +89,12 @@ class Agent:
 
     def on_first_token(self, at: float) -> None:
         self.state = STREAMING
+        self.progress_at = at
         self.runner.first_token(self, at)
+
+    def on_progress(self, chars: int, at: float) -> None:
+        """Per chunk: keep the live count; emit a progress event at most once a second."""
+        self.live_chars = chars
+        if at - self.progress_at >= PROGRESS_EVERY_S:
+            self.progress_at = at
+            self.runner.progress(self)

@@ -32,9 +32,9 @@ _INCLUDE_USAGE = {"include_usage": True}
 class AttemptSink(Protocol):
     """Where a call reports live progress (the engine's agent record)."""
 
-    live_chars: int
-
     def on_first_token(self, at: float) -> None: ...
+
+    def on_progress(self, chars: int, at: float) -> None: ...
 
 
 @dataclass(slots=True)
@@ -223,13 +223,13 @@ class GatewayClient:
                 delta = choice.get("delta")
                 content = delta.get("content") if delta else None
                 if content:
+                    now = time.perf_counter()
                     if res.ttft_ms is None:
-                        now = time.perf_counter()
                         res.ttft_ms = (now - res.sent_at) * 1000.0
                         sink.on_first_token(now)
                     parts.append(content)
                     chars += len(content)
-                    sink.live_chars = chars
+                    sink.on_progress(chars, now)
                 if choice.get("finish_reason") is not None:
                     res.finish_reason = choice["finish_reason"]
         res.text = "".join(parts)

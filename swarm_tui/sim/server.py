@@ -89,15 +89,14 @@ def running_sim(settings: SimSettings | None = None) -> Iterator[SimServer]:
         server.stop()
 
 
-def serve_forever(settings: SimSettings, host: str, port: int, ready: bool = True) -> None:
+def serve_forever(settings: SimSettings, host: str, port: int) -> None:
     """Foreground server for `swarm-tui sim`; prints the base URL once listening."""
     sock = _bind(host, port)
     app = SimApp(settings)
     server = uvicorn.Server(_config(app, "warning"))
-    if ready:
-        bound = sock.getsockname()
-        print(f"swarm-tui simulator (SIMULATED) on http://{bound[0]}:{bound[1]}/v1 "
-              f"profile={settings.profile}", flush=True)
+    bound = sock.getsockname()
+    print(f"swarm-tui simulator (SIMULATED) on http://{bound[0]}:{bound[1]}/v1 "
+          f"profile={settings.profile}", flush=True)
     server.run(sockets=[sock])
 
 

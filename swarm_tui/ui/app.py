@@ -131,6 +131,10 @@ class SwarmApp(App[int]):
         self.set_interval(self.refresh_s, self.tick)
         self.call_later(self.tick)
 
+    async def on_unmount(self) -> None:
+        if self.source is not None:
+            await self.source.shutdown()
+
     def _start(self, source) -> None:
         self.source = source
         if hasattr(source, "run"):
@@ -323,9 +327,15 @@ class SwarmApp(App[int]):
             return
         self.pop_screen()
         self.snapshot = None
+        previous = self.source
+        if previous is not None:
+            self.run_worker(previous.shutdown(), name="close-previous")
         self._start(StoreSource(self.db_path, run_id, replay=True))
 
-    async def _compare(self, a: str, b: str) -> None:
+    def _compare(self, a: str, b: str) -> None:
+        self.run_worker(self._show_compare(a, b), name="compare")
+
+    async def _show_compare(self, a: str, b: str) -> None:
         from swarm_tui.commands.history import compare_table, run_summary
         from swarm_tui.store.db import open_db
         from swarm_tui.store.runs import get_run
@@ -339,15 +349,15 @@ class SwarmApp(App[int]):
         self.push_screen(TextScreen(compare_table(sa, sb)))
 
     def action_request_quit(self) -> None:
-        if not self.run_active or self.readonly or getattr(self.source, "kind", "") != "live":
+        # A live run cannot outlive this process, so quitting stops it: always ask first
+        # (even read-only). Watching another process's run just detaches.
+        if not self.run_active or getattr(self.source, "kind", "") != "live":
             self.exit(0)
             return
 
         async def answer(yes: bool | None) -> None:
             if yes:
-                await self.source.control("cancel")
-                if self._worker is not None:
-                    await self._worker.wait()  # results flushed before we leave
+                await self.source.shutdown()  # cancelled, results flushed, then we leave
                 self.exit(130, return_code=130)
 
         self.push_screen(ConfirmScreen("A run is active. Cancel it and quit? "

@@ -138,6 +138,10 @@ class RunsScreen(Screen[None]):
         if run_id:
             self.on_open(run_id)
 
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()  # the table consumes enter itself; it means "replay this run"
+        self.action_open()
+
     def action_mark(self) -> None:
         self.marked = self._current()
         self.notify(f"marked {self.marked}; move to another run and press c")
