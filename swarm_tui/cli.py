@@ -261,6 +261,13 @@ def _console(args: argparse.Namespace, cfg, **kw) -> int:
         gw = cfg.settings.gateways.get(getattr(args, "gateway", None)
                                        or cfg.settings.default_gateway or "")
         theme = gw.theme if gw else None
+    from swarm_tui.ui.themes import load_themes
+
+    known = load_themes()  # a bad theme file or name: one line here, not a UI traceback
+    if theme is not None and theme not in known:
+        raise UserError(f"theme {theme}: unknown (known: {', '.join(sorted(known))})")
+    if args.refresh is not None and not 0.05 <= args.refresh <= 10:
+        raise UserError("--refresh: between 0.05 and 10 seconds")
     app = SwarmApp(refresh_s=args.refresh or ui.refresh_s, theme=theme, keymap=ui.keys,
                    readonly=args.readonly, **kw)
     code = app.run()

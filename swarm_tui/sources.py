@@ -199,13 +199,18 @@ class StoreSource:
         if self.conn is not None:
             return
         self.conn = await open_db(self.db_path, create=False)
-        if self.run_id is None:
-            runs = [r for r in await list_runs(self.conn, 20)
-                    if r.effective_status() == "running"]
-            if not runs:
-                raise UserError(f"database {self.db_path}: no running run to watch "
-                                "(give a RUN_ID, see `swarm-tui runs`)")
-            self.run_id = runs[0].id
+        try:
+            if self.run_id is None:
+                runs = [r for r in await list_runs(self.conn, 20)
+                        if r.effective_status() == "running"]
+                if not runs:
+                    raise UserError(f"database {self.db_path}: no running run to watch "
+                                    "(give a RUN_ID, see `swarm-tui runs`)")
+                self.run_id = runs[0].id
+            await get_run(self.conn, self.run_id, self.db_path)  # unknown id: one line
+        except BaseException:
+            await self.close()  # aiosqlite's thread would keep the process alive
+            raise
 
     async def close(self) -> None:
         if self.conn is not None:

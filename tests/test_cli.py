@@ -120,3 +120,16 @@ def test_run_against_a_configured_gateway_in_another_process(tmp_path):
 def test_bad_sim_flags():
     r = swarm("run", "--demo", "2", "--headless", "--sim-profile", "fixed:-3")
     assert_one_line_error(r, 2, "simulator flags", "profile")
+
+
+@pytest.mark.usefixtures("no_user_config")
+def test_watch_errors_are_one_line_before_the_console_starts(tmp_path):
+    db = tmp_path / "w.db"
+    swarm("run", "--demo", "2", "--headless", "--quiet", "--db", str(db))
+    r = swarm("watch", "--db", str(db), timeout=30)
+    assert_one_line_error(r, 2, "no running run to watch")
+    r = swarm("watch", "nope", "--db", str(db), timeout=30)
+    assert_one_line_error(r, 2, "run nope: not found")
+    run_id = json.loads(swarm("runs", "--json", "--db", str(db)).stdout)[0]["id"]
+    r = swarm("watch", run_id, "--theme", "nope", "--db", str(db), timeout=30)
+    assert_one_line_error(r, 2, "theme nope: unknown")
