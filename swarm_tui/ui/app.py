@@ -159,8 +159,8 @@ class SwarmApp(App[int]):
 
     def render_snapshot(self) -> None:
         screen = self.screen
-        if not isinstance(screen, Dashboard):
-            return
+        if not isinstance(screen, Dashboard) or not screen.query(StatusBar):
+            return  # not composed yet (a tick can come first)
         s = self.snapshot
         idle = self.idle_message if self.source is None else "starting…"
         screen.query_one(StatusBar).show(s, idle if s is None else "")
