@@ -28,7 +28,7 @@ from swarm_tui.engine.summary import summarize
 from swarm_tui.errors import UserError
 from swarm_tui.session import RunOptions, RunSession
 from swarm_tui.store.db import open_db
-from swarm_tui.store.runs import RunRecord, StoredTask, get_run, list_runs, new_run_id
+from swarm_tui.store.runs import RunRecord, get_run, list_runs, new_run_id, task_rows
 from swarm_tui.workload import Task
 
 
@@ -222,14 +222,7 @@ class StoreSource:
     async def snapshot(self) -> Snapshot | None:
         assert self.conn is not None and self.run_id is not None
         self.record = run = await get_run(self.conn, self.run_id, self.db_path)
-        async with self.conn.execute(
-                "SELECT seq, task_id, state, model, gateway, bucket, latency_ms, ttft_ms, "
-                "queue_ms, tokens_in, tokens_out, cached_in, usage_estimated, cost_usd, "
-                "error_class, attempts FROM task_results WHERE run_id=? ORDER BY seq",
-                (self.run_id,)) as cur:
-            rows = list(await cur.fetchall())
-        stored = [StoredTask(r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], r[10], r[11],
-                             bool(r[12]), r[13], r[14]) for r in rows]
+        stored = await task_rows(self.conn, self.run_id)
         s = summarize(stored, run_id=run.id, sla=run.sla, wall_ms=run.wall_ms,
                       status=run.effective_status(), simulated=run.simulated)
         status = run.effective_status()
@@ -243,8 +236,8 @@ class StoreSource:
             status = "paused"
         elapsed = (time.time() - run.started_at) if self.active else run.wall_ms / 1000
         counts = dict.fromkeys(STATES, 0)
-        for r in rows:
-            counts[r[2]] = counts.get(r[2], 0) + 1
+        for t in stored:
+            counts[t.state] = counts.get(t.state, 0) + 1
         hist = [0] * (len(HIST_EDGES_MS) + 1)
         for t in stored:
             if t.state == "succeeded" and t.latency_ms is not None:
@@ -258,8 +251,8 @@ class StoreSource:
                     f"wait {w or 0:.2f}s" for a, q, n, c, sc, w in reversed(errs))
         per_task = s.cost_per_task_usd
         tpd = int(run.config.get("settings", {}).get("tasks_per_day", 12000))
-        cells = tuple(AgentCell(r[0], r[1], r[2], r[3], r[5], r[6], r[13], r[15], r[14])
-                      for r in rows)
+        cells = tuple(AgentCell(t.seq, t.task_id, t.state, t.model, t.bucket, t.latency_ms,
+                                t.cost_usd, t.attempts, t.error_class) for t in stored)
         return Snapshot(
             run_id=run.id, simulated=run.simulated,
             gateways=tuple(run.config.get("gateways", {}) or (run.config.get("gateway", "?"),)),

@@ -16,7 +16,7 @@ from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 
-from swarm_tui.engine.live import Snapshot
+from swarm_tui.engine.live import AgentCell, Snapshot
 from swarm_tui.errors import UserError
 from swarm_tui.ui.filtering import SORTS, FilterError, parse_filter, sort_cells
 from swarm_tui.ui.grid import AgentGrid
@@ -107,6 +107,7 @@ class SwarmApp(App[int]):
         self.idle_message = idle_message
         self.frozen = False
         self.filter_text = ""
+        self._filter: Callable[[AgentCell], bool] | None = None  # parsed once per change
         self.sort_order = SORTS[0]
         self.snapshot: Snapshot | None = None
         self.message = ""
@@ -168,11 +169,8 @@ class SwarmApp(App[int]):
         if s is None:
             return
         cells = list(s.agents)
-        if self.filter_text:
-            try:
-                cells = [c for c in cells if parse_filter(self.filter_text)(c)]
-            except FilterError as e:
-                self.message = str(e)
+        if self._filter is not None:
+            cells = [c for c in cells if self._filter(c)]
         cells = sort_cells(cells, self.sort_order)
         screen.query_one(AgentGrid).update_cells(tuple(cells))
         screen.query_one(EventLog).feed(s.log)
@@ -263,7 +261,12 @@ class SwarmApp(App[int]):
     def on_input_submitted(self, event: Input.Submitted) -> None:
         self.filter_text = event.value.strip()
         event.input.remove_class("visible")
-        self.message = f"filter: {self.filter_text}" if self.filter_text else ""
+        try:
+            self._filter = parse_filter(self.filter_text) if self.filter_text else None
+            self.message = f"filter: {self.filter_text}" if self.filter_text else ""
+        except FilterError as e:
+            self._filter = None
+            self.message = str(e)
         self.screen.query_one(AgentGrid).focus()
         self.render_snapshot()
 
@@ -273,6 +276,7 @@ class SwarmApp(App[int]):
         box = self.screen.query_one("#filter", Input)
         box.remove_class("visible")
         self.filter_text = ""
+        self._filter = None
         self.message = ""
         self.screen.query_one(AgentGrid).focus()
         self.render_snapshot()
