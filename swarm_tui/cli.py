@@ -126,6 +126,10 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--format", choices=["csv", "jsonl"], default="jsonl")
     export.add_argument("--out", metavar="FILE", help="default: standard output")
 
+    from swarm_tui.commands import canary
+
+    canary.add_parser(sub, _common)
+
     sim = sub.add_parser("sim", help="serve the simulator gateway for any OpenAI client")
     _common(sim)
     sim.add_argument("--host", default="127.0.0.1")
@@ -446,6 +450,14 @@ async def _export(conn, path, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_canary(args: argparse.Namespace) -> int:
+    from swarm_tui.commands import canary
+
+    cfg = load_config(args.config)
+    canary.canary_config(cfg)  # no canary configured: say so before touching the database
+    return run_async(_with_db(args, canary.run, cfg, args))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -454,7 +466,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK
     handlers = {"run": cmd_run, "sim": cmd_sim, "resume": cmd_resume, "runs": cmd_runs,
                 "report": cmd_report, "export": cmd_export, "watch": cmd_watch,
-                None: cmd_console}
+                "canary": cmd_canary, None: cmd_console}
     try:
         return handlers[args.command](args)
     except UserError as e:

@@ -5,13 +5,23 @@ No config file at all means the built-in simulator (labelled SIMULATED).
 
 from __future__ import annotations
 
+import itertools
 import os
+import re
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import platformdirs
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from swarm_tui.errors import UserError
@@ -76,6 +86,76 @@ class PriceOverride(_Strict):
     checked: str | None = None
 
 
+def parse_duration(v: object) -> float:
+    """Seconds from a number or a string like "24h", "30m", "90s", "1.5s"."""
+    if isinstance(v, bool):
+        raise ValueError("a duration is a number of seconds or a string like 24h / 30m / 90s")
+    if isinstance(v, int | float):
+        seconds = float(v)
+    elif isinstance(v, str):
+        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*", v)
+        if not m:
+            raise ValueError(f"'{v}' is not a duration (use e.g. 24h, 30m, 90s)")
+        seconds = float(m.group(1)) * _UNITS[m.group(2) or "s"]
+    else:
+        raise ValueError("a duration is a number of seconds or a string like 24h / 30m / 90s")
+    if seconds <= 0:
+        raise ValueError("a duration must be positive")
+    return seconds
+
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+Duration = Annotated[float, BeforeValidator(parse_duration)]
+
+
+class CanaryGates(_Strict):
+    p95_ms: PosFloat = 350.0
+    min_success: Annotated[float, Field(ge=0, le=1)] = 0.99
+    cost_tolerance: Annotated[float, Field(ge=0)] = 0.10  # candidate $/task ≤ baseline × (1+tol)
+    max_p95_ratio: PosFloat | None = None  # optional: candidate p95 ≤ baseline p95 × ratio
+
+
+class CanaryConfig(_Strict):
+    """A baseline and a candidate gateway; traffic moves by user hash, stage by stage."""
+
+    enabled: bool = True
+    baseline: str
+    candidate: str
+    stages: list[Annotated[int, Field(ge=1, le=100)]] = Field(
+        default_factory=lambda: [5, 25, 50, 100])
+    bake: Duration | list[Duration] = 86_400.0  # per stage: one value, or one per stage
+    mode: Literal["manual", "auto"] = "manual"
+    min_samples: Annotated[int, Field(ge=1)] = 100
+    failure_limit: Annotated[int, Field(ge=1)] = 3
+    interval: Duration = 10.0   # how often the running process evaluates the gates
+    window: Duration = 900.0    # the rolling window shown next to the stage's figures
+    gates: CanaryGates = Field(default_factory=CanaryGates)
+
+    @field_validator("stages")
+    @classmethod
+    def _increasing(cls, v: list[int]) -> list[int]:
+        if not v or any(b <= a for a, b in itertools.pairwise(v)) or v[-1] != 100:
+            raise ValueError("must be strictly increasing percentages ending at 100")
+        return v
+
+    @model_validator(mode="after")
+    def _bake_per_stage(self) -> CanaryConfig:
+        if isinstance(self.bake, list) and len(self.bake) != len(self.stages):
+            raise ValueError(f"bake: {len(self.bake)} values for {len(self.stages)} stages")
+        if self.baseline == self.candidate:
+            raise ValueError("baseline and candidate must be different gateways")
+        return self
+
+    @property
+    def name(self) -> str:
+        return f"{self.baseline}->{self.candidate}"
+
+    def bake_s(self, stage: int) -> float:
+        if isinstance(self.bake, list):
+            return self.bake[min(max(stage, 0), len(self.bake) - 1)]
+        return self.bake
+
+
 class UiConfig(_Strict):
     theme: str | None = None        # default swarm-dark; a gateway's own theme wins
     refresh_s: Annotated[float, Field(ge=0.05, le=10)] = 0.25
@@ -100,6 +180,7 @@ class Settings(BaseSettings):
     prices_file: Path | None = None
     prices: dict[str, PriceOverride] = Field(default_factory=dict)
     ui: UiConfig = Field(default_factory=UiConfig)
+    canary: CanaryConfig | None = None
 
     @classmethod
     def settings_customise_sources(
@@ -188,6 +269,11 @@ def load_config(cli_path: str | None = None) -> LoadedConfig:
         raise UserError(format_validation_error(place, e)) from None
     if settings.default_gateway and settings.default_gateway not in settings.gateways:
         raise UserError(f"{place}: default_gateway: no gateway named '{settings.default_gateway}'")
+    if settings.canary is not None:
+        for role in ("baseline", "candidate"):
+            gw = getattr(settings.canary, role)
+            if gw not in settings.gateways:
+                raise UserError(f"{place}: canary.{role}: no gateway named '{gw}'")
     base_dir = path.parent if path else Path.cwd()
     prices_file = settings.prices_file
     if prices_file is not None and not prices_file.is_absolute():

@@ -10,9 +10,9 @@ import secrets
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from swarm_tui.config import SIM_GATEWAY, GatewayConfig, LoadedConfig
+from swarm_tui.config import SIM_GATEWAY, CanaryConfig, GatewayConfig, LoadedConfig
 from swarm_tui.engine.events import Consumer
-from swarm_tui.engine.routing import SingleGateway
+from swarm_tui.engine.routing import CanaryRouter, Router, SingleGateway
 from swarm_tui.engine.runner import RunPolicy, SwarmRunner
 from swarm_tui.engine.summary import RunSummary, summarize
 from swarm_tui.errors import UserError
@@ -72,14 +72,20 @@ class RunSession:
         self.cfg = cfg
         self.opts = opts
         self.sim: SimProcess | None = None
-        self.gateway_name = pick_gateway_name(cfg, opts.gateway)
-        self.simulated = self.gateway_name == SIM_GATEWAY
         s = cfg.settings
+        # A configured canary splits traffic unless the run names one gateway explicitly.
+        self.canary: CanaryConfig | None = (
+            s.canary if s.canary is not None and s.canary.enabled and not opts.gateway else None)
+        self.gateway_name = (self.canary.baseline if self.canary
+                             else pick_gateway_name(cfg, opts.gateway))
+        self.simulated = self.gateway_name == SIM_GATEWAY
         self.concurrency = opts.concurrency or s.concurrency
         if not self.simulated:
             gw_cfg = s.gateways[self.gateway_name]
             self.concurrency = min(self.concurrency, gw_cfg.max_concurrency)
         self.gateways: dict[str, GatewayClient] = {}
+        self.router: Router = (CanaryRouter(self.canary.baseline, self.canary.candidate)
+                               if self.canary else SingleGateway(self.gateway_name))
         self.runner: SwarmRunner | None = None
 
     def open(self) -> None:
@@ -99,14 +105,16 @@ class RunSession:
                 simulated=True, transport=self.opts.transport,
             )
             return
-        gw = s.gateways[self.gateway_name]
-        self.gateways[self.gateway_name] = GatewayClient(
-            self.gateway_name, gw.base_url,
-            gateway_keys(self.gateway_name, gw, self.opts.insecure_key_file),
-            pool=max(self.concurrency, gw.max_concurrency), timeout_s=gw.timeout_s,
-            stream=gw.stream if self.opts.stream is None else self.opts.stream,
-            pinned_model=gw.model, transport=self.opts.transport,
-        )
+        names = ([self.canary.baseline, self.canary.candidate] if self.canary
+                 else [self.gateway_name])
+        for name in names:
+            gw = s.gateways[name]
+            self.gateways[name] = GatewayClient(
+                name, gw.base_url, gateway_keys(name, gw, self.opts.insecure_key_file),
+                pool=max(self.concurrency, gw.max_concurrency), timeout_s=gw.timeout_s,
+                stream=gw.stream if self.opts.stream is None else self.opts.stream,
+                pinned_model=gw.model, transport=self.opts.transport,
+            )
 
     async def preflight(self) -> None:
         if self.opts.preflight:
@@ -122,7 +130,7 @@ class RunSession:
             forced = {"model": self.opts.model}
             tasks = [t if t.model else t.model_copy(update=forced) for t in tasks]
         policy = RunPolicy(self.concurrency, s.retry, s.routing, s.default_model)
-        self.runner = SwarmRunner(tasks, self.gateways, SingleGateway(self.gateway_name), policy,
+        self.runner = SwarmRunner(tasks, self.gateways, self.router, policy,
                                   self.cfg.prices, consumers, seed=self.opts.seed, seqs=seqs,
                                   prior_attempts=prior_attempts)
         return self.runner

@@ -13,6 +13,7 @@ from typing import Any
 
 import aiosqlite
 
+from swarm_tui.canary.controller import CanaryController
 from swarm_tui.config import LoadedConfig, SlaConfig
 from swarm_tui.engine.live import (
     HIST_EDGES_MS,
@@ -76,6 +77,7 @@ class LiveSource:
         self.metrics = LiveMetrics()
         self.runner: SwarmRunner | None = None
         self.session: RunSession | None = None
+        self.canary: CanaryController | None = None
         self.outcome = None
         self.error: str | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -108,8 +110,9 @@ class LiveSource:
 
         self.loop = asyncio.get_running_loop()
 
-        def attach(runner: SwarmRunner, session: RunSession) -> None:
-            self.runner, self.session = runner, session
+        def attach(runner: SwarmRunner, session: RunSession,
+                   canary: CanaryController | None) -> None:
+            self.runner, self.session, self.canary = runner, session, canary
 
         try:
             conn = await open_db(self.db_path)

@@ -11,8 +11,10 @@ from typing import Any
 
 import aiosqlite
 
+from swarm_tui.canary.controller import CanaryController
 from swarm_tui.config import LoadedConfig
-from swarm_tui.engine.events import Consumer
+from swarm_tui.engine.events import CONTROL, Consumer
+from swarm_tui.engine.routing import CanaryRouter
 from swarm_tui.engine.runner import SwarmRunner
 from swarm_tui.engine.summary import RunSummary
 from swarm_tui.headless import run_with_progress
@@ -57,14 +59,20 @@ async def execute(
     tasks: list[Task], run_id: str, *, show_progress: bool,
     seqs: list[int] | None = None, prior_attempts: list[int] | None = None,
     consumers: Iterable[Consumer] = (),
-    on_start: Callable[[SwarmRunner, RunSession], None] | None = None,
+    on_start: Callable[[SwarmRunner, RunSession, CanaryController | None], None] | None = None,
 ) -> Outcome:
     """Build the session, store the run, run it, and return the summary read back from
     the store, so `run` and `report` print the same figures for the same run."""
     session = RunSession(cfg, opts)
+    canary: CanaryController | None = None
     try:
         session.open()
         await session.preflight()
+        if session.canary is not None:
+            assert isinstance(session.router, CanaryRouter)
+            # Before the runner exists: every task is routed at the stored percentage.
+            canary = CanaryController(session.canary, session.router, db_path)
+            await canary.open()
         runner = session.make_runner(tasks, consumers, seqs=seqs, prior_attempts=prior_attempts)
         if seqs is None:
             await create_run(conn, run_id, runner, name=opts.name, simulated=session.simulated,
@@ -78,14 +86,20 @@ async def execute(
         writer = StoreWriter(conn, db_path, run_id, runner)
         writer.log_event("session_started", None)
         writer.start()
+        if canary is not None:
+            canary.on_change = lambda msg: runner.emit(CONTROL, detail=msg)
+            await canary.evaluate()
+            canary.start()
         if on_start is not None:
-            on_start(runner, session)
+            on_start(runner, session, canary)
         try:
             interrupted = await run_with_progress(runner, show=show_progress)
         finally:
             await writer.close("cancelled" if runner.cancelled else "finished")
             gc.unfreeze()
     finally:
+        if canary is not None:
+            await canary.close()
         await session.aclose()
     if writer.error:
         print(f"swarm-tui: warning: results not fully stored: {writer.error}", file=sys.stderr)

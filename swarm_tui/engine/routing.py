@@ -9,6 +9,7 @@ from swarm_tui.config import RoutingConfig
 from swarm_tui.workload import Task
 
 BASELINE = "baseline"  # the bucket of every task until a canary splits traffic
+CANDIDATE = "candidate"
 
 
 def canary_slot(user_id: str) -> int:
@@ -36,14 +37,43 @@ def fallback_chain(model: str, routing: RoutingConfig) -> list[str]:
 
 
 class Router(Protocol):
+    # Bumped whenever routing changes: a task not yet sent is routed again at dispatch.
+    version: int
+
     def route(self, task: Task) -> tuple[str, str]:
         """(gateway name, bucket)."""
         ...
 
 
 class SingleGateway:
+    version = 0
+
     def __init__(self, gateway: str) -> None:
         self.gateway = gateway
 
     def route(self, task: Task) -> tuple[str, str]:
         return self.gateway, BASELINE
+
+
+class CanaryRouter:
+    """The team's split: a user goes to the candidate when canary_slot(user) < pct.
+
+    Raising pct only adds slots, so no user ever moves back to the baseline while a
+    canary is promoted. Tasks without a user id use the task id (Task.user_key).
+    """
+
+    def __init__(self, baseline: str, candidate: str, pct: int = 0) -> None:
+        self.baseline = baseline
+        self.candidate = candidate
+        self.pct = pct
+        self.version = 0
+
+    def set_pct(self, pct: int) -> None:
+        if pct != self.pct:
+            self.pct = pct
+            self.version += 1
+
+    def route(self, task: Task) -> tuple[str, str]:
+        if canary_slot(task.routing_user) < self.pct:
+            return self.candidate, CANDIDATE
+        return self.baseline, BASELINE

@@ -62,7 +62,8 @@ class SwarmRunner:
         self.prices = prices
         self.consumers = list(consumers)
         self.rng = random.Random(seed)
-        self.agents = [self._agent(i, t, router) for i, t in enumerate(tasks)]
+        self.router = router
+        self.agents = [self._agent(i, t) for i, t in enumerate(tasks)]
         for agent, seq in zip(self.agents, seqs or (), strict=False):
             agent.seq = seq
         for agent, prior in zip(self.agents, prior_attempts or (), strict=False):
@@ -82,15 +83,24 @@ class SwarmRunner:
         self._retry_ready: deque[Agent] = deque()
         self._wake = asyncio.Event()
 
-    def _agent(self, i: int, task: Task, router: Router) -> Agent:
-        gw_name, bucket = router.route(task)
-        gw = self.gateways[gw_name]
-        model = choose_model(task, self.policy.routing, self.policy.default_model, gw.pinned_model)
+    def _agent(self, i: int, task: Task) -> Agent:
         messages = [{"role": "user", "content": task.prompt}]
         if task.system:
             messages.insert(0, {"role": "system", "content": task.system})
-        return Agent(i, i, task, model, gw_name, bucket,
-                     fallback_chain(model, self.policy.routing), messages, runner=self)
+        agent = Agent(i, i, task, "", "", "", [], messages, runner=self)
+        self._route(agent)
+        return agent
+
+    def _route(self, agent: Agent) -> None:
+        """Gateway, bucket and model for a task's first send. A canary stage change
+        re-routes tasks not yet sent (a retry stays on its gateway: same user, same side)."""
+        gw_name, agent.bucket = self.router.route(agent.task)
+        agent.gateway = gw_name
+        agent.route_version = self.router.version
+        pinned = self.gateways[gw_name].pinned_model
+        agent.model = choose_model(agent.task, self.policy.routing, self.policy.default_model,
+                                   pinned)
+        agent.fallbacks = fallback_chain(agent.model, self.policy.routing)
 
     # -- clock and events ------------------------------------------------------------------
     def now_ms(self) -> float:
@@ -189,6 +199,8 @@ class SwarmRunner:
         return None
 
     def _launch(self, agent: Agent) -> None:
+        if agent.route_version != self.router.version and not agent.attempts:
+            self._route(agent)
         gw = self.gateways[agent.gateway]
         slot = gw.pick_key()
         agent.state = RUNNING

@@ -121,6 +121,39 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX control_pending ON control(run_id, done_at);
     """,
+    # 2 -> 3: canary state (one row per baseline->candidate pair; survives restarts and is
+    # shared by every process on this database), its audit log, and time indexes for the
+    # per-stage / rolling-window analysis
+    """
+    CREATE TABLE canary (
+        name TEXT PRIMARY KEY,         -- "baseline->candidate"
+        baseline TEXT NOT NULL,
+        candidate TEXT NOT NULL,
+        status TEXT NOT NULL,          -- progressing | paused | aborted | complete
+        pct INTEGER NOT NULL,          -- share of users on the candidate
+        stage_started_at REAL NOT NULL,  -- the stage's analysis window starts here
+        bake_started_at REAL NOT NULL,   -- the bake timer (restarted by resume)
+        passing_since REAL,            -- all gates passing since (auto mode)
+        failures INTEGER NOT NULL DEFAULT 0,  -- consecutive failed evaluations
+        version INTEGER NOT NULL,      -- bumped on every change: compare-and-swap
+        updated_at REAL NOT NULL
+    );
+    CREATE TABLE canary_actions (
+        id INTEGER PRIMARY KEY,
+        name TEXT NOT NULL,
+        at REAL NOT NULL,
+        action TEXT NOT NULL,
+        actor TEXT NOT NULL,           -- OS user, or "auto"
+        source TEXT NOT NULL,          -- cli | console | auto
+        from_pct INTEGER, to_pct INTEGER,
+        from_status TEXT, to_status TEXT,
+        reason TEXT,
+        metrics_json TEXT              -- the figures and verdicts it was taken on
+    );
+    CREATE INDEX canary_actions_by_name ON canary_actions(name, at);
+    CREATE INDEX results_by_time ON results(finished_at);
+    CREATE INDEX attempts_by_time ON attempts(sent_at);
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

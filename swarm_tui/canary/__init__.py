@@ -1,0 +1,1 @@
+"""Canary rollouts: state, analysis, persistence and the auto-mode controller."""

@@ -1,0 +1,169 @@
+"""Per-bucket figures and the gates: pass / fail / inconclusive. Pure functions over rows.
+
+Task figures (latency, TTFT, tokens, cost) come from each task's final result.
+The success gate counts *calls* (every attempt), not tasks: retries turn a gateway
+answering 5 % 503s into ~100 % task success, hiding exactly what a canary is for.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from swarm_tui.config import CanaryGates
+from swarm_tui.engine.routing import BASELINE, CANDIDATE
+from swarm_tui.engine.summary import Percentiles
+
+PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
+Result = Literal["pass", "fail", "inconclusive"]
+
+# (bucket, state, latency_ms, ttft_ms, tokens_in, tokens_out, cost_usd)
+ResultRow = tuple[str, str, float | None, float | None, int, int, float | None]
+# (bucket, outcome, error_class)
+CallRow = tuple[str, str, str | None]
+
+
+class BucketFigures(BaseModel):
+    tasks: int = 0
+    succeeded: int = 0
+    calls: int = 0
+    call_errors: int = 0
+    latency_ms: Percentiles = Field(default_factory=Percentiles)
+    ttft_ms: Percentiles = Field(default_factory=Percentiles)
+    errors: dict[str, int] = Field(default_factory=dict)  # per call, by class
+    tokens_in_per_task: float | None = None
+    tokens_out_per_task: float | None = None
+    cost_per_task_usd: float | None = None  # None: no succeeded task, or an unpriced one
+    unpriced: int = 0
+
+    @property
+    def task_success(self) -> float | None:
+        return self.succeeded / self.tasks if self.tasks else None
+
+    @property
+    def call_success(self) -> float | None:
+        return (self.calls - self.call_errors) / self.calls if self.calls else None
+
+
+class Verdict(BaseModel):
+    gate: str
+    result: Result
+    detail: str
+
+
+class Analysis(BaseModel):
+    at: float
+    stage: dict[str, BucketFigures]
+    window: dict[str, BucketFigures]
+    window_s: float
+    verdicts: list[Verdict]
+
+    @property
+    def overall(self) -> Result:
+        results = {v.result for v in self.verdicts}
+        if FAIL in results:
+            return FAIL
+        return INCONCLUSIVE if INCONCLUSIVE in results else PASS
+
+
+def figures(results: Iterable[ResultRow], calls: Iterable[CallRow]) -> dict[str, BucketFigures]:
+    lat: dict[str, list[float]] = {BASELINE: [], CANDIDATE: []}
+    ttft: dict[str, list[float]] = {BASELINE: [], CANDIDATE: []}
+    acc: dict[str, dict[str, float]] = {}
+    for bucket, state, latency, first, t_in, t_out, cost in results:
+        a = acc.setdefault(bucket, dict.fromkeys(
+            ("tasks", "ok", "tin", "tout", "cost", "priced", "unpriced"), 0.0))
+        a["tasks"] += 1
+        if state != "succeeded":
+            continue
+        a["ok"] += 1
+        a["tin"] += t_in
+        a["tout"] += t_out
+        if latency is not None:
+            lat.setdefault(bucket, []).append(latency)
+        if first is not None:
+            ttft.setdefault(bucket, []).append(first)
+        if cost is None:
+            a["unpriced"] += 1
+        else:
+            a["cost"] += cost
+            a["priced"] += 1
+    errs: dict[str, Counter[str]] = {}
+    n_calls: Counter[str] = Counter()
+    for bucket, outcome, error_class in calls:
+        n_calls[bucket] += 1
+        if outcome != "ok":
+            errs.setdefault(bucket, Counter())[error_class or "other"] += 1
+    out: dict[str, BucketFigures] = {}
+    for bucket in (BASELINE, CANDIDATE):
+        a = acc.get(bucket)
+        e = errs.get(bucket, Counter())
+        f = BucketFigures(calls=n_calls[bucket], call_errors=sum(e.values()), errors=dict(e),
+                          latency_ms=Percentiles.of(lat[bucket]),
+                          ttft_ms=Percentiles.of(ttft[bucket]))
+        if a:
+            ok = int(a["ok"])
+            f.tasks, f.succeeded, f.unpriced = int(a["tasks"]), ok, int(a["unpriced"])
+            if ok:
+                f.tokens_in_per_task = a["tin"] / ok
+                f.tokens_out_per_task = a["tout"] / ok
+                if not a["unpriced"]:
+                    f.cost_per_task_usd = a["cost"] / ok
+        out[bucket] = f
+    return out
+
+
+def evaluate(stage: dict[str, BucketFigures], gates: CanaryGates, min_samples: int
+             ) -> list[Verdict]:
+    """The candidate's figures for this stage against each gate."""
+    cand, base = stage[CANDIDATE], stage[BASELINE]
+    few = f"candidate has {{n}} < {min_samples} samples"
+    verdicts: list[Verdict] = []
+
+    p95 = cand.latency_ms.p95
+    if cand.succeeded < min_samples or p95 is None:
+        verdicts.append(Verdict(gate="p95", result=INCONCLUSIVE,
+                                detail=few.format(n=cand.succeeded)))
+    else:
+        verdicts.append(Verdict(gate="p95", result=PASS if p95 <= gates.p95_ms else FAIL,
+                                detail=f"{p95:.0f} ms vs ≤ {gates.p95_ms:.0f} ms"))
+
+    rate = cand.call_success
+    if cand.calls < min_samples or rate is None:
+        verdicts.append(Verdict(gate="success", result=INCONCLUSIVE,
+                                detail=few.format(n=cand.calls)))
+    else:
+        top = ", ".join(f"{k} {v}" for k, v in Counter(cand.errors).most_common(2))
+        verdicts.append(Verdict(
+            gate="success", result=PASS if rate >= gates.min_success else FAIL,
+            detail=f"{rate:.2%} of {cand.calls} calls vs ≥ {gates.min_success:.0%}"
+                   + (f" ({top})" if top else "")))
+
+    verdicts.append(_vs_baseline(
+        "cost", cand.cost_per_task_usd, base.cost_per_task_usd, 1 + gates.cost_tolerance,
+        cand, base, min_samples, lambda c, b: f"${c:.5f}/task vs baseline ${b:.5f} "
+                                              f"× {1 + gates.cost_tolerance:.2f}"))
+    if gates.max_p95_ratio is not None:
+        verdicts.append(_vs_baseline(
+            "p95-ratio", cand.latency_ms.p95, base.latency_ms.p95, gates.max_p95_ratio,
+            cand, base, min_samples,
+            lambda c, b: f"{c / b:.2f}× baseline p95 vs ≤ {gates.max_p95_ratio:.2f}×"))
+    return verdicts
+
+
+def _vs_baseline(gate: str, cand_v: float | None, base_v: float | None, limit: float,
+                 cand: BucketFigures, base: BucketFigures, min_samples: int, fmt
+                 ) -> Verdict:
+    if cand.succeeded < min_samples or base.succeeded < min_samples:
+        n = min(cand.succeeded, base.succeeded)
+        who = "candidate" if cand.succeeded < base.succeeded else "baseline"
+        return Verdict(gate=gate, result=INCONCLUSIVE,
+                       detail=f"{who} has {n} < {min_samples} samples")
+    if cand_v is None or base_v is None:
+        why = "unpriced model" if gate == "cost" else "no figures"
+        return Verdict(gate=gate, result=INCONCLUSIVE, detail=why)
+    ok = cand_v <= base_v * limit if base_v > 0 else cand_v <= 0
+    return Verdict(gate=gate, result=PASS if ok else FAIL, detail=fmt(cand_v, base_v))

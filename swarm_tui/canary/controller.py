@@ -1,0 +1,158 @@
+"""The canary inside a running process: follows the stored state, evaluates, acts in auto mode.
+
+It has its own database connection (the writer's is busy with its own transactions)
+and runs on the engine's loop, so setting the router's percentage needs no lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiosqlite
+
+from swarm_tui.canary import state as st
+from swarm_tui.canary import store as cs
+from swarm_tui.canary.analysis import Analysis
+from swarm_tui.canary.auto import decide
+from swarm_tui.config import CanaryConfig
+from swarm_tui.engine.routing import CanaryRouter
+from swarm_tui.store.db import db_error, open_db
+
+POLL_S = 0.5  # another process's change reaches the router within this
+
+
+@dataclass(frozen=True)
+class CanaryView:
+    """What the console shows: config, state, latest figures and verdicts, history."""
+
+    cfg: CanaryConfig
+    state: st.CanaryState
+    analysis: Analysis | None
+    history: tuple[cs.ActionRecord, ...] = field(default_factory=tuple)
+    error: str | None = None
+    readonly: bool = False
+
+    def bake_s(self) -> float:
+        return self.cfg.bake_s(self.state.stage_index(self.cfg.stages))
+
+    def baked_s(self, now: float | None = None) -> float:
+        return (time.time() if now is None else now) - self.state.bake_started_at
+
+    def status_line(self, now: float | None = None) -> str:
+        s = self.state
+        text = f"canary {s.pct}% {s.status}"
+        if s.status == st.PROGRESSING:
+            text += f" {_short(self.baked_s(now))}/{_short(self.bake_s())}"
+        return text
+
+
+def _short(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds >= 3600:
+        return f"{seconds / 3600:.1f}h"
+    if seconds >= 60:
+        return f"{seconds / 60:.0f}m"
+    return f"{seconds:.0f}s"
+
+
+async def build_view(conn: aiosqlite.Connection, cfg: CanaryConfig, state: st.CanaryState,
+                     *, readonly: bool = False) -> CanaryView:
+    return CanaryView(cfg, state, await cs.analyze(conn, cfg, state),
+                      tuple(await cs.history(conn, cfg.name, 20)), readonly=readonly)
+
+
+class CanaryController:
+    def __init__(self, cfg: CanaryConfig, router: CanaryRouter, db_path: Path,
+                 on_change: Callable[[str], None] | None = None) -> None:
+        self.cfg = cfg
+        self.router = router
+        self.db_path = db_path
+        self.on_change = on_change
+        self.conn: aiosqlite.Connection | None = None
+        self.state: st.CanaryState | None = None
+        self.view: CanaryView | None = None
+        self.error: str | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._last_eval = 0.0
+
+    async def open(self) -> None:
+        """Load (or create) the stored state and set the router before any task is routed."""
+        self.conn = await open_db(self.db_path)
+        try:
+            self.state = await cs.load_state(self.conn, self.cfg, source="run")
+        except sqlite3.Error as e:
+            await self.close()
+            raise db_error(self.db_path, e) from None
+        self.router.set_pct(self.state.pct)
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._loop())
+
+    async def _loop(self) -> None:
+        while True:
+            try:
+                await self.poll()
+                if time.monotonic() - self._last_eval >= self.cfg.interval:
+                    await self.evaluate()
+                self.error = None
+            except sqlite3.Error as e:  # keep routing as last known; show why
+                self.error = str(db_error(self.db_path, e))
+            await asyncio.sleep(POLL_S)
+
+    async def poll(self) -> None:
+        assert self.conn is not None
+        found = await cs.read_state(self.conn, self.cfg.name)
+        if found is not None and (self.state is None or found.version != self.state.version):
+            self._follow(found)
+
+    def _follow(self, new: st.CanaryState) -> None:
+        old = self.state
+        self.state = new
+        if old is None or old.pct != new.pct or old.status != new.status:
+            self.router.set_pct(new.pct)
+            if self.on_change is not None and old is not None:
+                self.on_change(f"canary {old.pct}% → {new.pct}% ({new.status})")
+
+    async def evaluate(self) -> None:
+        """Figures for the stage and window; in auto mode, maybe promote / abort / pause."""
+        assert self.conn is not None and self.state is not None
+        self._last_eval = time.monotonic()
+        state = self.state
+        now = time.time()
+        analysis = await cs.analyze(self.conn, self.cfg, state, now)
+        if self.cfg.mode == "auto":
+            after, action, reason = decide(state, analysis, self.cfg, now)
+            if after != state:
+                await cs.save(self.conn, state, after, action=action, actor="auto",
+                              source="auto", reason=reason, analysis=analysis)
+                await self.poll()  # won or lost the race: follow what is stored
+                if action is not None:
+                    analysis = await cs.analyze(self.conn, self.cfg, self.state)
+        self.view = CanaryView(self.cfg, self.state, analysis,
+                               tuple(await cs.history(self.conn, self.cfg.name, 20)),
+                               self.error)
+
+    async def act(self, action: str, arg: str | int | None, reason: str | None,
+                  source: str = "console") -> st.CanaryState:
+        assert self.conn is not None
+        new = await cs.act(self.conn, self.cfg, action, arg, source=source, reason=reason,
+                           path=self.db_path)
+        self._follow(new)
+        await self.evaluate()
+        return new
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if self.conn is not None:
+            await self.conn.close()
+            self.conn = None

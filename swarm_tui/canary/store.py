@@ -1,0 +1,171 @@
+"""The canary in the store: its state row, the audit log, and the analysis queries.
+
+Every change is a compare-and-swap on `version`, so two processes acting at once
+never both win; a running runner polls the row and follows it.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import sqlite3
+import time
+from pathlib import Path
+
+import aiosqlite
+from pydantic import BaseModel
+
+from swarm_tui.canary import state as st
+from swarm_tui.canary.analysis import Analysis, evaluate, figures
+from swarm_tui.config import CanaryConfig
+from swarm_tui.engine.routing import BASELINE, CANDIDATE
+from swarm_tui.store.db import db_error
+
+_COLS = ("name, baseline, candidate, status, pct, stage_started_at, bake_started_at, "
+         "passing_since, failures, version, updated_at")
+
+
+class ActionRecord(BaseModel):
+    at: float
+    action: str
+    actor: str
+    source: str
+    from_pct: int | None
+    to_pct: int | None
+    from_status: str | None
+    to_status: str | None
+    reason: str | None
+    metrics: dict | None = None
+
+
+def os_user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry (containers): still say something
+        return "unknown"
+
+
+async def read_state(conn: aiosqlite.Connection, name: str) -> st.CanaryState | None:
+    async with conn.execute(f"SELECT {_COLS} FROM canary WHERE name=?", (name,)) as cur:
+        row = await cur.fetchone()
+    return st.CanaryState(*row) if row else None
+
+
+async def load_state(conn: aiosqlite.Connection, cfg: CanaryConfig, *, source: str = "cli",
+                     now: float | None = None) -> st.CanaryState:
+    """The canary's state, created at its first stage the first time it is seen."""
+    found = await read_state(conn, cfg.name)
+    if found is not None:
+        return found
+    now = time.time() if now is None else now
+    fresh = st.initial(cfg.name, cfg.baseline, cfg.candidate, cfg.stages, now)
+    await conn.execute("BEGIN IMMEDIATE")
+    try:
+        await conn.execute(
+            f"INSERT OR IGNORE INTO canary ({_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            _row(fresh))
+        await _audit(conn, fresh.name, now, st.START, os_user(), source, None, fresh,
+                     f"first seen: stages {cfg.stages}, mode {cfg.mode}", None)
+        await conn.execute("COMMIT")
+    except BaseException:
+        await conn.execute("ROLLBACK")
+        raise
+    return await read_state(conn, cfg.name) or fresh
+
+
+def _row(s: st.CanaryState) -> tuple:
+    return (s.name, s.baseline, s.candidate, s.status, s.pct, s.stage_started_at,
+            s.bake_started_at, s.passing_since, s.failures, s.version, s.updated_at)
+
+
+async def _audit(conn: aiosqlite.Connection, name: str, now: float, action: str, actor: str,
+                 source: str, before: st.CanaryState | None, after: st.CanaryState,
+                 reason: str | None, analysis: Analysis | None) -> None:
+    await conn.execute(
+        "INSERT INTO canary_actions (name, at, action, actor, source, from_pct, to_pct, "
+        "from_status, to_status, reason, metrics_json) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+        (name, now, action, actor, source, before.pct if before else None, after.pct,
+         before.status if before else None, after.status, reason,
+         analysis.model_dump_json() if analysis else None))
+
+
+async def save(conn: aiosqlite.Connection, before: st.CanaryState, after: st.CanaryState,
+               *, action: str | None = None, actor: str = "", source: str = "",
+               reason: str | None = None, analysis: Analysis | None = None) -> bool:
+    """Write `after` if nobody changed the row since `before` was read; audit an action.
+    False: lost the race (the caller re-reads)."""
+    new = after.__class__(**{**after.__dict__, "version": before.version + 1})
+    await conn.execute("BEGIN IMMEDIATE")
+    try:
+        cur = await conn.execute(
+            "UPDATE canary SET status=?, pct=?, stage_started_at=?, bake_started_at=?, "
+            "passing_since=?, failures=?, version=?, updated_at=? WHERE name=? AND version=?",
+            (new.status, new.pct, new.stage_started_at, new.bake_started_at, new.passing_since,
+             new.failures, new.version, new.updated_at, before.name, before.version))
+        won = cur.rowcount == 1
+        if won and action is not None:
+            await _audit(conn, before.name, new.updated_at, action, actor, source, before, new,
+                         reason, analysis)
+        await conn.execute("COMMIT")
+    except BaseException:
+        await conn.execute("ROLLBACK")
+        raise
+    return won
+
+
+async def act(conn: aiosqlite.Connection, cfg: CanaryConfig, action: str,
+              arg: str | int | None = None, *, actor: str | None = None, source: str = "cli",
+              reason: str | None = None, path: Path | None = None) -> st.CanaryState:
+    """Apply an operator's action (ActionRefused if not allowed now), audited with the
+    figures it was taken on. Retries a lost compare-and-swap against the new state."""
+    actor = actor or os_user()
+    try:
+        for _ in range(5):
+            before = await load_state(conn, cfg, source=source)
+            now = time.time()
+            after = st.transition(before, action, arg, cfg.stages, now)
+            figs = await analyze(conn, cfg, before, now)
+            if await save(conn, before, after, action=action, actor=actor, source=source,
+                          reason=reason or None, analysis=figs):
+                return await read_state(conn, cfg.name) or after
+    except sqlite3.Error as e:
+        raise db_error(path or Path("?"), e) from None
+    raise st.ActionRefused(f"canary {cfg.name}: changed by someone else five times; try again")
+
+
+async def analyze(conn: aiosqlite.Connection, cfg: CanaryConfig, state: st.CanaryState,
+                  now: float | None = None) -> Analysis:
+    now = time.time() if now is None else now
+    stage = await _figures_since(conn, cfg, state.stage_started_at)
+    window = await _figures_since(conn, cfg, now - cfg.window)
+    return Analysis(at=now, stage=stage, window=window, window_s=cfg.window,
+                    verdicts=evaluate(stage, cfg.gates, cfg.min_samples))
+
+
+async def _figures_since(conn: aiosqlite.Connection, cfg: CanaryConfig, since: float):
+    # A bucket is its gateway: results of runs without this canary on the baseline gateway
+    # are baseline traffic too (same gateway, same conditions).
+    async with conn.execute(
+            "SELECT bucket, state, latency_ms, ttft_ms, tokens_in, tokens_out, cost_usd "
+            "FROM results WHERE finished_at >= ? AND state != 'cancelled' AND "
+            "((bucket=? AND gateway=?) OR (bucket=? AND gateway=?))",
+            (since, BASELINE, cfg.baseline, CANDIDATE, cfg.candidate)) as cur:
+        results = list(await cur.fetchall())
+    async with conn.execute(
+            "SELECT CASE gateway WHEN ? THEN ? ELSE ? END, outcome, error_class FROM attempts "
+            "WHERE sent_at >= ? AND outcome != 'cancelled' AND gateway IN (?, ?)",
+            (cfg.candidate, CANDIDATE, BASELINE, since, cfg.baseline, cfg.candidate)) as cur:
+        calls = list(await cur.fetchall())
+    return figures(results, calls)
+
+
+async def history(conn: aiosqlite.Connection, name: str, limit: int = 50
+                  ) -> list[ActionRecord]:
+    async with conn.execute(
+            "SELECT at, action, actor, source, from_pct, to_pct, from_status, to_status, "
+            "reason, metrics_json FROM canary_actions WHERE name=? ORDER BY id DESC LIMIT ?",
+            (name, limit)) as cur:
+        rows = list(await cur.fetchall())
+    return [ActionRecord(at=r[0], action=r[1], actor=r[2], source=r[3], from_pct=r[4],
+                         to_pct=r[5], from_status=r[6], to_status=r[7], reason=r[8],
+                         metrics=json.loads(r[9]) if r[9] else None) for r in rows]

@@ -1,0 +1,99 @@
+"""`swarm-tui canary status|promote|promote-full|pause|resume|abort|set|retry|history`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import aiosqlite
+
+from swarm_tui.canary import report
+from swarm_tui.canary import state as st
+from swarm_tui.canary import store as cs
+from swarm_tui.config import CanaryConfig, LoadedConfig
+from swarm_tui.errors import EXIT_OK, UserError
+
+VERBS = ("status", "history", *st.ACTIONS)
+
+
+def add_parser(sub: argparse._SubParsersAction, common) -> None:
+    p = sub.add_parser("canary", help="the gateway canary: status, promote, abort, history")
+    common(p)
+    p.add_argument("verb", choices=VERBS, metavar="{" + ",".join(VERBS) + "}")
+    p.add_argument("pct", nargs="?", help="for `set`: the candidate's share of users, 1-100")
+    p.add_argument("--reason", help="why (kept in the audit log)")
+    p.add_argument("--json", action="store_true", help="status / history as JSON")
+    p.add_argument("--limit", type=int, default=20, help="history entries (default 20)")
+    p.add_argument("--readonly", action="store_true", help="refuse any action that changes it")
+
+
+def canary_config(cfg: LoadedConfig) -> CanaryConfig:
+    c = cfg.settings.canary
+    if c is None:
+        where = f"config {cfg.path}" if cfg.path else "config (none found)"
+        raise UserError(f"{where}: no [canary] section (baseline, candidate gateways)")
+    return c
+
+
+async def run(conn: aiosqlite.Connection, path: Path, cfg: LoadedConfig,
+              args: argparse.Namespace) -> int:
+    c = canary_config(cfg)
+    if args.verb == "status":
+        state = await cs.load_state(conn, c)
+        analysis = await cs.analyze(conn, c, state)
+        if args.json:
+            print(json.dumps({
+                "name": c.name, "mode": c.mode, "stages": c.stages,
+                "bake_s": c.bake_s(state.stage_index(c.stages)),
+                "baked_s": time.time() - state.bake_started_at,
+                "state": state.__dict__, "allowed": st.allowed_actions(state.status),
+                "analysis": analysis.model_dump(mode="json"),
+                "overall": analysis.overall,
+            }, indent=2))
+        else:
+            print(status_text(c, state, analysis))
+        return EXIT_OK
+    if args.verb == "history":
+        items = await cs.history(conn, c.name, args.limit)
+        if args.json:
+            print(json.dumps([i.model_dump(mode="json") for i in items], indent=2))
+        else:
+            print("\n".join(report.history_line(i) for i in items) or "no canary actions yet")
+        return EXIT_OK
+    if args.readonly:
+        raise UserError(f"canary {args.verb}: refused, --readonly")
+    if args.verb == st.SET and args.pct is None:
+        raise UserError("canary set: give the percentage, e.g. `swarm-tui canary set 25`")
+    if args.verb != st.SET and args.pct is not None:
+        raise UserError(f"canary {args.verb}: takes no percentage")
+    before = await cs.load_state(conn, c)
+    after = await cs.act(conn, c, args.verb, args.pct, source="cli", reason=args.reason,
+                         path=path)
+    print(f"canary {c.name}: {args.verb}: {before.pct}% {before.status} → "
+          f"{after.pct}% {after.status}")
+    return EXIT_OK
+
+
+def status_text(c: CanaryConfig, state: st.CanaryState, analysis) -> str:
+    bake = c.bake_s(state.stage_index(c.stages))
+    since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(state.stage_started_at))
+    lines = [
+        f"canary {c.name}   mode {c.mode}   {state.status.upper()}   {state.pct}% of users "
+        f"on {c.candidate}",
+        f"stages  {report.ladder(state, c.stages)}",
+        f"bake    {report.duration(time.time() - state.bake_started_at)} of "
+        f"{report.duration(bake)}   stage since {since}",
+        f"allowed {', '.join(st.allowed_actions(state.status)) or '-'}",
+        "",
+        "this stage:",
+        report.figure_table(analysis.stage),
+        "",
+        f"last {report.duration(analysis.window_s)}:",
+        report.figure_table(analysis.window),
+        "",
+        f"gates ({analysis.overall}):",
+        *report.verdict_lines(analysis.verdicts),
+    ]
+    return "\n".join(lines)
