@@ -78,6 +78,8 @@ def ladder(state: CanaryState, stages: list[int]) -> str:
 
 
 def duration(seconds: float) -> str:
+    if seconds < 10 and seconds != int(seconds):
+        return f"{max(0.0, seconds):.1f}s"
     seconds = max(0, int(seconds))
     h, rest = divmod(seconds, 3600)
     m, s = divmod(rest, 60)

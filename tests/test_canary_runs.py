@@ -1,0 +1,215 @@
+"""Canary end to end: real runs through the CLI, two simulated gateways, the stored state."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+
+from swarm_tui.sim.server import SimProcess
+from swarm_tui.sim.settings import SimSettings
+from tests.conftest import TEST_KEY, assert_one_line_error, swarm
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _config(tmp_path, base, cand, *, mode="auto", bake="0.5s", min_samples=20,
+            failure_limit=2, concurrency=140, extra="") -> str:
+    path = tmp_path / "canary.toml"
+    path.write_text(f"""
+concurrency = {concurrency}
+[retry]
+base_backoff_s = 0.01
+max_backoff_s = 0.05
+[gateways.direct]
+base_url = "{base.base_url}"
+key_env = ["SWARM_TEST_KEY"]
+[gateways.gw]
+base_url = "{cand.base_url}"
+key_env = ["SWARM_TEST_KEY"]
+[canary]
+baseline = "direct"
+candidate = "gw"
+mode = "{mode}"
+bake = {bake if bake.startswith("[") else json.dumps(bake)}
+min_samples = {min_samples}
+failure_limit = {failure_limit}
+interval = "0.2s"
+window = "1m"
+[canary.gates]
+cost_tolerance = 0.25
+{extra}
+""")
+    return str(path)
+
+
+@pytest.fixture
+def sim_procs():
+    """Simulators in their own processes: two in one process share a GIL, and the
+    contention shows up as tail latency the profiles do not have."""
+    procs: list[SimProcess] = []
+
+    def start(**settings) -> SimProcess:
+        settings.setdefault("rate_429", 0.0)
+        settings.setdefault("rate_503", 0.0)
+        settings.setdefault("seed", 1)
+        procs.append(SimProcess(SimSettings(**settings)).start())
+        return procs[-1]
+
+    yield start
+    for p in procs:
+        p.stop()
+
+
+@pytest.fixture
+def env(tmp_path):
+    return {"SWARM_TEST_KEY": TEST_KEY, "SWARM_TUI_DB": str(tmp_path / "runs.db"),
+            "XDG_CONFIG_HOME": str(tmp_path / "xdg")}
+
+
+def _run(cfg: str, env, n: int, *extra: str):
+    r = swarm("run", "--demo", str(n), "--model", "deepseek-v3.2", "--headless", "--json",
+              "--quiet", "--config", cfg, *extra, env=env, timeout=100)
+    assert r.returncode in (0, 3), r.stderr  # 3: the direct baseline breaches the SLA
+    return json.loads(r.stdout)
+
+
+def _status(cfg: str, env) -> dict:
+    r = swarm("canary", "status", "--json", "--config", cfg, env=env)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def _history(cfg: str, env) -> list[dict]:
+    r = swarm("canary", "history", "--json", "--config", cfg, env=env)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)[::-1]  # oldest first
+
+
+def test_auto_canary_promotes_through_every_stage(sim_procs, tmp_path, env):
+    base = sim_procs(profile="direct")
+    cand = sim_procs(profile="gateway")
+    # the 5 % stage needs time to gather 20 candidate samples before its bake runs out
+    # failure_limit × interval = 2 s: the first wave's tail (140 streams starting together)
+    # must not abort on its own, as 3 × 10 s would not in production
+    cfg = _config(tmp_path, base, cand, bake='["4s", "1s", "1s", "1s"]', min_samples=30,
+                  failure_limit=10, concurrency=100)
+    summary = _run(cfg, env, 5000)
+    status = _status(cfg, env)
+    assert (status["state"]["status"], status["state"]["pct"]) == ("complete", 100)
+    moves = [(h["action"], h["from_pct"], h["to_pct"], h["actor"]) for h in _history(cfg, env)]
+    assert moves[0][0] == "start" and moves[0][2] == 5
+    assert moves[1:] == [("promote", 5, 25, "auto"), ("promote", 25, 50, "auto"),
+                         ("promote", 50, 100, "auto")]
+    promote = _history(cfg, env)[1]
+    assert "every gate passed" in promote["reason"]
+    assert promote["metrics"]["stage"]["candidate"]["succeeded"] >= 20  # what it was taken on
+    # both buckets recorded on the tasks; the candidate took far more than its first 5 %
+    buckets = summary["by_bucket"]
+    assert set(buckets) == {"baseline", "candidate"}
+    assert buckets["candidate"]["total"] > 0.15 * summary["total"]
+
+
+def test_auto_canary_aborts_on_candidate_503s_and_says_why(sim_procs, tmp_path, env):
+    base = sim_procs(profile="fixed:150")
+    cand = sim_procs(profile="fixed:150", rate_503=0.05)
+    cfg = _config(tmp_path, base, cand, bake="4s", min_samples=40)
+    summary = _run(cfg, env, 2500)
+    status = _status(cfg, env)
+    assert (status["state"]["status"], status["state"]["pct"]) == ("aborted", 0)
+    abort = _history(cfg, env)[-1]
+    assert (abort["action"], abort["actor"], abort["source"], abort["to_pct"]) == (
+        "abort", "auto", "auto", 0)
+    assert "success failed" in abort["reason"] and "2 consecutive" in abort["reason"]
+    assert "server" in abort["reason"]  # the error class behind it
+    # retries kept the tasks themselves succeeding: the canary judged the calls
+    assert summary["failed"] == 0
+
+
+def test_too_little_traffic_stays_inconclusive_pauses_and_never_promotes(sim_factory, tmp_path,
+                                                                        env):
+    base = sim_factory(profile="fixed:100")
+    cand = sim_factory(profile="fixed:100")
+    cfg = _config(tmp_path, base, cand, min_samples=100_000, bake="0.5s")
+    _run(cfg, env, 300, "--concurrency", "20")
+    status = _status(cfg, env)
+    assert (status["state"]["status"], status["state"]["pct"]) == ("paused", 5)
+    assert status["overall"] == "inconclusive"
+    actions = [h["action"] for h in _history(cfg, env)]
+    assert actions == ["start", "pause"]
+    assert "inconclusive after the 0.5s bake time" in _history(cfg, env)[-1]["reason"]
+
+
+def test_canary_set_from_another_process_reaches_the_running_runner(sim_factory, tmp_path,
+                                                                   env):
+    base = sim_factory(profile="fixed:100")
+    cand = sim_factory(profile="fixed:100")
+    cfg = _config(tmp_path, base, cand, mode="manual", bake="24h")
+    run = subprocess.Popen(
+        [sys.executable, "-m", "swarm_tui", "run", "--demo", "600", "--headless", "--quiet",
+         "--concurrency", "10", "--config", cfg], env={**os.environ, **env},
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    db = env["SWARM_TUI_DB"]
+    try:
+        deadline = time.time() + 30
+        while time.time() < deadline:  # wait until results are landing
+            time.sleep(0.2)
+            try:
+                with sqlite3.connect(db) as c:
+                    if c.execute("SELECT count(*) FROM results").fetchone()[0] >= 50:
+                        break
+            except sqlite3.Error:
+                continue
+        asked_at = time.time()
+        r = swarm("canary", "set", "100", "--reason", "move everyone", "--config", cfg, env=env)
+        assert r.returncode == 0, r.stderr
+        assert "5% progressing → 100% complete" in r.stdout
+        set_at = time.time()
+        assert run.wait(60) in (0, 3), run.stderr.read() if run.stderr else ""
+    finally:
+        run.kill()
+    with sqlite3.connect(db) as c:
+        before = c.execute("SELECT gateway, count(*) FROM attempts WHERE sent_at < ? "
+                           "GROUP BY gateway", (asked_at,)).fetchall()
+        after = c.execute("SELECT gateway, count(*) FROM attempts WHERE sent_at > ? + 0.6 "
+                          "GROUP BY gateway", (set_at,)).fetchall()
+    assert dict(before).get("direct", 0) > 0
+    after_counts = dict(after)
+    assert after_counts.get("gw", 0) > 50 and "direct" not in after_counts, after_counts
+    last = _history(cfg, env)[-1]
+    assert (last["action"], last["source"], last["reason"]) == ("set", "cli", "move everyone")
+    assert last["actor"]  # the OS user
+
+
+def test_canary_cli_refusals_are_one_line(sim_factory, tmp_path, env):
+    base = sim_factory(profile="fixed:50")
+    cand = sim_factory(profile="fixed:50")
+    cfg = _config(tmp_path, base, cand, mode="manual")
+    assert_one_line_error(swarm("canary", "resume", "--config", cfg, env=env), 2,
+                          "cannot resume while progressing", "allowed: promote")
+    assert_one_line_error(swarm("canary", "set", "--config", cfg, env=env), 2,
+                          "give the percentage")
+    assert_one_line_error(swarm("canary", "set", "150", "--config", cfg, env=env), 2,
+                          "outside 1-100")
+    assert_one_line_error(swarm("canary", "abort", "--readonly", "--config", cfg, env=env), 2,
+                          "--readonly")
+    r = swarm("canary", "abort", "--reason", "bad p99", "--config", cfg, env=env)
+    assert r.returncode == 0 and "→ 0% aborted" in r.stdout
+    assert_one_line_error(swarm("canary", "promote", "--config", cfg, env=env), 2,
+                          "cannot promote while aborted", "allowed: retry")
+    r = swarm("canary", "status", "--config", cfg, env=env)
+    assert r.returncode == 0 and "ABORTED" in r.stdout and "gates (" in r.stdout
+    nocfg = tmp_path / "plain.toml"
+    nocfg.write_text('[gateways.a]\nbase_url = "http://127.0.0.1:9/v1"\n')
+    assert_one_line_error(swarm("canary", "status", "--config", str(nocfg), env=env), 2,
+                          "no [canary] section")
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[gateways.a]\nbase_url = "http://127.0.0.1:9/v1"\n'
+                   '[canary]\nbaseline = "a"\ncandidate = "zz"\n')
+    assert_one_line_error(swarm("canary", "status", "--config", str(bad), env=env), 2,
+                          "canary.candidate: no gateway named 'zz'")
