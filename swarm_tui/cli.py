@@ -273,7 +273,7 @@ def _console(args: argparse.Namespace, cfg, **kw) -> int:
     if args.refresh is not None and not 0.05 <= args.refresh <= 10:
         raise UserError("--refresh: between 0.05 and 10 seconds")
     app = SwarmApp(refresh_s=args.refresh or ui.refresh_s, theme=theme, keymap=ui.keys,
-                   readonly=args.readonly, **kw)
+                   readonly=args.readonly, canary=cfg.settings.canary, **kw)
     code = app.run()
     source = kw.get("source") or app.source
     err = getattr(source, "error", None)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import getpass
 import threading
 import time
@@ -142,10 +143,23 @@ class LiveSource:
         status = None
         if self.outcome is not None and self.outcome.interrupted:
             status = "cancelled"
-        return live_snapshot(r, self.metrics, run_id=self.run_id,
+        snap = live_snapshot(r, self.metrics, run_id=self.run_id,
                              simulated=self.session.simulated, sla=self.cfg.settings.sla,
                              tasks_per_day=self.cfg.settings.tasks_per_day,
                              readonly=self.readonly, status=status)
+        view = self.canary.view if self.canary is not None else None
+        if view is not None:
+            snap = dataclasses.replace(snap, canary=view.status_line(), canary_view=view)
+        return snap
+
+    async def canary_act(self, action: str, arg: str | None, reason: str | None) -> bool:
+        """Through this run's controller (on the engine's loop), so routing follows at
+        once. False: no canary in this run (the caller acts on the store instead)."""
+        if self.canary is None or self.loop is None:
+            return False
+        fut = asyncio.run_coroutine_threadsafe(self.canary.act(action, arg, reason), self.loop)
+        await asyncio.wrap_future(fut)
+        return True
 
     async def detail(self, seq: int) -> AgentDetail | None:
         r = self.runner

@@ -119,7 +119,7 @@ def test_auto_canary_aborts_on_candidate_503s_and_says_why(sim_procs, tmp_path, 
     base = sim_procs(profile="fixed:150")
     cand = sim_procs(profile="fixed:150", rate_503=0.05)
     cfg = _config(tmp_path, base, cand, bake="4s", min_samples=40)
-    summary = _run(cfg, env, 2500)
+    summary = _run(cfg, env, 4000)
     status = _status(cfg, env)
     assert (status["state"]["status"], status["state"]["pct"]) == ("aborted", 0)
     abort = _history(cfg, env)[-1]

@@ -85,3 +85,38 @@ class FixedSource:
 
     async def shutdown(self) -> None:
         self.active = False
+
+
+CANARY_NOW = 1_796_000_000.0
+
+
+def canary_view():
+    """A canary mid-analysis at 25 %: baked 1h of 24h, gates passing but cost inconclusive."""
+    from swarm_tui.canary.analysis import Analysis, evaluate, figures
+    from swarm_tui.canary.controller import CanaryView
+    from swarm_tui.canary.state import CanaryState
+    from swarm_tui.canary.store import ActionRecord
+    from swarm_tui.config import CanaryConfig
+
+    cfg = CanaryConfig(baseline="direct", candidate="gateway-b", mode="auto", min_samples=100)
+    rows = [("baseline", "succeeded", 300.0 + (i * 37) % 450, 120.0 + (i * 13) % 90, 720, 1100,
+             0.00068) for i in range(900)]
+    rows += [("candidate", "succeeded", 150.0 + (i * 29) % 160, 60.0 + (i * 7) % 70, 715, 1098,
+              None if i < 3 else 0.00067) for i in range(300)]
+    calls = [("baseline", "ok", None)] * 880 + [("baseline", "error", "rate_limited")] * 20
+    calls += [("candidate", "ok", None)] * 299 + [("candidate", "error", "server")]
+    figs = figures(rows, calls)
+    analysis = Analysis(at=CANARY_NOW, stage=figs, window=figs, window_s=900,
+                        verdicts=evaluate(figs, cfg.gates, cfg.min_samples))
+    state = CanaryState("direct->gateway-b", "direct", "gateway-b", "progressing", 25,
+                        CANARY_NOW - 3600, CANARY_NOW - 3600, CANARY_NOW - 1800, 0, 4,
+                        CANARY_NOW - 3600)
+    history = (
+        ActionRecord(at=CANARY_NOW - 3600, action="promote", actor="auto", source="auto",
+                     from_pct=5, to_pct=25, from_status="progressing",
+                     to_status="progressing", reason="every gate passed for the 24h bake time"),
+        ActionRecord(at=CANARY_NOW - 90_000, action="start", actor="oncall", source="run",
+                     from_pct=None, to_pct=5, from_status=None, to_status="progressing",
+                     reason="first seen: stages [5, 25, 50, 100], mode auto"),
+    )
+    return CanaryView(cfg, state, analysis, history)

@@ -36,7 +36,6 @@ class CanaryView:
     analysis: Analysis | None
     history: tuple[cs.ActionRecord, ...] = field(default_factory=tuple)
     error: str | None = None
-    readonly: bool = False
 
     def bake_s(self) -> float:
         return self.cfg.bake_s(self.state.stage_index(self.cfg.stages))
@@ -61,10 +60,27 @@ def _short(seconds: float) -> str:
     return f"{seconds:.0f}s"
 
 
-async def build_view(conn: aiosqlite.Connection, cfg: CanaryConfig, state: st.CanaryState,
-                     *, readonly: bool = False) -> CanaryView:
-    return CanaryView(cfg, state, await cs.analyze(conn, cfg, state),
-                      tuple(await cs.history(conn, cfg.name, 20)), readonly=readonly)
+async def read_view(db_path: Path, cfg: CanaryConfig) -> CanaryView:
+    """The canary as stored (for a console without a live run here); writes nothing."""
+    conn = await open_db(db_path)
+    try:
+        state = await cs.peek_state(conn, cfg)
+        return CanaryView(cfg, state, await cs.analyze(conn, cfg, state),
+                          tuple(await cs.history(conn, cfg.name, 20)))
+    except sqlite3.Error as e:
+        raise db_error(db_path, e) from None
+    finally:
+        await conn.close()
+
+
+async def act_stored(db_path: Path, cfg: CanaryConfig, action: str, arg: str | None,
+                     reason: str | None, source: str = "console") -> st.CanaryState:
+    """An action on the stored canary; a runner elsewhere follows it within POLL_S."""
+    conn = await open_db(db_path)
+    try:
+        return await cs.act(conn, cfg, action, arg, source=source, reason=reason, path=db_path)
+    finally:
+        await conn.close()
 
 
 class CanaryController:
@@ -103,7 +119,7 @@ class CanaryController:
                 self.error = None
             except sqlite3.Error as e:  # keep routing as last known; show why
                 self.error = str(db_error(self.db_path, e))
-            await asyncio.sleep(POLL_S)
+            await asyncio.sleep(min(POLL_S, self.cfg.interval))
 
     async def poll(self) -> None:
         assert self.conn is not None

@@ -51,6 +51,15 @@ async def read_state(conn: aiosqlite.Connection, name: str) -> st.CanaryState | 
     return st.CanaryState(*row) if row else None
 
 
+async def peek_state(conn: aiosqlite.Connection, cfg: CanaryConfig) -> st.CanaryState:
+    """The stored state, or what it would start as — without writing (read-only views)."""
+    found = await read_state(conn, cfg.name)
+    if found is not None:
+        return found
+    now = time.time()
+    return st.initial(cfg.name, cfg.baseline, cfg.candidate, cfg.stages, now)
+
+
 async def load_state(conn: aiosqlite.Connection, cfg: CanaryConfig, *, source: str = "cli",
                      now: float | None = None) -> st.CanaryState:
     """The canary's state, created at its first stage the first time it is seen."""

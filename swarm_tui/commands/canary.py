@@ -41,7 +41,7 @@ async def run(conn: aiosqlite.Connection, path: Path, cfg: LoadedConfig,
               args: argparse.Namespace) -> int:
     c = canary_config(cfg)
     if args.verb == "status":
-        state = await cs.load_state(conn, c)
+        state = await cs.peek_state(conn, c)
         analysis = await cs.analyze(conn, c, state)
         if args.json:
             print(json.dumps({

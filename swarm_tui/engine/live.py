@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
+from typing import Any
 
 from hdrh.histogram import HdrHistogram
 
@@ -64,6 +65,7 @@ class Snapshot:
     histogram: tuple[int, ...]      # counts per HIST_EDGES_MS bucket (+ overflow)
     sparkline: tuple[int, ...]      # completions per second, last SPARK_SECONDS
     canary: str = "canary: off"
+    canary_view: Any = None         # canary.controller.CanaryView when a canary is configured
     readonly: bool = False
     source: str = "live"            # live | watch | replay
     errors: dict[str, int] = field(default_factory=dict)

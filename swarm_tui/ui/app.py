@@ -16,8 +16,11 @@ from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 
+from swarm_tui.canary.controller import CanaryView
+from swarm_tui.config import CanaryConfig
 from swarm_tui.engine.live import AgentCell, Snapshot
 from swarm_tui.errors import UserError
+from swarm_tui.ui.canary_panel import CanaryScreen
 from swarm_tui.ui.filtering import SORTS, FilterError, parse_filter, sort_cells
 from swarm_tui.ui.grid import AgentGrid
 from swarm_tui.ui.screens import ConfirmScreen, DetailScreen, HelpScreen, RunsScreen, TextScreen
@@ -36,6 +39,7 @@ ACTIONS: list[tuple[str, str, str]] = [
     ("grid.filter", "filter", "Filter agents"),
     ("grid.sort", "sort", "Cycle sort: index / latency / state / cost"),
     ("app.history", "history", "Stored runs: replay, compare"),
+    ("app.canary", "canary", "Canary: stages, gates, promote / abort"),
     ("app.demo", "demo", "Start the demo swarm"),
     ("app.freeze", "freeze", "Freeze / unfreeze the display"),
     ("app.theme", "next_theme", "Next theme"),
@@ -78,6 +82,7 @@ class SwarmApp(App[int]):
         Binding("slash", "filter", "Filter", id="grid.filter"),
         Binding("s", "sort", "Sort", id="grid.sort"),
         Binding("h", "history", "History", id="app.history"),
+        Binding("g", "canary", "Canary", id="app.canary"),
         Binding("d", "demo", "Demo", id="app.demo", show=False),
         Binding("space", "freeze", "Freeze", id="app.freeze", show=False),
         Binding("t", "next_theme", "Theme", id="app.theme", show=False),
@@ -97,8 +102,10 @@ class SwarmApp(App[int]):
         readonly: bool = False,
         idle_message: str = "",
         theme_dir: Path | None = None,
+        canary: CanaryConfig | None = None,
     ) -> None:
         super().__init__()
+        self.canary_cfg = canary
         self.source = source
         self.start_source = start_source  # builds a LiveSource on demand (demo key)
         self.db_path = db_path
@@ -322,6 +329,32 @@ class SwarmApp(App[int]):
         finally:
             await conn.close()
         self.push_screen(RunsScreen(items, self._replay, self._compare))
+
+    def action_canary(self) -> None:
+        if self.canary_cfg is None or self.db_path is None:
+            self.notify("no canary configured ([canary] baseline / candidate in the config)",
+                        severity="warning")
+            return
+        readonly = self.readonly or bool(getattr(self.source, "readonly", False))
+        self.push_screen(CanaryScreen(self._canary_view, self._canary_act, readonly))
+
+    async def _canary_view(self) -> CanaryView | None:
+        from swarm_tui.canary.controller import read_view
+
+        controller = getattr(self.source, "canary", None)
+        if controller is not None and controller.view is not None:
+            return controller.view  # this process's live run: its latest evaluation
+        assert self.canary_cfg is not None and self.db_path is not None
+        return await read_view(self.db_path, self.canary_cfg)
+
+    async def _canary_act(self, action: str, arg: str | None, reason: str | None) -> None:
+        from swarm_tui.canary.controller import act_stored
+
+        act_live = getattr(self.source, "canary_act", None)
+        if act_live is not None and await act_live(action, arg, reason):
+            return
+        assert self.canary_cfg is not None and self.db_path is not None
+        await act_stored(self.db_path, self.canary_cfg, action, arg, reason)
 
     def _replay(self, run_id: str) -> None:
         from swarm_tui.sources import StoreSource

@@ -1,0 +1,218 @@
+"""The canary panel: stage ladder and bake timer, baseline vs candidate, gates, history.
+
+Reads a CanaryView (from the live run's controller, or from the store) once a
+second; every action asks for confirmation and a reason, and is refused in
+read-only consoles and in states where it makes no sense.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import ModalScreen, Screen
+from textual.widgets import Button, Footer, Input, Label, Static
+
+from swarm_tui.canary import report
+from swarm_tui.canary import state as st
+from swarm_tui.canary.controller import CanaryView
+from swarm_tui.errors import UserError
+
+RESULT_STYLE = {"pass": "bold $success", "fail": "bold $error", "inconclusive": "bold $warning"}
+STATUS_STYLE = {st.PROGRESSING: "$primary", st.PAUSED: "$warning", st.ABORTED: "$error",
+                st.COMPLETE: "$success"}
+QUESTIONS = {
+    st.PROMOTE: "Promote the candidate to the next stage ({next}% of users)?",
+    st.PROMOTE_FULL: "Promote the candidate to 100% of users now, skipping the stages?",
+    st.PAUSE: "Pause the canary at {pct}%? Auto mode stops promoting and aborting.",
+    st.RESUME: "Resume the canary at {pct}%? The bake timer starts again.",
+    st.ABORT: "Abort: send every user back to the baseline (0%)?",
+    st.SET: "Set the candidate's share of users (1-100 %):",
+    st.RETRY: "Retry the canary from its first stage ({first}%)?",
+}
+
+
+def bake_bar(view: CanaryView, width: int = 20, now: float | None = None) -> str:
+    bake = view.bake_s()
+    done = min(1.0, view.baked_s(now) / bake) if bake > 0 else 1.0
+    fill = round(done * width)
+    return "█" * fill + "░" * (width - fill)
+
+
+def panel_text(view: CanaryView, *, window: bool = False, now: float | None = None,
+               styles: dict[str, str] | None = None) -> Text:
+    """The whole panel as styled text (`styles` maps a role to a Rich style)."""
+    styles = styles or {}
+    s, c = view.state, view.cfg
+    out = Text()
+    out.append(f"canary {c.name}", style="bold")
+    out.append(f"  mode {c.mode}  ")
+    out.append(s.status.upper(), style=styles.get(s.status, "bold"))
+    out.append(f"  {s.pct}% of users on {c.candidate}\n")
+    out.append(f"stages {report.ladder(s, c.stages)}\n")
+    now = time.time() if now is None else now
+    if s.status == st.PROGRESSING:
+        out.append(f"bake   {bake_bar(view, now=now)} {report.duration(view.baked_s(now))} / "
+                   f"{report.duration(view.bake_s())}")
+        if s.passing_since is not None:
+            out.append(f"   passing {report.duration(now - s.passing_since)}")
+        if s.failures:
+            out.append(f"   failed {s.failures}/{c.failure_limit}", style=styles.get("fail"))
+        out.append("\n")
+    else:
+        out.append(f"held since {time.strftime('%H:%M:%S', time.localtime(s.updated_at))}\n")
+    a = view.analysis
+    if a is None:
+        out.append("\n(no figures yet)\n")
+    else:
+        figs = a.window if window else a.stage
+        title = f"last {report.duration(a.window_s)}" if window else "this stage"
+        out.append(f"\n{title} (w: {'stage' if window else 'window'})\n", style="bold")
+        out.append(report.figure_table(figs) + "\n")
+        out.append(f"\ngates: {a.overall}\n", style=styles.get(a.overall, "bold"))
+        for v in a.verdicts:
+            out.append(f"  {v.gate:<10}")
+            out.append(f"{report.MARK[v.result]:<15}", style=styles.get(v.result, ""))
+            out.append(f" {v.detail}\n")
+    if view.error:
+        out.append(f"\n{view.error}\n", style=styles.get("fail"))
+    out.append("\nhistory (newest first)\n", style="bold")
+    for h in view.history[:8]:
+        out.append(report.history_line(h) + "\n")
+    if not view.history:
+        out.append("no actions yet\n")
+    return out
+
+
+class CanaryActionScreen(ModalScreen[tuple[str, str] | None]):
+    """Confirm one action: (percentage for `set`, reason) or None."""
+
+    BINDINGS = [Binding("escape", "cancel", "No", id="canary.confirm.no")]
+
+    def __init__(self, action: str, question: str) -> None:
+        super().__init__()
+        self.action_name = action
+        self.question = question
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="confirm"):
+            yield Label(self.question, id="confirm-question")
+            if self.action_name == st.SET:
+                yield Input(placeholder="percentage, e.g. 25", id="canary-pct")
+            yield Input(placeholder="reason (kept in the audit log)", id="canary-reason")
+            with Horizontal(id="confirm-buttons"):
+                yield Button(f"{self.action_name} (enter)", id="yes", variant="error")
+                yield Button("No (esc)", id="no")
+
+    def on_mount(self) -> None:
+        self.query(Input).first().focus()
+
+    def _answer(self) -> tuple[str, str]:
+        pct = self.query_one("#canary-pct", Input).value if self.action_name == st.SET else ""
+        return pct.strip(), self.query_one("#canary-reason", Input).value.strip()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        if event.input.id == "canary-pct":
+            self.query_one("#canary-reason", Input).focus()
+        else:
+            self.dismiss(self._answer())
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(self._answer() if event.button.id == "yes" else None)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class CanaryScreen(Screen[None]):
+    BINDINGS = [
+        Binding("escape,q", "app.pop_screen", "Back", id="canary.back"),
+        Binding("p", "act('promote')", "Promote", id="canary.promote"),
+        Binding("f", "act('promote-full')", "Full", id="canary.promote_full"),
+        Binding("z", "act('pause')", "Pause", id="canary.pause"),
+        Binding("r", "act('resume')", "Resume", id="canary.resume"),
+        Binding("a", "act('abort')", "Abort", id="canary.abort"),
+        Binding("s", "act('set')", "Set %", id="canary.set"),
+        Binding("t", "act('retry')", "Retry", id="canary.retry"),
+        Binding("w", "toggle_window", "Stage/window", id="canary.window"),
+    ]
+
+    def __init__(self, fetch: Callable[[], Awaitable[CanaryView | None]],
+                 act: Callable[[str, str | None, str | None], Awaitable[None]],
+                 readonly: bool, refresh_s: float = 1.0) -> None:
+        super().__init__()
+        self.fetch = fetch
+        self.act = act
+        self.readonly = readonly
+        self.refresh_s = refresh_s
+        self.view: CanaryView | None = None
+        self.window = False
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="canary"):
+            yield Static("loading…", id="canary-text")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.set_interval(self.refresh_s, self.reload)
+        self.call_later(self.reload)
+
+    def _styles(self) -> dict[str, str]:
+        vars_ = self.app.get_css_variables()
+        def pick(spec: str) -> str:
+            parts = [vars_.get(p[1:], p) if p.startswith("$") else p for p in spec.split()]
+            return " ".join(parts)
+        return {k: pick(v) for k, v in {**RESULT_STYLE, **STATUS_STYLE}.items()}
+
+    async def reload(self) -> None:
+        try:
+            self.view = await self.fetch()
+        except UserError as e:
+            self.query_one("#canary-text", Static).update(str(e))
+            return
+        self.render_view()
+
+    def render_view(self, now: float | None = None) -> None:
+        if self.view is None:
+            return
+        self.query_one("#canary-text", Static).update(
+            panel_text(self.view, window=self.window, now=now, styles=self._styles()))
+
+    def action_toggle_window(self) -> None:
+        self.window = not self.window
+        self.render_view()
+
+    def action_act(self, action: str) -> None:
+        view = self.view
+        if self.readonly:
+            self.notify(f"canary {action}: read-only console", severity="warning")
+            return
+        if view is None:
+            return
+        s = view.state
+        if s.status not in st.ALLOWED[action]:
+            can = ", ".join(st.allowed_actions(s.status)) or "nothing"
+            self.notify(f"cannot {action} while {s.status} (allowed: {can})",
+                        severity="warning")
+            return
+        question = QUESTIONS[action].format(pct=s.pct, next=s.next_pct(view.cfg.stages) or 100,
+                                            first=view.cfg.stages[0])
+
+        async def answer(result: tuple[str, str] | None) -> None:
+            if result is None:
+                return
+            pct, reason = result
+            try:
+                await self.act(action, pct or None, reason or None)
+            except UserError as e:
+                self.notify(str(e), severity="error")
+                return
+            self.notify(f"canary {action} done")
+            await self.reload()
+
+        self.app.push_screen(CanaryActionScreen(action, question), answer)

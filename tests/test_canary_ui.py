@@ -1,0 +1,185 @@
+"""The console's canary panel: actions, confirmation, readonly and state rules, a picture."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+import types
+from pathlib import Path
+
+import pytest
+
+from swarm_tui.canary import store as cs
+from swarm_tui.canary.controller import read_view
+from swarm_tui.config import CanaryConfig, load_config
+from swarm_tui.session import RunOptions
+from swarm_tui.sources import LiveSource
+from swarm_tui.ui import canary_panel
+from swarm_tui.ui.app import SwarmApp
+from swarm_tui.ui.canary_panel import CanaryActionScreen, CanaryScreen
+from swarm_tui.workload import demo_tasks
+from tests.conftest import TEST_KEY
+from tests.test_ui import wait_for
+from tests.ui_fixtures import CANARY_NOW, FixedSource, canary_view, mid_run_snapshot
+
+CFG = CanaryConfig(baseline="direct", candidate="gw", mode="manual", bake="1h")
+
+
+def screen_text(app) -> str:
+    return "\n".join("".join(seg.text for seg in strip)
+                     for strip in app.screen._compositor.render_strips())
+
+
+def stored(db) -> tuple[str, int]:
+    with sqlite3.connect(db) as c:
+        return c.execute("SELECT status, pct FROM canary").fetchone()
+
+
+def actions(db) -> list[tuple]:
+    with sqlite3.connect(db) as c:
+        return c.execute("SELECT action, source, reason, to_pct FROM canary_actions "
+                         "ORDER BY id").fetchall()
+
+
+async def test_panel_actions_confirm_and_follow_state_rules(tmp_path):
+    db = tmp_path / "runs.db"
+    app = SwarmApp(db_path=db, refresh_s=0.1, canary=CFG)
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.press("g")
+        await wait_for(lambda: isinstance(app.screen, CanaryScreen) and app.screen.view)
+        await pilot.pause(0.1)
+        text = screen_text(app)
+        assert "canary direct->gw" in text and "PROGRESSING" in text and "[5]" in text
+        assert "gates: inconclusive" in text
+        await pilot.press("r")  # resume while progressing: refused, nothing asked
+        await pilot.pause(0.1)
+        assert not isinstance(app.screen, CanaryActionScreen)
+        assert any("cannot resume while progressing" in str(n.message)
+                   for n in app._notifications)
+        await pilot.press("a")  # abort asks first; escape changes nothing
+        await wait_for(lambda: isinstance(app.screen, CanaryActionScreen))
+        await pilot.press("escape")
+        await wait_for(lambda: isinstance(app.screen, CanaryScreen))
+        assert not db.exists() or stored(db) is None or stored(db)[0] == "progressing"
+        await pilot.press("s")  # set asks for the percentage and a reason
+        await wait_for(lambda: isinstance(app.screen, CanaryActionScreen))
+        await pilot.press("3", "0", "enter", *"more traffic", "enter")
+        await wait_for(lambda: db.exists() and stored(db) == ("progressing", 30))
+        await pilot.press("a")
+        await wait_for(lambda: isinstance(app.screen, CanaryActionScreen))
+        await pilot.press(*"p99 regression", "enter")
+        await wait_for(lambda: stored(db) == ("aborted", 0))
+        await wait_for(lambda: "ABORTED" in screen_text(app))
+        await pilot.press("p")  # promote after abort: refused (retry is the way back)
+        await pilot.pause(0.1)
+        assert any("cannot promote while aborted (allowed: retry)" in str(n.message)
+                   for n in app._notifications)
+    assert actions(db)[1:] == [("set", "console", "more traffic", 30),
+                               ("abort", "console", "p99 regression", 0)]
+
+
+async def test_readonly_console_cannot_act_on_the_canary(tmp_path):
+    db = tmp_path / "runs.db"
+    app = SwarmApp(db_path=db, refresh_s=0.1, canary=CFG, readonly=True)
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.press("g")
+        await wait_for(lambda: isinstance(app.screen, CanaryScreen) and app.screen.view)
+        for key in ("p", "f", "z", "a", "s"):
+            await pilot.press(key)
+            await pilot.pause(0.05)
+            assert isinstance(app.screen, CanaryScreen)
+        assert any("read-only console" in str(n.message) for n in app._notifications)
+    with sqlite3.connect(db) as c:  # viewing wrote nothing either
+        assert c.execute("SELECT count(*) FROM canary").fetchone()[0] == 0
+
+
+async def test_no_canary_configured_says_so():
+    app = SwarmApp(FixedSource(mid_run_snapshot()), refresh_s=10)
+    async with app.run_test() as pilot:
+        await pilot.press("g")
+        await pilot.pause(0.1)
+        assert not isinstance(app.screen, CanaryScreen)
+        assert any("no canary configured" in str(n.message) for n in app._notifications)
+
+
+async def test_console_set_moves_its_own_running_swarm(sim_factory, tmp_path, monkeypatch):
+    base = sim_factory(profile="fixed:300")
+    cand = sim_factory(profile="fixed:300")
+    conf = tmp_path / "c.toml"
+    conf.write_text(f"""
+[gateways.direct]
+base_url = "{base.base_url}"
+key_env = ["SWARM_TEST_KEY"]
+[gateways.gw]
+base_url = "{cand.base_url}"
+key_env = ["SWARM_TEST_KEY"]
+[canary]
+baseline = "direct"
+candidate = "gw"
+bake = "1h"
+""")
+    monkeypatch.setenv("SWARM_TEST_KEY", TEST_KEY)
+    cfg = load_config(str(conf))
+    db = tmp_path / "runs.db"
+    source = LiveSource(cfg, RunOptions(concurrency=10), demo_tasks(300), db)
+    app = SwarmApp(source, db_path=db, refresh_s=0.1, canary=cfg.settings.canary)
+    async with app.run_test(size=(100, 40)) as pilot:
+        await wait_for(lambda: source.canary is not None and source.canary.view is not None)
+        await wait_for(lambda: "canary 5% progressing" in screen_text(app))  # status bar
+        await pilot.press("g")
+        await wait_for(lambda: isinstance(app.screen, CanaryScreen) and app.screen.view)
+        await pilot.press("s")
+        await wait_for(lambda: isinstance(app.screen, CanaryActionScreen))
+        await pilot.press("1", "0", "0", "enter", "enter")
+        await wait_for(lambda: source.canary.router.pct == 100)  # at once, not after a poll
+        sent_after = source.runner.router.version
+        assert sent_after >= 1
+        await pilot.press("escape")
+        source.loop.call_soon_threadsafe(source.runner.cancel)
+        await wait_for(lambda: not source.active, timeout=30)
+    with sqlite3.connect(db) as c:
+        last = c.execute("SELECT action, source, to_pct FROM canary_actions ORDER BY id DESC "
+                         "LIMIT 1").fetchone()
+    assert last == ("set", "console", 100)
+
+
+def test_canary_panel_snapshot(snap_compare, monkeypatch):
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    fake_time = types.SimpleNamespace(time=lambda: CANARY_NOW, strftime=time.strftime,
+                                      localtime=time.localtime)
+    monkeypatch.setattr(canary_panel, "time", fake_time)
+    view = canary_view()
+    source = FixedSource(mid_run_snapshot())
+    source.canary = types.SimpleNamespace(view=view)
+
+    async def open_panel(pilot):
+        await pilot.pause(0.2)
+        await pilot.press("g")
+        await pilot.pause(0.3)
+
+    # the source's own (live) view is shown; the store is never read
+    app = SwarmApp(source, refresh_s=10, db_path=Path("/nonexistent/runs.db"), canary=view.cfg)
+    assert snap_compare(app, terminal_size=(80, 24), run_before=open_panel)
+
+
+@pytest.mark.parametrize("window", [False, True])
+def test_panel_text_has_the_before_after_table_and_gates(window):
+    text = canary_panel.panel_text(canary_view(), window=window, now=CANARY_NOW).plain
+    assert "0 ─ 5 ─ [25] ─ 50 ─ 100" in text
+    assert "1h00m / 24h00m" in text and "passing 30m00s" in text
+    for label in ("task success", "call success", "latency p50/95/99 ms", "ttft p50/95/99 ms",
+                  "call errors", "tokens/task in/out", "cost/task"):
+        assert label in text
+    assert "unpriced" in text  # three candidate tasks on an unpriced model: never $0
+    assert "p95       ✔ pass" in text and "cost      ? inconclusive  unpriced model" in text
+    assert ("last 15m00s" in text) == window
+
+
+async def test_read_view_writes_nothing(tmp_path):
+    db = tmp_path / "runs.db"
+    view = await read_view(db, CFG)
+    assert view.state.status == "progressing" and view.state.pct == 5
+    with sqlite3.connect(db) as c:
+        assert c.execute("SELECT count(*) FROM canary").fetchone()[0] == 0
+    assert cs  # the store module backs read_view
