@@ -129,6 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
     from swarm_tui.commands import canary
 
     canary.add_parser(sub, _common)
+    from swarm_tui.commands import keys
+
+    keys.add_parser(sub, _common)
 
     sim = sub.add_parser("sim", help="serve the simulator gateway for any OpenAI client")
     _common(sim)
@@ -458,6 +461,21 @@ def cmd_canary(args: argparse.Namespace) -> int:
     return run_async(_with_db(args, canary.run, cfg, args))
 
 
+def cmd_keys(args: argparse.Namespace) -> int:
+    from swarm_tui.commands import keys
+
+    cfg = load_config(args.config)
+    if args.insecure_key_file:
+        print("swarm-tui: warning: accepting key files readable by group/others",
+              file=sys.stderr)
+    if args.verb == "add":  # a file operation: no database needed
+        if args.fingerprint is not None:  # never echo it: it may be the key itself
+            raise UserError("keys add: the key is read from standard input or --from-env VAR, "
+                            "never from the command line (shell history, ps)")
+        return keys.run_add(cfg, args)
+    return run_async(_with_db(args, keys.run, cfg, args))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -466,7 +484,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK
     handlers = {"run": cmd_run, "sim": cmd_sim, "resume": cmd_resume, "runs": cmd_runs,
                 "report": cmd_report, "export": cmd_export, "watch": cmd_watch,
-                "canary": cmd_canary, None: cmd_console}
+                "canary": cmd_canary, "keys": cmd_keys, None: cmd_console}
     try:
         return handlers[args.command](args)
     except UserError as e:

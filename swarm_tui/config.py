@@ -47,6 +47,9 @@ class GatewayConfig(_Strict):
     stream: bool = True
     model: str | None = None  # pins every task on this gateway to one model
     theme: str | None = None
+    # which key takes the next call: least-in-flight | round-robin | proactive (the key
+    # with the most x-ratelimit-remaining headroom; waits instead of hitting a 429)
+    key_strategy: Literal["least-in-flight", "round-robin", "proactive"] = "least-in-flight"
 
     @field_validator("base_url")
     @classmethod

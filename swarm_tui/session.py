@@ -7,7 +7,7 @@ the same engine the same way.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from swarm_tui.config import SIM_GATEWAY, CanaryConfig, GatewayConfig, LoadedConfig
@@ -17,6 +17,7 @@ from swarm_tui.engine.runner import RunPolicy, SwarmRunner
 from swarm_tui.engine.summary import RunSummary, summarize
 from swarm_tui.errors import UserError
 from swarm_tui.gateway.client import GatewayClient, Transport
+from swarm_tui.gateway.keyops import KeyFileWatcher
 from swarm_tui.gateway.keys import keys_from_env, read_key_file
 from swarm_tui.sim.server import SimProcess
 from swarm_tui.sim.settings import SimSettings
@@ -37,10 +38,13 @@ class RunOptions:
     name: str | None = None
 
 
-def gateway_keys(name: str, gw: GatewayConfig, insecure: bool) -> list[tuple[str, str | None]]:
-    keys = keys_from_env(gw.key_env)
+def gateway_keys(name: str, gw: GatewayConfig, insecure: bool
+                 ) -> list[tuple[str, str | None, str]]:
+    """(key, label, source) from the gateway's env vars and key file."""
+    keys = [(k, label, f"env:{label}") for k, label in keys_from_env(gw.key_env)]
     if gw.key_file is not None:
-        keys += read_key_file(gw.key_file.expanduser(), insecure)
+        keys += [(k, label, "file")
+                 for k, label in read_key_file(gw.key_file.expanduser(), insecure)]
     if not keys:
         sources = [f"${n}" for n in gw.key_env] + ([str(gw.key_file)] if gw.key_file else [])
         where = " or ".join(sources) if sources else "key_env / key_file in the config"
@@ -114,7 +118,18 @@ class RunSession:
                 pool=max(self.concurrency, gw.max_concurrency), timeout_s=gw.timeout_s,
                 stream=gw.stream if self.opts.stream is None else self.opts.stream,
                 pinned_model=gw.model, transport=self.opts.transport,
+                strategy=gw.key_strategy,
             )
+
+    def key_watchers(self, report: Callable[[str], None]) -> list[KeyFileWatcher]:
+        """One watcher per gateway with a key file: edits reach the running pool."""
+        out = []
+        for name, gw in self.gateways.items():
+            conf = self.cfg.settings.gateways.get(name)
+            if conf is not None and conf.key_file is not None:
+                out.append(KeyFileWatcher(gw, conf.key_file.expanduser(),
+                                          self.opts.insecure_key_file, report))
+        return out
 
     async def preflight(self) -> None:
         if self.opts.preflight:

@@ -16,9 +16,11 @@ import aiosqlite
 
 from swarm_tui.canary.controller import CanaryController
 from swarm_tui.config import LoadedConfig, SlaConfig
+from swarm_tui.engine import events as ev
 from swarm_tui.engine.live import (
     HIST_EDGES_MS,
     AgentCell,
+    KeyRow,
     LiveMetrics,
     Snapshot,
     histogram_bucket,
@@ -152,6 +154,31 @@ class LiveSource:
             snap = dataclasses.replace(snap, canary=view.status_line(), canary_view=view)
         return snap
 
+    async def key_op(self, op: str, ref: str, secret: str | None = None,
+                     label: str | None = None) -> str:
+        """add (ref = gateway) / retire / enable (ref = fingerprint), on the engine's loop."""
+        from swarm_tui.gateway import keyops
+
+        runner, loop = self.runner, self.loop
+        if runner is None or loop is None or not self.active:
+            raise UserError(f"key {op}: no active run here")
+
+        async def apply() -> str:
+            if op == "add":
+                gw = runner.gateways.get(ref)
+                if gw is None:
+                    raise UserError(f"key add: no gateway '{ref}' in this run")
+                msg = keyops.add(gw, secret or "", label)
+            elif op == "retire":
+                msg = keyops.retire(runner.gateways, ref)
+            else:
+                msg = keyops.enable(runner.gateways, ref)
+            runner.emit(ev.CONTROL, detail=msg + " (console)")
+            runner.wake()  # a key back in the pool may unblock dispatch
+            return msg
+
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(apply(), loop))
+
     async def canary_act(self, action: str, arg: str | None, reason: str | None) -> bool:
         """Through this run's controller (on the engine's loop), so routing follows at
         once. False: no canary in this run (the caller acts on the store instead)."""
@@ -266,6 +293,11 @@ class StoreSource:
             errs = list(await cur.fetchall())
         log = tuple(f"{(a - run.started_at):8.1f}s RETRY seq {q} #{n} {c} {sc or ''} "
                     f"wait {w or 0:.2f}s" for a, q, n, c, sc, w in reversed(errs))
+        async with self.conn.execute(
+                "SELECT gateway, fingerprint, label, source, state, cooling_until, reason, "
+                "in_flight, calls, rate_limited, errors, tokens_in, tokens_out, last_used "
+                "FROM key_state WHERE run_id=? ORDER BY gateway, rowid", (self.run_id,)) as cur:
+            keys = tuple(KeyRow(*row) for row in await cur.fetchall())
         per_task = s.cost_per_task_usd
         tpd = int(run.config.get("settings", {}).get("tasks_per_day", 12000))
         cells = tuple(AgentCell(t.seq, t.task_id, t.state, t.model, t.bucket, t.latency_ms,
@@ -284,7 +316,7 @@ class StoreSource:
             projected_month_usd=per_task * tpd * 30 if per_task is not None else None,
             sla=SlaConfig.model_validate(run.sla.model_dump()), agents=cells, log=log,
             histogram=tuple(hist), sparkline=(), readonly=self.readonly, source=self.kind,
-            errors=s.errors)
+            errors=s.errors, keys=keys)
 
     async def detail(self, seq: int) -> AgentDetail | None:
         assert self.conn is not None
@@ -311,6 +343,17 @@ class StoreSource:
             queue_ms=row[10], tokens_in=row[11], tokens_out=row[12], cost_usd=row[13],
             error=f"{row[14]}: {row[15]}" if row[14] else None, response_text=row[16],
             attempts=attempts)
+
+    async def key_op(self, op: str, ref: str, secret: str | None = None,
+                     label: str | None = None) -> str:
+        """retire / enable through the control table; a key itself never goes through the
+        store, so `add` is the key file's job (the runner reloads it)."""
+        if op == "add":
+            raise UserError("key add: a watched run takes new keys from its gateway's key "
+                            "file (`swarm-tui keys add` appends to it)")
+        if not await self.control(f"key_{op}", ref):
+            raise UserError(f"key {op}: read-only (watch --write to allow it)")
+        return f"key {ref}: {op} sent to the run (applied within a second)"
 
     async def control(self, command: str, arg: str | None = None) -> bool:
         """Queue a command for the runner process (it polls the control table)."""

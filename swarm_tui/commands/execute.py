@@ -90,11 +90,16 @@ async def execute(
             canary.on_change = lambda msg: runner.emit(CONTROL, detail=msg)
             await canary.evaluate()
             canary.start()
+        watchers = session.key_watchers(lambda msg: runner.emit(CONTROL, detail=msg))
+        for w in watchers:
+            w.start()
         if on_start is not None:
             on_start(runner, session, canary)
         try:
             interrupted = await run_with_progress(runner, show=show_progress)
         finally:
+            for w in watchers:
+                await w.stop()
             await writer.close("cancelled" if runner.cancelled else "finished")
             gc.unfreeze()
     finally:

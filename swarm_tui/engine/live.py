@@ -38,6 +38,39 @@ class AgentCell:
     error_class: str | None
 
 
+@dataclass(frozen=True, slots=True)
+class KeyRow:
+    """One API key as the keys panel shows it: fingerprint, never the key."""
+
+    gateway: str
+    fingerprint: str
+    label: str | None
+    source: str
+    state: str                  # active | cooling | disabled | retired
+    cooling_until: float | None  # unix seconds
+    reason: str | None
+    in_flight: int
+    calls: int
+    rate_limited: int
+    errors: int
+    tokens_in: int
+    tokens_out: int
+    last_used: float | None
+
+
+def key_rows(gateways) -> tuple[KeyRow, ...]:
+    mono, now = time.monotonic(), time.time()
+    rows = []
+    for gw in gateways.values():
+        for k in gw.pool.slots:
+            state = k.status(mono)
+            until = now + (k.cooling_until - mono) if state == "cooling" else None
+            rows.append(KeyRow(gw.name, k.fingerprint, k.label, k.source, state, until,
+                               k.reason, k.in_flight, k.calls, k.rate_limited, k.errors,
+                               k.tokens_in, k.tokens_out, k.last_used))
+    return tuple(rows)
+
+
 @dataclass(frozen=True)
 class Snapshot:
     run_id: str
@@ -66,6 +99,8 @@ class Snapshot:
     sparkline: tuple[int, ...]      # completions per second, last SPARK_SECONDS
     canary: str = "canary: off"
     canary_view: Any = None         # canary.controller.CanaryView when a canary is configured
+    keys: tuple[KeyRow, ...] = ()
+    waiting_for_keys: str | None = None  # a gateway whose every key is cooling
     readonly: bool = False
     source: str = "live"            # live | watch | replay
     errors: dict[str, int] = field(default_factory=dict)
@@ -215,4 +250,5 @@ def live_snapshot(runner, metrics: LiveMetrics, *, run_id: str, simulated: bool,
         projected_month_usd=per_task * tasks_per_day * 30 if per_task is not None else None,
         sla=sla, agents=cells, log=tuple(m.log), histogram=tuple(m.hist),
         sparkline=m.sparkline(), readonly=readonly, errors=dict(m.errors),
+        keys=key_rows(runner.gateways), waiting_for_keys=runner.waiting_for_keys,
     )

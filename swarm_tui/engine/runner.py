@@ -29,7 +29,7 @@ from swarm_tui.engine.state import (
     Attempt,
 )
 from swarm_tui.gateway.client import GatewayClient
-from swarm_tui.gateway.errors import CallError
+from swarm_tui.gateway.errors import AUTH, RATE_LIMITED, CallError
 from swarm_tui.prices import PriceTable
 from swarm_tui.workload import Task
 
@@ -79,6 +79,7 @@ class SwarmRunner:
         self.t0 = 0.0
         self.started_wall = 0.0
         self.wall_ms = 0.0
+        self.waiting_for_keys: str | None = None  # gateway whose keys are all cooling
         self._pending: deque[Agent] = deque()
         self._retry_ready: deque[Agent] = deque()
         self._wake = asyncio.Event()
@@ -128,6 +129,10 @@ class SwarmRunner:
     def resume(self) -> None:
         self.paused = False
         self.emit(ev.CONTROL, detail="resumed")
+        self._wake.set()
+
+    def wake(self) -> None:
+        """Look at the queue again now (a key came back, routing changed)."""
         self._wake.set()
 
     def cancel(self) -> None:
@@ -180,9 +185,8 @@ class SwarmRunner:
         while True:
             while not self.paused and not self.cancelled and self.in_flight < self.limit:
                 agent = self._next_ready()
-                if agent is None:
+                if agent is None or not self._launch(agent):
                     break
-                self._launch(agent)
             if not (self.in_flight or self.retry_waiting or self._pending or self._retry_ready):
                 return
             if self.cancelled and not (self.in_flight or self.retry_waiting):
@@ -198,11 +202,18 @@ class SwarmRunner:
                     return agent
         return None
 
-    def _launch(self, agent: Agent) -> None:
+    def _launch(self, agent: Agent) -> bool:
+        """Send the agent's next attempt. False: no key is usable now (the agent goes back
+        to the front of the line and dispatch waits for the first key to cool down)."""
         if agent.route_version != self.router.version and not agent.attempts:
             self._route(agent)
         gw = self.gateways[agent.gateway]
         slot = gw.pick_key()
+        if slot is None:
+            return self._no_key(agent, gw)
+        if self.waiting_for_keys:
+            self.waiting_for_keys = None
+            self.emit(ev.CONTROL, detail=f"keys of {gw.name} usable again")
         agent.state = RUNNING
         agent.key_fp = slot.fingerprint
         agent.live_chars = 0
@@ -218,6 +229,22 @@ class SwarmRunner:
         agent.queue_ms += attempt.queue_ms
         agent.handle = asyncio.create_task(self._attempt(agent, attempt, gw, slot))
         self.emit(ev.STARTED, agent, attempt)
+        return True
+
+    def _no_key(self, agent: Agent, gw: GatewayClient) -> bool:
+        wait = gw.pool.next_ready_in()
+        if wait is None:  # every key disabled or retired: nothing comes back by itself
+            agent.error_class, agent.error_message = AUTH, (
+                f"no usable API key on gateway '{gw.name}' (all disabled or retired)")
+            self._finish(agent, FAILED, ev.FAILED)
+            return True
+        self._retry_ready.appendleft(agent)
+        if not self.waiting_for_keys:
+            self.waiting_for_keys = gw.name
+            self.emit(ev.CONTROL, detail=f"waiting: every key of {gw.name} is cooling "
+                                         f"({wait:.1f} s)")
+        asyncio.get_running_loop().call_later(max(0.01, wait), self._wake.set)
+        return False
 
     def first_token(self, agent: Agent, at: float) -> None:
         self.emit(ev.FIRST_TOKEN, agent, agent.attempts[-1])
@@ -274,10 +301,18 @@ class SwarmRunner:
         if self.cancelled or agent.cancel_requested:
             self._finish_cancelled(agent)
             return
-        if not err.retryable:
+        pool = self.gateways[agent.gateway].pool
+        other_key = err.error_class in (AUTH, RATE_LIMITED) and pool.pick() is not None
+        if not err.retryable and not (err.error_class == AUTH and other_key):
             self._finish(agent, FAILED, ev.FAILED)
             return
-        if agent.attempts_on_model < self.policy.retry.max_attempts:
+        if other_key:
+            # The key was refused (now disabled) or rate-limited (now cooling) and another
+            # key can take the call at once: not the task's fault, not one of its attempts.
+            agent.attempts_on_model -= 1
+            wait = 0.0
+            detail = f"{err.error_class} {err.status_code or ''} on {attempt.key_fp}: other key"
+        elif agent.attempts_on_model < self.policy.retry.max_attempts:
             wait = retry_wait_s(self.policy.retry, agent.attempts_on_model, err.retry_after_s,
                                 self.rng)
             detail = f"{err.error_class} {err.status_code or ''}".strip()

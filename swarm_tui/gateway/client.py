@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 import aiohttp
@@ -22,7 +22,7 @@ except ImportError:  # pragma: no cover - a future SDK moved it: fall back, no w
 
 from swarm_tui.errors import UserError
 from swarm_tui.gateway.errors import AUTH, CONNECTION, TIMEOUT, CallError, classify, kept_headers
-from swarm_tui.gateway.keys import fingerprint
+from swarm_tui.gateway.keypool import KeyPool, KeySlot, Strategy
 from swarm_tui.workload import CHARS_PER_TOKEN
 
 Transport = Literal["aiohttp", "httpx2"]
@@ -65,21 +65,6 @@ class CallResult:
         return (self.ended_at - self.sent_at) * 1000.0
 
 
-@dataclass(eq=False, slots=True)
-class KeySlot:
-    """A key, its fingerprint and the client built for it. The key never leaves memory."""
-
-    secret: str = field(repr=False)
-    label: str | None
-    client: openai.AsyncOpenAI = field(repr=False)
-    fingerprint: str = ""
-    in_flight: int = 0
-    calls: int = 0
-
-    def __post_init__(self) -> None:
-        self.fingerprint = fingerprint(self.secret)
-
-
 _CURRENT_CALL: contextvars.ContextVar[CallResult | None] = contextvars.ContextVar(
     "swarm_tui_call", default=None)
 
@@ -118,7 +103,7 @@ class GatewayClient:
         self,
         name: str,
         base_url: str,
-        keys: list[tuple[str, str | None]],
+        keys: list[tuple[str, str | None]] | list[tuple[str, str | None, str]],
         *,
         pool: int,
         timeout_s: float = 30.0,
@@ -126,6 +111,7 @@ class GatewayClient:
         pinned_model: str | None = None,
         simulated: bool = False,
         transport: Transport = "aiohttp",
+        strategy: Strategy = "least-in-flight",
     ) -> None:
         if not keys:
             raise UserError(f"gateway '{name}': no API key configured")
@@ -135,26 +121,37 @@ class GatewayClient:
         self.stream = stream
         self.pinned_model = pinned_model
         self.simulated = simulated
-        # The SDK timeout is a backstop; the engine's total deadline is `timeout_s`.
-        self.keys = [
-            KeySlot(
-                k, label,
-                openai.AsyncOpenAI(
-                    api_key=k, base_url=base_url, max_retries=0, timeout=timeout_s + 5,
-                    http_client=build_http_client(transport, pool, timeout_s + 5),
-                ),
-            )
-            for k, label in keys
-        ]
-        self._secrets = tuple(k for k, _ in keys)
+        self.transport: Transport = transport
+        self.pool_size = pool
+        self.pool = KeyPool(strategy)
+        for entry in keys:
+            self.add_key(*entry)
 
-    def pick_key(self) -> KeySlot:
-        """Least in flight; ties go to the least used."""
-        best = self.keys[0]
-        for slot in self.keys:
-            if (slot.in_flight, slot.calls) < (best.in_flight, best.calls):
-                best = slot
-        return best
+    def add_key(self, secret: str, label: str | None = None, source: str = "config") -> KeySlot:
+        """Build the key's client once; a key already in the pool is returned as is."""
+        found = self.pool.by_secret(secret)
+        if found is not None:
+            return found
+        # The SDK timeout is a backstop; the engine's total deadline is `timeout_s`.
+        client = openai.AsyncOpenAI(
+            api_key=secret, base_url=self.base_url, max_retries=0, timeout=self.timeout_s + 5,
+            http_client=build_http_client(self.transport, self.pool_size, self.timeout_s + 5),
+        )
+        slot = KeySlot(secret, label, client, source)
+        self.pool.add(slot)
+        return slot
+
+    @property
+    def keys(self) -> list[KeySlot]:
+        return self.pool.slots
+
+    @property
+    def _secrets(self) -> tuple[str, ...]:
+        return tuple(s.secret for s in self.pool.slots)
+
+    def pick_key(self) -> KeySlot | None:
+        """The pool's choice for the next call; None while every key is cooling/unusable."""
+        return self.pool.pick()
 
     async def complete(
         self,
@@ -171,8 +168,7 @@ class GatewayClient:
             kwargs["max_tokens"] = max_tokens
         if temperature is not None:
             kwargs["temperature"] = temperature
-        slot.in_flight += 1
-        slot.calls += 1
+        self.pool.begin(slot)
         res = CallResult(sent_at=time.perf_counter())
         token = _CURRENT_CALL.set(res)
         try:
@@ -183,11 +179,12 @@ class GatewayClient:
                     await self._plain(slot.client, kwargs, res)
         except asyncio.CancelledError:
             res.ended_at = time.perf_counter()
+            self.pool.end(slot, error_class="cancelled", status_code=None, message=None,
+                          retry_after_s=None, headers=res.headers)
             raise
         except Exception as exc:  # every gateway failure is classified, none escapes
             res.error = classify(exc, self._secrets)
         finally:
-            slot.in_flight -= 1
             _CURRENT_CALL.reset(token)
         res.ended_at = time.perf_counter()
         if res.error is None and res.finish_reason is None:
@@ -196,6 +193,15 @@ class GatewayClient:
             res.usage_estimated = True
             res.tokens_in = sum(len(m["content"]) for m in messages) // CHARS_PER_TOKEN
             res.tokens_out = -(-len(res.text) // CHARS_PER_TOKEN)
+        err = res.error
+        if err is None:
+            self.pool.end(slot, error_class=None, status_code=None, message=None,
+                          retry_after_s=None, headers=res.headers, tokens_in=res.tokens_in,
+                          tokens_out=res.tokens_out)
+        else:
+            self.pool.end(slot, error_class=err.error_class, status_code=err.status_code,
+                          message=err.message, retry_after_s=err.retry_after_s,
+                          headers=err.headers or res.headers)
         return res
 
     async def _streamed(

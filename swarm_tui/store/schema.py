@@ -154,6 +154,29 @@ MIGRATIONS: list[str] = [
     CREATE INDEX results_by_time ON results(finished_at);
     CREATE INDEX attempts_by_time ON attempts(sent_at);
     """,
+    # 3 -> 4: each running run's keys as last seen (fingerprints only, never a key),
+    # refreshed with the heartbeat: what `keys list` and `watch` show
+    """
+    CREATE TABLE key_state (
+        run_id TEXT NOT NULL,
+        gateway TEXT NOT NULL,
+        fingerprint TEXT NOT NULL,
+        label TEXT,
+        source TEXT NOT NULL,
+        state TEXT NOT NULL,           -- active | cooling | disabled | retired
+        cooling_until REAL,            -- unix seconds
+        reason TEXT,
+        in_flight INTEGER NOT NULL,
+        calls INTEGER NOT NULL,
+        rate_limited INTEGER NOT NULL,
+        errors INTEGER NOT NULL,
+        tokens_in INTEGER NOT NULL,
+        tokens_out INTEGER NOT NULL,
+        last_used REAL,
+        updated_at REAL NOT NULL,
+        PRIMARY KEY (run_id, gateway, fingerprint)
+    );
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import sqlite3
 import time
 from pathlib import Path
@@ -16,8 +17,10 @@ from pathlib import Path
 import aiosqlite
 
 from swarm_tui.engine import events as ev
+from swarm_tui.engine.live import key_rows
 from swarm_tui.engine.runner import SwarmRunner
 from swarm_tui.engine.state import Agent, Attempt
+from swarm_tui.errors import UserError
 from swarm_tui.store.db import db_error
 
 INSERT_RESULT = """
@@ -31,6 +34,12 @@ INSERT OR REPLACE INTO attempts (run_id, seq, number, model, gateway, key_fp, se
     latency_ms, ttft_ms, status_code, error_class, error_message, retry_wait_s, tokens_in,
     tokens_out, cached_in, outcome)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+"""
+UPSERT_KEY = """
+INSERT OR REPLACE INTO key_state (run_id, gateway, fingerprint, label, source, state,
+    cooling_until, reason, in_flight, calls, rate_limited, errors, tokens_in, tokens_out,
+    last_used, updated_at)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 """
 INSERT_EVENT = "INSERT INTO events (run_id, at, kind, actor, detail_json) VALUES (?, ?, ?, ?, ?)"
 CONTROL_POLL_S = 0.5
@@ -105,6 +114,10 @@ class StoreWriter:
                 x.latency_ms, x.ttft_ms, x.status_code, x.error_class, x.error_message,
                 x.retry_wait_s, x.tokens_in, x.tokens_out, x.cached_in, x.outcome)
 
+    def _key_rows(self, now: float) -> list[tuple]:
+        """Every key's state for `keys list` / watch: fingerprints and counters only."""
+        return [(self.run_id, *dataclasses.astuple(k), now) for k in key_rows(self.runner.gateways)]
+
     def log_event(self, kind: str, detail_json: str | None = None,
                   actor: str | None = None) -> None:
         self._events.append((self.run_id, time.time(), kind, actor, detail_json))
@@ -158,6 +171,8 @@ class StoreWriter:
                     await self.conn.executemany(INSERT_EVENT, events)
                 await self.conn.execute("UPDATE runs SET heartbeat_at=? WHERE id=?",
                                         (now, self.run_id))
+                if beat:
+                    await self.conn.executemany(UPSERT_KEY, self._key_rows(now))
                 await self.conn.execute("COMMIT")
             except BaseException:
                 with contextlib.suppress(sqlite3.Error):
@@ -200,8 +215,16 @@ class StoreWriter:
 
 
 def apply_command(runner: SwarmRunner, command: str, arg: str | None) -> bool:
-    """pause | resume | cancel | concurrency N | cancel_agent SEQ. False: not understood."""
+    """pause | resume | cancel | concurrency N | cancel_agent SEQ | key_retire FP |
+    key_enable FP. False: not understood (or no such key)."""
+    from swarm_tui.gateway import keyops
+
     try:
+        if command in ("key_retire", "key_enable") and arg:
+            op = keyops.retire if command == "key_retire" else keyops.enable
+            runner.emit(ev.CONTROL, detail=op(runner.gateways, arg))
+            runner.wake()
+            return True
         if command == "pause":
             runner.pause()
         elif command == "resume":
@@ -217,6 +240,6 @@ def apply_command(runner: SwarmRunner, command: str, arg: str | None) -> bool:
                     runner.cancel_agent(agent.index)
         else:
             return False
-    except ValueError:
+    except (ValueError, UserError):
         return False
     return True

@@ -23,6 +23,7 @@ from swarm_tui.errors import UserError
 from swarm_tui.ui.canary_panel import CanaryScreen
 from swarm_tui.ui.filtering import SORTS, FilterError, parse_filter, sort_cells
 from swarm_tui.ui.grid import AgentGrid
+from swarm_tui.ui.keys_panel import KeysScreen
 from swarm_tui.ui.screens import ConfirmScreen, DetailScreen, HelpScreen, RunsScreen, TextScreen
 from swarm_tui.ui.themes import load_themes
 from swarm_tui.ui.widgets import EventLog, LatencyHistogram, StatusBar, sparkline_text
@@ -40,6 +41,7 @@ ACTIONS: list[tuple[str, str, str]] = [
     ("grid.sort", "sort", "Cycle sort: index / latency / state / cost"),
     ("app.history", "history", "Stored runs: replay, compare"),
     ("app.canary", "canary", "Canary: stages, gates, promote / abort"),
+    ("app.keys", "keys", "API keys: state, add / retire / enable"),
     ("app.demo", "demo", "Start the demo swarm"),
     ("app.freeze", "freeze", "Freeze / unfreeze the display"),
     ("app.theme", "next_theme", "Next theme"),
@@ -83,6 +85,7 @@ class SwarmApp(App[int]):
         Binding("s", "sort", "Sort", id="grid.sort"),
         Binding("h", "history", "History", id="app.history"),
         Binding("g", "canary", "Canary", id="app.canary"),
+        Binding("k", "keys", "Keys", id="app.keys"),
         Binding("d", "demo", "Demo", id="app.demo", show=False),
         Binding("space", "freeze", "Freeze", id="app.freeze", show=False),
         Binding("t", "next_theme", "Theme", id="app.theme", show=False),
@@ -329,6 +332,13 @@ class SwarmApp(App[int]):
         finally:
             await conn.close()
         self.push_screen(RunsScreen(items, self._replay, self._compare))
+
+    def action_keys(self) -> None:
+        if self.source is None or not hasattr(self.source, "key_op"):
+            self.notify("no run here: keys belong to a running swarm", severity="warning")
+            return
+        readonly = self.readonly or bool(getattr(self.source, "readonly", False))
+        self.push_screen(KeysScreen(self.source, readonly))
 
     def action_canary(self) -> None:
         if self.canary_cfg is None or self.db_path is None:

@@ -29,6 +29,13 @@ class StatusBar(Static):
         if s.readonly:
             badge += " [dim]read-only[/]"
         state = s.status.upper()
+        if s.waiting_for_keys and s.status == "running":
+            state = f"[reverse $warning]WAITING: {s.waiting_for_keys} keys cooling[/]"
+        keys = ""
+        if s.keys:
+            ok = sum(k.state == "active" for k in s.keys)
+            colour = "$success" if ok == len(s.keys) else ("$warning" if ok else "$error")
+            keys = f" │ [{colour}]keys {ok}/{len(s.keys)}[/]"
         pct = f"{s.done}/{s.total}"
         rate = "-" if s.success_rate is None else f"{s.success_rate * 100:.1f}%"
         ok_rate = s.success_rate is None or s.success_rate >= s.sla.min_success
@@ -42,7 +49,7 @@ class StatusBar(Static):
         month = "" if s.projected_month_usd is None else f" ≈${s.projected_month_usd:,.0f}/mo"
         # Most important first: at 80 columns the ends of the lines are cut (ellipsis).
         line1 = (f"{badge} {','.join(s.gateways)} [b]{state}[/] {s.elapsed_s:,.1f}s │ {pct} │ "
-                 f"{s.in_flight}/{s.concurrency} fly │ {s.calls_per_s:,.0f}/s │ {s.canary} │ "
+                 f"{s.in_flight}/{s.concurrency} fly │ {s.calls_per_s:,.0f}/s │ {s.canary}{keys} │ "
                  f"{s.run_id}")
         line2 = (f"{rate_txt} {p95_txt} p50 {_ms(s.latency_ms[0])} p99 {_ms(s.latency_ms[2])} ms"
                  f" │ {cost}{month} │ ttft {_ms(s.ttft_ms[0])}/{_ms(s.ttft_ms[1])} │ tok "

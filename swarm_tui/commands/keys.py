@@ -1,0 +1,232 @@
+"""`swarm-tui keys list|add|retire|enable`.
+
+A key is read from standard input (masked when it is a terminal) or from an
+environment variable — never from the command line, where `ps` and shell
+history would keep it. `add` appends to the gateway's key file, which running
+swarms reload within a second; retire / enable reach running swarms through the
+store's control table, by fingerprint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import os
+import stat
+import sys
+import time
+from pathlib import Path
+
+import aiosqlite
+from pydantic import BaseModel
+
+from swarm_tui.config import LoadedConfig
+from swarm_tui.errors import EXIT_OK, UserError
+from swarm_tui.gateway.keys import fingerprint, keys_from_env, read_key_file
+from swarm_tui.store.runs import list_runs
+
+FRESH_S = 5.0  # key state older than this belongs to a run that is no longer alive
+
+
+class KeyListing(BaseModel):
+    gateway: str
+    fingerprint: str
+    label: str | None
+    source: str
+    state: str | None = None        # live state in a running swarm, if any
+    cooling_until: float | None = None
+    reason: str | None = None
+    in_flight: int | None = None
+    calls: int | None = None
+    rate_limited: int | None = None
+    errors: int | None = None
+    run_id: str | None = None
+
+
+def add_parser(sub: argparse._SubParsersAction, common) -> None:
+    p = sub.add_parser("keys", help="API keys: list, add (stdin/env), retire, enable")
+    common(p)
+    p.add_argument("verb", choices=("list", "add", "retire", "enable"))
+    p.add_argument("fingerprint", nargs="?", help="for retire / enable: the key's fingerprint "
+                   "(a unique part is enough), as `keys list` shows it")
+    p.add_argument("--gateway", help="the gateway (default: the only or default one)")
+    p.add_argument("--label", help="for add: a label kept next to the key in the key file")
+    p.add_argument("--from-env", metavar="VAR", help="for add: read the key from $VAR "
+                   "instead of standard input")
+    p.add_argument("--json", action="store_true", help="list as JSON")
+    p.add_argument("--insecure-key-file", action="store_true",
+                   help="accept a key file readable by group/others (warns)")
+
+
+def _gateway(cfg: LoadedConfig, name: str | None) -> str:
+    gws = cfg.settings.gateways
+    if not gws:
+        raise UserError("keys: no gateways configured (the built-in simulator uses a "
+                        "generated in-memory key)")
+    if name:
+        if name not in gws:
+            raise UserError(f"--gateway {name}: no such gateway (known: {', '.join(sorted(gws))})")
+        return name
+    if cfg.settings.default_gateway:
+        return cfg.settings.default_gateway
+    if len(gws) == 1:
+        return next(iter(gws))
+    raise UserError("keys: several gateways; pass --gateway NAME")
+
+
+def configured(cfg: LoadedConfig, insecure: bool) -> list[KeyListing]:
+    out = []
+    for name, gw in cfg.settings.gateways.items():
+        for key, label in keys_from_env(gw.key_env):
+            out.append(KeyListing(gateway=name, fingerprint=fingerprint(key), label=label,
+                                  source=f"env:{label}"))
+        if gw.key_file is not None and gw.key_file.expanduser().exists():
+            for key, label in read_key_file(gw.key_file.expanduser(), insecure):
+                out.append(KeyListing(gateway=name, fingerprint=fingerprint(key), label=label,
+                                      source="file"))
+    return out
+
+
+async def _live(conn: aiosqlite.Connection) -> list[tuple]:
+    """Key rows of swarms alive right now (their heartbeat refreshes them)."""
+    async with conn.execute(
+            "SELECT run_id, gateway, fingerprint, label, source, state, cooling_until, reason, "
+            "in_flight, calls, rate_limited, errors FROM key_state WHERE updated_at >= ?",
+            (time.time() - FRESH_S,)) as cur:
+        return list(await cur.fetchall())
+
+
+async def run(conn: aiosqlite.Connection, path: Path, cfg: LoadedConfig,
+              args: argparse.Namespace) -> int:
+    if args.verb == "list":
+        return await _list(conn, cfg, args)
+    if not args.fingerprint:
+        raise UserError(f"keys {args.verb}: give the key's fingerprint (see `keys list`)")
+    return await _steer(conn, args)
+
+
+async def _list(conn: aiosqlite.Connection, cfg: LoadedConfig, args) -> int:
+    items = {(k.gateway, k.fingerprint): k for k in configured(cfg, args.insecure_key_file)}
+    for (run_id, gw, fp, label, source, state, until, reason, fly, calls, r429,
+         errs) in await _live(conn):
+        item = items.get((gw, fp)) or KeyListing(gateway=gw, fingerprint=fp, label=label,
+                                                 source=source)
+        items[(gw, fp)] = item.model_copy(update={
+            "state": state, "cooling_until": until, "reason": reason, "in_flight": fly,
+            "calls": calls, "rate_limited": r429, "errors": errs, "run_id": run_id})
+    rows = [k for k in items.values() if not args.gateway or k.gateway == args.gateway]
+    if args.json:
+        print(json.dumps([k.model_dump() for k in rows], indent=2))
+        return EXIT_OK
+    if not rows:
+        print("no keys configured")
+        return EXIT_OK
+    print(f"{'gateway':<12} {'key':<22} {'label':<14} {'source':<12} state")
+    for k in rows:
+        if k.state is None:
+            live = "(not in a running swarm)"
+        else:
+            live = k.state
+            if k.state == "cooling" and k.cooling_until:
+                live += " until " + time.strftime("%H:%M:%S", time.localtime(k.cooling_until))
+            if k.reason:
+                live += f": {k.reason}"
+            live += f"  {k.calls} calls, {k.rate_limited} 429s, {k.errors} errors, " \
+                    f"{k.in_flight} in flight (run {k.run_id})"
+        print(f"{k.gateway:<12} {k.fingerprint:<22} {(k.label or '-')[:14]:<14} "
+              f"{k.source:<12} {live}")
+    return EXIT_OK
+
+
+def _read_secret(args) -> str:
+    if args.from_env:
+        secret = os.environ.get(args.from_env, "")
+        if not secret.strip():
+            raise UserError(f"keys add: ${args.from_env} is empty or not set")
+    elif sys.stdin is not None and sys.stdin.isatty():
+        secret = getpass.getpass("API key (not echoed): ")
+    else:
+        secret = sys.stdin.readline() if sys.stdin is not None else ""
+    secret = secret.strip()
+    if len(secret) < 8 or any(c.isspace() for c in secret):
+        raise UserError("keys add: that is not an API key (too short, empty or with spaces)")
+    return secret
+
+
+def run_add(cfg: LoadedConfig, args) -> int:
+    name = _gateway(cfg, args.gateway)
+    gw = cfg.settings.gateways[name]
+    if gw.key_file is None:
+        raise UserError(f"gateway '{name}': no key_file in the config; `keys add` appends to "
+                        "it (env keys are set in the environment)")
+    secret = _read_secret(args)
+    path = gw.key_file.expanduser()
+    existing = read_key_file(path, args.insecure_key_file) if path.exists() else []
+    fp = fingerprint(secret)
+    if any(k == secret for k, _ in existing):
+        print(f"key {fp}: already in {path}")
+        return EXIT_OK
+    label = (args.label or "").strip()
+    if any(c.isspace() or c == "#" for c in label):
+        raise UserError("--label: one word, no '#'")
+    line = secret + (f" {label}" if label else "") + "\n"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # created 0600, appended in one write: a reloading runner never sees half a line
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, stat.S_IRUSR | stat.S_IWUSR)
+        try:
+            with open(fd, "a", encoding="utf-8", closefd=False) as fh:
+                prefix = "" if not existing or _ends_with_newline(path) else "\n"
+                fh.write(prefix + line)
+        finally:
+            os.close(fd)
+    except OSError as e:
+        raise UserError(f"key file {path}: cannot write ({e.strerror})") from None
+    print(f"key {fp}: added to {path} (gateway {name}); running swarms pick it up within "
+          "a second")
+    return EXIT_OK
+
+
+def _ends_with_newline(path: Path) -> bool:
+    with path.open("rb") as fh:
+        fh.seek(0, os.SEEK_END)
+        if fh.tell() == 0:
+            return True
+        fh.seek(-1, os.SEEK_END)
+        return fh.read(1) == b"\n"
+
+
+async def _steer(conn: aiosqlite.Connection, args) -> int:
+    """retire / enable in every running swarm that holds the key."""
+    ref = args.fingerprint
+    running = {r.id for r in await list_runs(conn, 200) if r.effective_status() == "running"}
+    targets: dict[str, str] = {}
+    for run_id, gw, fp, *_ in await _live(conn):
+        if run_id in running and (not args.gateway or gw == args.gateway) and (
+                fp == ref or ref in fp):
+            targets.setdefault(run_id, f"{gw}:{fp}")
+    matched = set(targets.values())
+    if not targets:
+        raise UserError(f"keys {args.verb} {ref}: no running swarm holds that key (`keys "
+                        "list` shows fingerprints; edit the key file for future runs)")
+    if len(matched) > 1:
+        raise UserError(f"keys {args.verb} {ref}: matches several keys "
+                        f"({', '.join(sorted(matched))}); give more of the fingerprint")
+    actor = _user()
+    for run_id, target in targets.items():
+        await conn.execute(
+            "INSERT INTO control (run_id, at, actor, command, arg) VALUES (?,?,?,?,?)",
+            (run_id, time.time(), actor, f"key_{args.verb}", target))
+    print(f"key {next(iter(matched))}: {args.verb} sent to {len(targets)} running swarm(s); "
+          "applied within a second")
+    if args.verb == "retire":
+        print("(for future runs, remove it from the key file / environment)", file=sys.stderr)
+    return EXIT_OK
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "unknown"

@@ -1,0 +1,174 @@
+"""Key pools on real runs: more throughput than one key allows, retire / add mid-run, a
+rejected key disabled while the run finishes, dispatch waiting while every key cools,
+the key file reloaded, and the `keys` CLI."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+import time
+
+import pytest
+
+from swarm_tui.engine import events as ev
+from swarm_tui.gateway import keyops
+from swarm_tui.gateway.keypool import DISABLED, RETIRED
+from tests.conftest import (
+    Recorder,
+    assert_one_line_error,
+    client_for,
+    make_runner,
+    swarm,
+    tasks,
+)
+
+KEYS = [f"sk-pool-{c * 24}" for c in "abc"]
+pytestmark = pytest.mark.timeout(90)
+
+
+@pytest.mark.parametrize("strategy", ["least-in-flight", "round-robin", "proactive"])
+async def test_three_keys_carry_more_than_one_keys_rate_limit(sim_factory, strategy):
+    rpm = 40
+    sim = sim_factory(profile="fixed:50", rpm_per_key=rpm, retry_after_s=60)
+    async with client_for(sim, keys=KEYS) as gw:
+        gw.pool.strategy = strategy
+        runner = make_runner(gw, tasks(100), concurrency=20)
+        t0 = time.monotonic()
+        await asyncio.wait_for(runner.run(), 60)
+        wall = time.monotonic() - t0
+    assert runner.counts == {"succeeded": 100, "failed": 0, "cancelled": 0}
+    # one key may make 40 calls a minute; 100 succeeded well inside the minute
+    assert wall < 30
+    ok_per_key = [k.calls - k.errors for k in gw.keys]
+    assert all(0 < n <= rpm for n in ok_per_key), ok_per_key
+    if strategy == "proactive":  # it reads x-ratelimit-remaining and avoids the 429s
+        assert sum(k.rate_limited for k in gw.keys) <= len(KEYS)
+
+
+async def test_retiring_a_key_mid_run_drops_no_call(sim_factory):
+    sim = sim_factory(profile="fixed:400")
+    rec = Recorder()
+    async with client_for(sim, keys=KEYS[:2]) as gw:
+        runner = make_runner(gw, tasks(60), concurrency=20, consumers=[rec])
+        run = asyncio.create_task(runner.run())
+        a = gw.keys[0]
+        while a.in_flight == 0:
+            await asyncio.sleep(0.01)
+        in_flight_then = a.in_flight
+        calls_then = a.calls
+        msg = keyops.retire(gw_map := {gw.name: gw}, a.fingerprint)
+        assert f"{in_flight_then} in flight finish on it" in msg
+        await asyncio.wait_for(run, 30)
+    assert gw_map and a.state == RETIRED
+    assert a.calls == calls_then  # no new call after the retire…
+    assert runner.counts == {"succeeded": 60, "failed": 0, "cancelled": 0}  # …none dropped
+    assert a.errors == 0 and a.tokens_out > 0  # its in-flight calls finished normally
+
+
+async def test_a_key_added_mid_run_takes_traffic_within_a_second(sim_factory):
+    sim = sim_factory(profile="fixed:200")
+    async with client_for(sim, keys=KEYS[:1]) as gw:
+        runner = make_runner(gw, tasks(300), concurrency=10)
+        run = asyncio.create_task(runner.run())
+        await asyncio.sleep(0.5)
+        keyops.add(gw, KEYS[2], "new", "added")
+        added_at = time.monotonic()
+        new = gw.keys[1]
+        while new.calls == 0 and time.monotonic() - added_at < 1.0:
+            await asyncio.sleep(0.01)
+        took = time.monotonic() - added_at
+        runner.cancel()
+        await asyncio.wait_for(run, 30)
+    assert new.calls > 0 and took < 1.0, took
+
+
+async def test_a_rejected_key_is_disabled_and_the_run_finishes_on_the_others(sim_factory):
+    good = [KEYS[0], KEYS[2]]
+    bad = "sk-revoked-" + "z" * 24
+    sim = sim_factory(profile="fixed:50", keys=good)
+    async with client_for(sim, keys=[KEYS[0], bad, KEYS[2]]) as gw:
+        runner = make_runner(gw, tasks(60), concurrency=10)
+        await asyncio.wait_for(runner.run(), 30)
+    revoked = gw.keys[1]
+    assert revoked.state == DISABLED and revoked.reason.startswith("401")
+    # calls sent before its first refusal came back, then never again
+    on_bad = [x for a in runner.agents for x in a.attempts if x.key_fp == revoked.fingerprint]
+    refused_at = min(x.started_ms + (x.latency_ms or 0) for x in on_bad if x.status_code == 401)
+    assert on_bad and all(x.started_ms <= refused_at for x in on_bad)
+    assert all(x.status_code == 401 for x in on_bad)
+    assert runner.counts == {"succeeded": 60, "failed": 0, "cancelled": 0}
+    assert bad not in (revoked.reason or "")
+
+
+async def test_every_key_cooling_makes_dispatch_wait_visibly_not_fail(sim_factory):
+    sim = sim_factory(profile="fixed:20")
+    rec = Recorder()
+    details: list[str] = []
+    async with client_for(sim, keys=KEYS[:2]) as gw:
+        now = time.monotonic()
+        for k in gw.keys:
+            k.cooling_until = now + 0.6
+        runner = make_runner(gw, tasks(20), concurrency=5,
+                             consumers=[rec, lambda e: details.append(e.detail or "")])
+        run = asyncio.create_task(runner.run())
+        await asyncio.sleep(0.2)
+        waiting = runner.waiting_for_keys
+        started_early = len(rec.kinds(ev.STARTED))
+        await asyncio.wait_for(run, 30)
+    assert waiting == "sim" and started_early == 0
+    assert any(d.startswith("waiting: every key of sim is cooling") for d in details)
+    assert any(d == "keys of sim usable again" for d in details)
+    assert runner.counts["succeeded"] == 20 and runner.waiting_for_keys is None
+
+
+async def test_key_file_edits_reach_the_running_pool(sim_factory, tmp_path):
+    path = tmp_path / "keys.txt"
+    path.write_text(f"{KEYS[0]} first\n")
+    path.chmod(0o600)
+    sim = sim_factory(profile="fixed:20")
+    reports: list[str] = []
+    async with client_for(sim, keys=KEYS[:1]) as gw:
+        gw.keys[0].source = "file"
+        watcher = keyops.KeyFileWatcher(gw, path, False, reports.append)
+        path.write_text(f"{KEYS[1]} second\n")  # first removed, second added
+        os.utime(path, ns=(time.time_ns(), time.time_ns() + 1_000_000))
+        watcher.check()
+        assert [k.state for k in gw.keys] == [RETIRED, "active"]
+        assert gw.keys[1].label == "second"
+        path.chmod(0o644)  # unsafe now: refused, current keys kept
+        watcher.check()
+        assert "readable by group/others" in reports[-1] and "keeping" in reports[-1]
+        assert [k.state for k in gw.keys] == [RETIRED, "active"]
+    assert all(KEYS[0] not in r and KEYS[1] not in r for r in reports)
+
+
+def test_keys_cli_add_reads_stdin_never_argv(tmp_path):
+    kf = tmp_path / "keys" / "gw.keys"
+    conf = tmp_path / "c.toml"
+    conf.write_text(f'[gateways.gw]\nbase_url = "http://127.0.0.1:9/v1"\n'
+                    f'key_file = "{kf}"\nkey_env = ["SWARM_TEST_ENV_KEYS"]\n')
+    env = {"SWARM_TUI_DB": str(tmp_path / "runs.db"),
+           "SWARM_TEST_ENV_KEYS": f"{KEYS[1]},{KEYS[2]}"}
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "swarm_tui", "keys", "add", "--label", "ops",
+                        "--config", str(conf)], input=KEYS[0] + "\n", capture_output=True,
+                       text=True, env={**os.environ, **env}, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert kf.read_text() == f"{KEYS[0]} ops\n"
+    assert stat.S_IMODE(kf.stat().st_mode) == 0o600
+    assert KEYS[0] not in r.stdout + r.stderr and "added to" in r.stdout
+    assert_one_line_error(swarm("keys", "add", KEYS[0], "--config", str(conf), env=env), 2,
+                          "never from the command line")
+    r = swarm("keys", "list", "--json", "--config", str(conf), env=env)
+    assert r.returncode == 0, r.stderr
+    import json
+
+    listed = json.loads(r.stdout)
+    assert [(k["source"], k["label"]) for k in listed] == [
+        ("env:SWARM_TEST_ENV_KEYS", "SWARM_TEST_ENV_KEYS")] * 2 + [("file", "ops")]
+    assert not any(k in r.stdout for k in KEYS)
+    assert_one_line_error(swarm("keys", "retire", "nosuch", "--config", str(conf), env=env), 2,
+                          "no running swarm holds that key")
