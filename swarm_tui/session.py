@@ -97,9 +97,8 @@ class RunSession:
         s = self.cfg.settings
         if self.simulated:
             key = "sk-sim-" + secrets.token_hex(16)  # in memory only, like any key
-            sim_settings = self.opts.sim.model_copy(update={"keys": [key]})
-            try:
-                self.sim = SimProcess(sim_settings).start()
+            try:  # it accepts any key, so keys added from the console work in the demo
+                self.sim = SimProcess(self.opts.sim).start()
             except (OSError, RuntimeError) as e:
                 raise UserError(f"built-in simulator: could not start: {e}", 1) from None
             self.gateways[SIM_GATEWAY] = GatewayClient(

@@ -120,3 +120,23 @@ def canary_view():
                      reason="first seen: stages [5, 25, 50, 100], mode auto"),
     )
     return CanaryView(cfg, state, analysis, history)
+
+
+def keys_snapshot() -> Snapshot:
+    """The mid-run snapshot with four keys in every state (fixed times, UTC)."""
+    import dataclasses
+
+    from swarm_tui.engine.live import KeyRow
+
+    t = CANARY_NOW
+    keys = (
+        KeyRow("gateway-a", "sk-…a1b2#3f9c1e", "primary", "env:GW_KEYS", "active", None, None,
+               12, 4_210, 0, 3, 3_050_000, 4_620_000, t - 1),
+        KeyRow("gateway-a", "sk-…c3d4#77ab02", "peak", "file", "cooling", t + 42, None, 0,
+               3_977, 14, 14, 2_880_000, 4_370_000, t - 3),
+        KeyRow("gateway-a", "sk-…e5f6#0c4d9a", "legacy", "file", "disabled", None,
+               "401 Incorrect API key provided.", 0, 1, 0, 1, 0, 0, t - 600),
+        KeyRow("gateway-a", "sk-…g7h8#5e21f0", "old", "added", "retired", None, None, 2, 812,
+               1, 1, 590_000, 880_000, t - 5),
+    )
+    return dataclasses.replace(mid_run_snapshot(), keys=keys)

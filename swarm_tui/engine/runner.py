@@ -227,9 +227,22 @@ class SwarmRunner:
         agent.attempts.append(attempt)
         agent.attempts_on_model += 1
         agent.queue_ms += attempt.queue_ms
-        agent.handle = asyncio.create_task(self._attempt(agent, attempt, gw, slot))
+        task = asyncio.create_task(self._attempt(agent, attempt, gw, slot))
+        task.add_done_callback(lambda _t: self._attempt_done(agent, attempt, gw, slot))
+        agent.handle = task
         self.emit(ev.STARTED, agent, attempt)
         return True
+
+    def _attempt_done(self, agent: Agent, attempt: Attempt, gw: GatewayClient, slot) -> None:
+        """A task cancelled before its first step never runs its body: release its slot
+        and key here so the run cannot wait forever for it."""
+        if attempt.outcome != "running":
+            return
+        gw.release(slot)
+        self.in_flight -= 1
+        attempt.outcome = "cancelled"
+        self._finish_cancelled(agent)
+        self._wake.set()
 
     def _no_key(self, agent: Agent, gw: GatewayClient) -> bool:
         wait = gw.pool.next_ready_in()

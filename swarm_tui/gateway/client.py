@@ -150,8 +150,18 @@ class GatewayClient:
         return tuple(s.secret for s in self.pool.slots)
 
     def pick_key(self) -> KeySlot | None:
-        """The pool's choice for the next call; None while every key is cooling/unusable."""
-        return self.pool.pick()
+        """The pool's choice for the next call, counted in flight at once (a burst of
+        launches in one loop turn must see each other); None while no key is usable.
+        Every picked key is released by `complete` or, for a call that never ran,
+        `release`."""
+        slot = self.pool.pick()
+        if slot is not None:
+            self.pool.begin(slot)
+        return slot
+
+    def release(self, slot: KeySlot) -> None:
+        self.pool.end(slot, error_class="cancelled", status_code=None, message=None,
+                      retry_after_s=None, headers=None)
 
     async def complete(
         self,
@@ -168,7 +178,6 @@ class GatewayClient:
             kwargs["max_tokens"] = max_tokens
         if temperature is not None:
             kwargs["temperature"] = temperature
-        self.pool.begin(slot)
         res = CallResult(sent_at=time.perf_counter())
         token = _CURRENT_CALL.set(res)
         try:

@@ -15,15 +15,16 @@ from swarm_tui.engine.live import KeyRow
 from swarm_tui.errors import UserError
 from swarm_tui.ui.screens import ConfirmScreen
 
-COLUMNS = ("gateway", "key", "label", "state", "fly", "calls", "429s", "errors", "tokens",
-           "last used")
+# fixed widths: a key's state changes length (active → cooling until 12:00:00) in place
+COLUMNS = (("gateway", 9), ("key", 15), ("label", 10), ("state", 24), ("fly", 3),
+           ("calls", 7), ("429s", 5), ("errors", 6), ("tokens", 8), ("last used", 9))
 
 
 def state_text(k: KeyRow) -> str:
     if k.state == "cooling" and k.cooling_until is not None:
         return f"cooling until {time.strftime('%H:%M:%S', time.localtime(k.cooling_until))}"
     if k.state == "disabled":
-        return f"disabled: {k.reason or '?'}"[:40]
+        return f"disabled: {k.reason or '?'}"[:60]
     return k.state
 
 
@@ -104,7 +105,9 @@ class KeysScreen(Screen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.query_one(DataTable).add_columns(*COLUMNS)
+        table = self.query_one(DataTable)
+        for label, width in COLUMNS:
+            table.add_column(label, width=width)
         self.set_interval(self.refresh_s, self.reload)
         self.call_later(self.reload)
         self.query_one(DataTable).focus()

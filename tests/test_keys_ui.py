@@ -1,0 +1,106 @@
+"""The console's keys panel: masked add, retire / enable with confirmation, readonly, picture."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from swarm_tui.config import load_config
+from swarm_tui.gateway.keypool import RETIRED
+from swarm_tui.session import RunOptions
+from swarm_tui.sim.settings import SimSettings
+from swarm_tui.sources import LiveSource
+from swarm_tui.ui.app import SwarmApp
+from swarm_tui.ui.keys_panel import AddKeyScreen, KeysScreen
+from swarm_tui.ui.screens import ConfirmScreen
+from swarm_tui.workload import demo_tasks
+from tests.test_ui import wait_for
+from tests.ui_fixtures import FixedSource, keys_snapshot
+
+NEW_KEY = "sk-added-from-console-0123456789abcdef"
+
+
+def screen_text(app) -> str:
+    return "\n".join("".join(seg.text for seg in strip)
+                     for strip in app.screen._compositor.render_strips())
+
+
+@pytest.fixture
+def cfg(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.delenv("SWARM_TUI_CONFIG", raising=False)
+    return load_config(None)
+
+
+async def test_add_retire_enable_from_the_keys_panel(cfg, tmp_path):
+    opts = RunOptions(sim=SimSettings(profile="fixed:200", rate_429=0, rate_503=0),
+                      concurrency=10)
+    source = LiveSource(cfg, opts, demo_tasks(400), tmp_path / "runs.db")
+    app = SwarmApp(source, db_path=tmp_path / "runs.db", refresh_s=0.1)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await wait_for(lambda: source.runner is not None and source.runner.in_flight > 0)
+        await pilot.press("k")
+        await wait_for(lambda: isinstance(app.screen, KeysScreen) and app.screen.rows)
+        assert "simulator" in screen_text(app) and "active" in screen_text(app)
+        await pilot.press("a")
+        await wait_for(lambda: isinstance(app.screen, AddKeyScreen))
+        await pilot.press(*NEW_KEY)
+        await pilot.pause(0.1)
+        assert NEW_KEY not in screen_text(app) and NEW_KEY[-8:] not in screen_text(app)
+        await pilot.press("enter", *"console", "enter")
+        await wait_for(lambda: isinstance(app.screen, KeysScreen) and len(app.screen.rows) == 2)
+        gw = source.runner.gateways["sim"]
+        new = gw.pool.by_secret(NEW_KEY)
+        assert new is not None and new.label == "console" and new.source == "added"
+        await wait_for(lambda: new.calls > 0)  # takes traffic
+        await pilot.press("r")  # retire the selected (first) key, confirmed
+        await wait_for(lambda: isinstance(app.screen, ConfirmScreen))
+        await pilot.press("y")
+        await wait_for(lambda: gw.keys[0].state == RETIRED)
+        await wait_for(lambda: "retired" in screen_text(app))
+        calls = gw.keys[0].calls
+        await pilot.pause(0.5)
+        assert gw.keys[0].calls == calls  # no new call on a retired key
+        await pilot.press("e")
+        await wait_for(lambda: isinstance(app.screen, ConfirmScreen))
+        await pilot.press("n")  # declined: stays retired
+        await pilot.pause(0.1)
+        assert gw.keys[0].state == RETIRED
+        await pilot.press("e")
+        await wait_for(lambda: isinstance(app.screen, ConfirmScreen))
+        await pilot.press("y")
+        await wait_for(lambda: gw.keys[0].state == "active")
+        source.loop.call_soon_threadsafe(source.runner.cancel)
+        await wait_for(lambda: not source.active, timeout=30)
+    log = "\n".join(source.metrics.log)
+    assert "added (console)" in log and "retired" in log and NEW_KEY not in log
+
+
+async def test_readonly_keys_panel_changes_nothing():
+    source = FixedSource(keys_snapshot(), readonly=True)
+    source.key_op = None  # a read-only source offers no key operations at all
+    app = SwarmApp(source, refresh_s=10, readonly=True)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await pilot.press("k")
+        await wait_for(lambda: isinstance(app.screen, KeysScreen) and app.screen.rows)
+        for key in ("a", "r", "e"):
+            await pilot.press(key)
+            await pilot.pause(0.05)
+            assert isinstance(app.screen, KeysScreen)
+        assert sum("read-only console" in str(n.message) for n in app._notifications) == 3
+
+
+def test_keys_panel_snapshot(snap_compare, monkeypatch):
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    source = FixedSource(keys_snapshot())
+    source.key_op = None
+
+    async def open_panel(pilot):
+        await pilot.pause(0.2)
+        await pilot.press("k")
+        await pilot.pause(0.3)
+
+    assert snap_compare(SwarmApp(source, refresh_s=10), terminal_size=(100, 24),
+                        run_before=open_panel)
