@@ -16,7 +16,13 @@ from pydantic import ValidationError
 
 from swarm_tui import __version__
 from swarm_tui.config import format_validation_error, load_config
-from swarm_tui.errors import EXIT_INTERNAL, EXIT_OK, EXIT_SLA_BREACHED, UserError
+from swarm_tui.errors import (
+    EXIT_BUDGET_STOPPED,
+    EXIT_INTERNAL,
+    EXIT_OK,
+    EXIT_SLA_BREACHED,
+    UserError,
+)
 from swarm_tui.gateway.keys import redact
 
 EXIT_INTERRUPTED = 130
@@ -88,6 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--transport", choices=["aiohttp", "httpx2"], default="aiohttp",
                      help="HTTP transport under the SDK (default aiohttp: less CPU per call)")
     run.add_argument("--seed", type=int, help="seed for retry jitter")
+    run.add_argument("--budget", type=float, metavar="USD",
+                     help="per-run cost cap: warn at 80 %%, stop dispatch at the cap (exit 4)")
     _sim_flags(run, "sim-")
     _console_flags(run)
 
@@ -108,6 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
     resume.add_argument("--quiet", action="store_true")
     resume.add_argument("--no-preflight", action="store_true")
     resume.add_argument("--insecure-key-file", action="store_true")
+    resume.add_argument("--budget", type=float, metavar="USD",
+                        help="cost cap for the whole run (what it already cost counts)")
 
     runs = sub.add_parser("runs", help="stored runs, newest first")
     _common(runs)
@@ -119,6 +129,12 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("run_id")
     report.add_argument("--compare", metavar="RUN_B", help="before/after table: RUN_ID vs RUN_B")
     report.add_argument("--json", action="store_true")
+
+    cost = sub.add_parser("cost", help="a run's cost: totals, breakdowns, projections, "
+                          "what-if per model and for the routing")
+    _common(cost)
+    cost.add_argument("run_id")
+    cost.add_argument("--json", action="store_true")
 
     export = sub.add_parser("export", help="a run's tasks and attempts as CSV or JSON Lines")
     _common(export)
@@ -145,6 +161,9 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--chunks", type=int, default=6, help="content chunks per streamed answer")
     sim.add_argument("--cached-fraction", type=float, default=0.0,
                      help="share of prompt tokens reported as cached")
+    sim.add_argument("--usage-style", choices=["openai", "deepseek"], default="openai",
+                     help="cache hits as prompt_tokens_details.cached_tokens (openai) or "
+                     "prompt_cache_hit/miss_tokens (deepseek)")
     sim.add_argument("--stdin-control", action="store_true", help=argparse.SUPPRESS)
     return parser
 
@@ -161,7 +180,7 @@ def _sim_settings(args: argparse.Namespace, prefix: str = ""):
         "rpm_per_key": get("rpm_per_key"), "seed": get("seed"),
     }
     if not prefix:
-        fields.update(usage_mode=args.usage, chunks=args.chunks,
+        fields.update(usage_mode=args.usage, usage_style=args.usage_style, chunks=args.chunks,
                       cached_fraction=args.cached_fraction)
         if args.keys_file:
             from swarm_tui.gateway.keys import read_key_file
@@ -224,6 +243,10 @@ def _opts_from_args(args: argparse.Namespace, preflight_default: bool = False, *
         print("swarm-tui: warning: accepting key files readable by group/others",
               file=sys.stderr)
     preflight = preflight_default or not getattr(args, "no_preflight", False)
+    budget = getattr(args, "budget", None)
+    if budget is not None and not budget > 0:
+        raise UserError("--budget: must be a positive amount of USD")
+    extra.setdefault("budget_usd", budget)
     return RunOptions(concurrency=concurrency, preflight=preflight, insecure_key_file=insecure,
                       **extra)
 
@@ -235,6 +258,11 @@ def _finish(outcome, as_json: bool) -> int:
     print(summary.model_dump_json(indent=2) if as_json else summary_text(summary))
     if outcome.interrupted:
         return EXIT_INTERRUPTED
+    if summary.status == "budget_stopped":
+        unsent = summary.unfinished + summary.cancelled
+        print(f"swarm-tui: stopped at the budget cap; {unsent} tasks unsent — raise it with "
+              f"`swarm-tui resume {summary.run_id} --budget USD`", file=sys.stderr)
+        return EXIT_BUDGET_STOPPED
     return EXIT_OK if summary.sla is not None and summary.sla.met else EXIT_SLA_BREACHED
 
 
@@ -289,6 +317,8 @@ def _console(args: argparse.Namespace, cfg, **kw) -> int:
         print(summary_text(outcome.summary))
         if code == EXIT_INTERRUPTED or outcome.interrupted:
             return EXIT_INTERRUPTED
+        if outcome.summary.status == "budget_stopped":
+            return EXIT_BUDGET_STOPPED
         return EXIT_OK if outcome.summary.sla and outcome.summary.sla.met else EXIT_SLA_BREACHED
     return code or EXIT_OK
 
@@ -377,8 +407,13 @@ async def _resume(conn, path, args: argparse.Namespace) -> int:
     cfg = load_config(args.config)
     gateway = snap.get("gateway")
     sim = SimSettings.model_validate(snap["sim"]) if "sim" in snap else SimSettings()
+    budget = args.budget if args.budget is not None else snap.get("budget_usd")
+    async with conn.execute("SELECT COALESCE(SUM(cost_usd), 0) FROM results WHERE run_id=? "
+                            "AND state='succeeded'", (run.id,)) as cur:
+        spent = float((await cur.fetchone())[0])
     opts = _opts_from_args(args, gateway=gateway, stream=snap.get("stream"),
-                           model=snap.get("model"), sim=sim, name=run.name)
+                           model=snap.get("model"), sim=sim, name=run.name,
+                           budget_usd=budget, spent_before_usd=spent)
     if opts.concurrency is None:
         opts.concurrency = snap.get("concurrency")
     print(f"swarm-tui: resuming run {run.id} ({status}): {len(tasks)} of {run.total} tasks "
@@ -413,11 +448,13 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 async def _report(conn, path, args: argparse.Namespace) -> int:
+    from swarm_tui.commands.cost import cost_text, stored_cost
     from swarm_tui.commands.history import compare_rows, compare_table, run_summary
     from swarm_tui.headless import summary_text
     from swarm_tui.store.runs import get_run
 
-    a = await run_summary(conn, await get_run(conn, args.run_id, path))
+    run = await get_run(conn, args.run_id, path)
+    a = await run_summary(conn, run)
     if args.compare:
         b = await run_summary(conn, await get_run(conn, args.compare, path))
         if args.json:
@@ -426,7 +463,26 @@ async def _report(conn, path, args: argparse.Namespace) -> int:
         else:
             print(compare_table(a, b))
         return EXIT_OK
-    print(a.model_dump_json(indent=2) if args.json else summary_text(a))
+    cost = await stored_cost(conn, run, load_config(args.config))
+    if args.json:
+        print(json.dumps({**a.model_dump(mode="json"), "cost": cost.model_dump(mode="json")},
+                         indent=2))
+    else:
+        print(summary_text(a) + "\n\n" + cost_text(cost))
+    return EXIT_OK
+
+
+def cmd_cost(args: argparse.Namespace) -> int:
+    return run_async(_with_db(args, _cost, args, create=False))
+
+
+async def _cost(conn, path, args: argparse.Namespace) -> int:
+    from swarm_tui.commands.cost import cost_text, stored_cost
+    from swarm_tui.store.runs import get_run
+
+    report = await stored_cost(conn, await get_run(conn, args.run_id, path),
+                               load_config(args.config))
+    print(report.model_dump_json(indent=2) if args.json else cost_text(report))
     return EXIT_OK
 
 
@@ -484,7 +540,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK
     handlers = {"run": cmd_run, "sim": cmd_sim, "resume": cmd_resume, "runs": cmd_runs,
                 "report": cmd_report, "export": cmd_export, "watch": cmd_watch,
-                "canary": cmd_canary, "keys": cmd_keys, None: cmd_console}
+                "canary": cmd_canary, "keys": cmd_keys, "cost": cmd_cost, None: cmd_console}
     try:
         return handlers[args.command](args)
     except UserError as e:

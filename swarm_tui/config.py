@@ -176,6 +176,7 @@ class Settings(BaseSettings):
     default_model: str = "deepseek-v3.2"
     concurrency: Annotated[int, Field(ge=1, le=10_000)] = 100
     tasks_per_day: Annotated[int, Field(ge=1)] = 12_000
+    budget_usd: PosFloat | None = None  # per-run cap; `run --budget` overrides
     gateways: dict[str, GatewayConfig] = Field(default_factory=dict)
     routing: RoutingConfig = Field(default_factory=RoutingConfig)
     retry: RetryConfig = Field(default_factory=RetryConfig)

@@ -7,6 +7,7 @@ EXIT_OK = 0
 EXIT_INTERNAL = 1
 EXIT_BAD_INPUT = 2
 EXIT_SLA_BREACHED = 3
+EXIT_BUDGET_STOPPED = 4
 
 
 class UserError(Exception):

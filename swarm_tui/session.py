@@ -36,6 +36,8 @@ class RunOptions:
     transport: Transport = "aiohttp"
     seed: int | None = None
     name: str | None = None
+    budget_usd: float | None = None     # overrides the config's budget_usd
+    spent_before_usd: float = 0.0       # a resumed run's cost so far
 
 
 def gateway_keys(name: str, gw: GatewayConfig, insecure: bool
@@ -143,7 +145,9 @@ class RunSession:
         if self.opts.model:
             forced = {"model": self.opts.model}
             tasks = [t if t.model else t.model_copy(update=forced) for t in tasks]
-        policy = RunPolicy(self.concurrency, s.retry, s.routing, s.default_model)
+        budget = self.opts.budget_usd if self.opts.budget_usd is not None else s.budget_usd
+        policy = RunPolicy(self.concurrency, s.retry, s.routing, s.default_model, budget,
+                           self.opts.spent_before_usd)
         self.runner = SwarmRunner(tasks, self.gateways, self.router, policy,
                                   self.cfg.prices, consumers, seed=self.opts.seed, seqs=seqs,
                                   prior_attempts=prior_attempts)

@@ -48,6 +48,7 @@ def config_snapshot(session: RunSession, opts: RunOptions) -> dict[str, Any]:
         "config_path": str(session.cfg.path) if session.cfg.path else None,
         "gateway": session.gateway_name, "concurrency": session.concurrency,
         "model": opts.model, "stream": opts.stream, "gateways": gateways,
+        "budget_usd": opts.budget_usd,
     }
     if session.simulated:
         snap["sim"] = opts.sim.model_dump(mode="json", exclude={"keys"})
@@ -100,7 +101,8 @@ async def execute(
         finally:
             for w in watchers:
                 await w.stop()
-            await writer.close("cancelled" if runner.cancelled else "finished")
+            await writer.close("cancelled" if runner.cancelled
+                               else runner.stop_reason or "finished")
             gc.unfreeze()
     finally:
         if canary is not None:

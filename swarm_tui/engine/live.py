@@ -233,8 +233,12 @@ def live_snapshot(runner, metrics: LiveMetrics, *, run_id: str, simulated: bool,
     priced = m.succeeded - m.unpriced
     per_task = m.cost_usd / priced if priced else None
     if status is None:
-        if runner.wall_ms:
-            status = "cancelled" if runner.cancelled else "finished"
+        if runner.cancelled:
+            status = "cancelled" if runner.wall_ms else "running"
+        elif runner.stop_reason:
+            status = runner.stop_reason  # in-flight calls may still be finishing
+        elif runner.wall_ms:
+            status = "finished"
         else:
             status = "paused" if runner.paused else "running"
     elapsed = (runner.wall_ms or (runner.now_ms() if runner.t0 else 0.0)) / 1000.0

@@ -40,7 +40,13 @@ class RunPolicy:
     retry: RetryConfig
     routing: RoutingConfig
     default_model: str
+    budget_usd: float | None = None  # per-run cap: dispatch stops before it is reached
+    spent_before_usd: float = 0.0    # what earlier sessions of this run already cost
 
+
+BUDGET_WARN_AT = 0.8
+BUDGET_STOPPED = "budget_stopped"
+DEFAULT_OUTPUT_ESTIMATE = 512  # tokens, for a call's cost before any call has finished
 
 class SwarmRunner:
     def __init__(
@@ -80,6 +86,12 @@ class SwarmRunner:
         self.started_wall = 0.0
         self.wall_ms = 0.0
         self.waiting_for_keys: str | None = None  # gateway whose keys are all cooling
+        self.stop_reason: str | None = None  # budget_stopped: no new sends, nothing cancelled
+        self.spent_usd = policy.spent_before_usd
+        self.in_flight_est_usd = 0.0  # estimated cost of the calls in flight
+        self._model_spend: dict[str, tuple[float, int]] = {}
+        self._budget_warned = False
+        self._unpriced_warned: set[str] = set()
         self._pending: deque[Agent] = deque()
         self._retry_ready: deque[Agent] = deque()
         self._wake = asyncio.Event()
@@ -130,6 +142,52 @@ class SwarmRunner:
         self.paused = False
         self.emit(ev.CONTROL, detail="resumed")
         self._wake.set()
+
+    # -- budget -----------------------------------------------------------------------------
+    def call_estimate_usd(self, agent: Agent) -> float | None:
+        """What the agent's next call is likely to cost: the average of this run's finished
+        calls on its model, else its prompt estimate plus max_tokens (or 512) at the
+        model's price (conservative). None: unpriced model."""
+        done = self._model_spend.get(agent.model)
+        if done:
+            return done[0] / done[1]
+        out = agent.task.max_tokens or DEFAULT_OUTPUT_ESTIMATE
+        return self.prices.cost(agent.model, agent.task.prompt_tokens_estimate(), out)
+
+    def _over_budget(self, agent: Agent) -> bool:
+        """True: do not send this call now. Spent + the in-flight calls' estimates + this
+        call would pass the cap: wait while calls are in flight (each completion wakes
+        dispatch to look again); with none in flight, stop dispatch for good."""
+        cap = self.policy.budget_usd
+        assert cap is not None
+        est = self.call_estimate_usd(agent)
+        if est is None:
+            if agent.model not in self._unpriced_warned:
+                self._unpriced_warned.add(agent.model)
+                self.emit(ev.CONTROL, detail=f"budget: {agent.model} is unpriced; its calls "
+                                             "cannot be counted against the cap")
+            est = 0.0
+        agent.budget_est = est
+        committed = self.spent_usd + self.in_flight_est_usd + est
+        if not self._budget_warned and committed >= BUDGET_WARN_AT * cap:
+            self._budget_warned = True
+            self.emit(ev.CONTROL, detail=f"budget: 80% reached (${self.spent_usd:.4f} spent "
+                                         f"+ ${self.in_flight_est_usd:.4f} in flight of "
+                                         f"${cap:.4f})")
+        if committed < cap:
+            return False
+        if self.in_flight:
+            return True
+        unsent = sum(1 for a in self.agents if a.state == QUEUED)
+        self.stop_reason = BUDGET_STOPPED
+        self.emit(ev.CONTROL, detail=f"budget cap ${cap:.4f} reached (${self.spent_usd:.4f} "
+                                     f"spent; the next call ≈ ${est:.4f}): dispatch stopped, "
+                                     f"{unsent} tasks unsent (resumable)")
+        return True
+
+    def _settle_estimate(self, agent: Agent) -> None:
+        self.in_flight_est_usd -= agent.budget_est
+        agent.budget_est = 0.0
 
     def wake(self) -> None:
         """Look at the queue again now (a key came back, routing changed)."""
@@ -183,13 +241,19 @@ class SwarmRunner:
 
     async def _dispatch(self) -> None:
         while True:
-            while not self.paused and not self.cancelled and self.in_flight < self.limit:
+            while (not self.paused and not self.cancelled and not self.stop_reason
+                   and self.in_flight < self.limit):
                 agent = self._next_ready()
-                if agent is None or not self._launch(agent):
+                if agent is None:
+                    break
+                if self.policy.budget_usd is not None and self._over_budget(agent):
+                    self._retry_ready.appendleft(agent)
+                    break
+                if not self._launch(agent):
                     break
             if not (self.in_flight or self.retry_waiting or self._pending or self._retry_ready):
                 return
-            if self.cancelled and not (self.in_flight or self.retry_waiting):
+            if (self.cancelled or self.stop_reason) and not (self.in_flight or self.retry_waiting):
                 return
             self._wake.clear()
             await self._wake.wait()
@@ -215,6 +279,7 @@ class SwarmRunner:
             self.waiting_for_keys = None
             self.emit(ev.CONTROL, detail=f"keys of {gw.name} usable again")
         agent.state = RUNNING
+        self.in_flight_est_usd += agent.budget_est
         agent.key_fp = slot.fingerprint
         agent.live_chars = 0
         self.in_flight += 1
@@ -240,6 +305,7 @@ class SwarmRunner:
             return
         gw.release(slot)
         self.in_flight -= 1
+        self._settle_estimate(agent)
         attempt.outcome = "cancelled"
         self._finish_cancelled(agent)
         self._wake.set()
@@ -272,6 +338,7 @@ class SwarmRunner:
                                     task.temperature, agent)
         except asyncio.CancelledError:
             self.in_flight -= 1
+            self._settle_estimate(agent)
             attempt.outcome = "cancelled"
             attempt.latency_ms = self.now_ms() - attempt.started_ms
             self._finish_cancelled(agent)
@@ -280,6 +347,7 @@ class SwarmRunner:
                 raise
             return
         self.in_flight -= 1
+        self._settle_estimate(agent)
         self._wake.set()
         if res.send_delay_ms:  # the client's own delay before the wire is queue time
             attempt.started_ms += res.send_delay_ms
@@ -296,6 +364,10 @@ class SwarmRunner:
             agent.cached_in, agent.usage_estimated = res.cached_in, res.usage_estimated
             agent.cost_usd = self.prices.cost(agent.model, res.tokens_in, res.tokens_out,
                                               res.cached_in)
+            if agent.cost_usd is not None:
+                self.spent_usd += agent.cost_usd
+                usd, n = self._model_spend.get(agent.model, (0.0, 0))
+                self._model_spend[agent.model] = (usd + agent.cost_usd, n + 1)
             agent.response_text = res.text
             agent.status_code = 200
             agent.error_class = agent.error_message = None

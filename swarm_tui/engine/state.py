@@ -60,6 +60,7 @@ class Agent:
     attempts_on_model: int = 0
     prior_attempts: int = 0      # attempts stored by an earlier session of this run
     route_version: int = 0       # the router's version when this task was routed
+    budget_est: float = 0.0      # estimated USD of its call in flight (budget cap)
     ready_at: float = 0.0        # perf_counter when it last became ready to send
     live_chars: int = 0          # streamed characters of the current attempt
     latency_ms: float | None = None

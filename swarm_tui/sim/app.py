@@ -138,7 +138,7 @@ class SimApp:
             body.get("max_tokens") or body.get("max_completion_tokens") or s.default_max_tokens
         )
         completion_tokens = max(1, int(max_tokens * (0.85 + 0.15 * self.rng.random())))
-        usage = _usage(prompt_tokens, completion_tokens, s.cached_fraction)
+        usage = _usage(prompt_tokens, completion_tokens, s.cached_fraction, s.usage_style)
         ident = "chatcmpl-" + uuid.uuid4().hex[:24]
         created = int(time.time())
         text = _TEXT[: completion_tokens * 4]
@@ -229,13 +229,18 @@ def _retry_headers(wait_s: float) -> list[tuple[bytes, bytes]]:
     ]
 
 
-def _usage(prompt: int, completion: int, cached_fraction: float) -> dict[str, Any]:
+def _usage(prompt: int, completion: int, cached_fraction: float, style: str = "openai"
+           ) -> dict[str, Any]:
     usage: dict[str, Any] = {
         "prompt_tokens": prompt, "completion_tokens": completion,
         "total_tokens": prompt + completion,
     }
-    if cached_fraction:
-        usage["prompt_tokens_details"] = {"cached_tokens": int(prompt * cached_fraction)}
+    cached = int(prompt * cached_fraction)
+    if style == "deepseek":  # DeepSeek's own names for cache hits and misses
+        usage["prompt_cache_hit_tokens"] = cached
+        usage["prompt_cache_miss_tokens"] = prompt - cached
+    elif cached_fraction:
+        usage["prompt_tokens_details"] = {"cached_tokens": cached}
     return usage
 
 

@@ -28,6 +28,7 @@ class SimSettings(BaseModel):
     ttft_fraction: Annotated[float, Field(gt=0, le=1)] = 0.35
     usage_mode: Literal["final", "inline", "none"] = "final"
     cached_fraction: Rate = 0.0  # share of prompt tokens reported as cache hits
+    usage_style: Literal["openai", "deepseek"] = "openai"  # how cache hits are reported
     default_max_tokens: Annotated[int, Field(ge=1)] = 256
     seed: int | None = None
 

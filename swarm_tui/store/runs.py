@@ -130,16 +130,19 @@ class StoredTask:
     usage_estimated: bool
     cost_usd: float | None
     error_class: str | None
-    seq: int = 0          # the rest is for the console's grid, not the summary
+    seq: int = 0          # the rest is for the console's grid and the cost report
     task_id: str = ""
     attempts: int = 0
+    key_fp: str | None = None
+    finished_at: float | None = None
 
 
 async def task_rows(conn: aiosqlite.Connection, run_id: str) -> list[StoredTask]:
     async with conn.execute(
             "SELECT state, model, gateway, bucket, latency_ms, ttft_ms, queue_ms, tokens_in, "
             "tokens_out, cached_in, usage_estimated, cost_usd, error_class, seq, task_id, "
-            "attempts FROM task_results WHERE run_id = ? ORDER BY seq", (run_id,)) as cur:
+            "attempts, key_fp, finished_at FROM task_results WHERE run_id = ? ORDER BY seq",
+            (run_id,)) as cur:
         return [StoredTask(*r) for r in await cur.fetchall()]
 
 

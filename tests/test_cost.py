@@ -1,0 +1,183 @@
+"""Cost: to the cent from stored tokens and the price table, streamed or not, cached or not;
+unpriced is never $0; what-if and routing what-if; the budget stop keeps unsent tasks."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from swarm_tui.engine.cost import cost_report
+from swarm_tui.prices import load_price_table
+from tests.conftest import swarm
+
+PRICES = tomllib.loads((Path(__file__).parent.parent / "swarm_tui/data/prices.toml")
+                       .read_text())["models"]
+pytestmark = pytest.mark.timeout(120)
+
+
+def hand_cost(model: str, tokens_in: int, tokens_out: int, cached: int) -> float:
+    """The bill by hand: fresh input, cached input and output at their own rates."""
+    p = PRICES[model]
+    cached_rate = p.get("cached_input", p["input"])
+    return ((tokens_in - cached) * p["input"] + cached * cached_rate
+            + tokens_out * p["output"]) / 1_000_000
+
+
+@pytest.fixture
+def cfg_for(tmp_path):
+    def make(sim) -> tuple[str, dict]:
+        conf = tmp_path / "c.toml"
+        conf.write_text(f'[gateways.gw]\nbase_url = "{sim.base_url}"\nkey_env = ["K"]\n')
+        return str(conf), {"K": "sk-cost-test-0123456789abcdef",
+                           "SWARM_TUI_DB": str(tmp_path / "runs.db")}
+    return make
+
+
+@pytest.mark.parametrize(("stream", "cached", "style"), [
+    (True, 0.0, "openai"), (False, 0.0, "openai"), (True, 0.5, "openai"),
+    (False, 0.5, "openai"), (True, 0.4, "deepseek"), (False, 0.4, "deepseek"),
+])
+def test_cost_equals_the_hand_computation_to_the_cent(sim_factory, cfg_for, tmp_path, stream,
+                                                      cached, style):
+    sim = sim_factory(profile="fixed:20", cached_fraction=cached, usage_style=style)
+    conf, env = cfg_for(sim)
+    flags = [] if stream else ["--no-stream"]
+    r = swarm("run", "--demo", "60", "--headless", "--json", "--quiet", "--config", conf,
+              *flags, env=env)
+    assert r.returncode in (0, 3), r.stderr
+    summary = json.loads(r.stdout)
+    with sqlite3.connect(env["SWARM_TUI_DB"]) as c:
+        rows = c.execute("SELECT model, tokens_in, tokens_out, cached_in, cost_usd, "
+                         "usage_estimated FROM results WHERE state='succeeded'").fetchall()
+    assert len(rows) == 60 and not any(r[5] for r in rows)  # usage reported, not estimated
+    if cached:  # the gateway's cache hits were recorded and billed at the cached rate
+        assert all(r[3] == int(r[1] * cached) and r[3] > 0 for r in rows)
+    else:
+        assert all(r[3] == 0 for r in rows)
+    by_hand = sum(hand_cost(m, i, o, k) for m, i, o, k, _, _ in rows)
+    assert round(summary["cost_usd"], 2) == round(by_hand, 2)
+    assert summary["cost_usd"] == pytest.approx(by_hand, abs=1e-9)
+    for model, stats in summary["by_model"].items():
+        assert stats["cost_usd"] == pytest.approx(
+            sum(hand_cost(m, i, o, k) for m, i, o, k, _, _ in rows if m == model), abs=1e-9)
+    if cached:  # priced as fresh input it would have cost more
+        fresh = sum(hand_cost(m, i, o, 0) for m, i, o, _k, _, _ in rows)
+        assert fresh > by_hand
+    rc = swarm("cost", summary["run_id"], "--json", env=env)
+    assert rc.returncode == 0, rc.stderr
+    report = json.loads(rc.stdout)
+    assert report["total"]["cost_usd"] == pytest.approx(by_hand, abs=1e-9)
+    for w in report["what_if"]:  # the same tokens on every model, by hand
+        assert w["cost_usd"] == pytest.approx(
+            sum(hand_cost(w["model"], i, o, k) for _m, i, o, k, _, _ in rows), abs=1e-9)
+    routing = report["routing"]
+    assert routing["all_long_usd"] == pytest.approx(
+        sum(hand_cost("kimi-k2.5", i, o, k) for _m, i, o, k, _, _ in rows), abs=1e-9)
+    assert routing["saving_pct"] > 0  # short tasks on the cheaper model
+
+
+def test_unpriced_model_is_never_zero(sim_factory, cfg_for):
+    sim = sim_factory(profile="fixed:20")
+    conf, env = cfg_for(sim)
+    r = swarm("run", "--demo", "20", "--headless", "--json", "--quiet", "--model",
+              "house-llm-7b", "--config", conf, env=env)
+    summary = json.loads(r.stdout)
+    assert summary["unpriced_tasks"] == 20 and summary["unpriced_models"] == ["house-llm-7b"]
+    assert summary["cost_per_task_usd"] is None
+    assert summary["by_model"]["house-llm-7b"]["cost_per_task_usd"] is None
+    text = swarm("run", "--demo", "5", "--headless", "--quiet", "--model", "house-llm-7b",
+                 "--config", conf, env=env).stdout
+    assert "unpriced (house-llm-7b: 5 tasks)" in text
+    with sqlite3.connect(env["SWARM_TUI_DB"]) as c:  # NULL in the store, not 0.0
+        assert c.execute("SELECT count(*) FROM results WHERE cost_usd IS NULL").fetchone()[0] \
+            == 25
+    rc = swarm("cost", summary["run_id"], env=env)
+    assert "20 tasks on unpriced models (not $0: unknown)" in rc.stdout
+    report = json.loads(swarm("cost", summary["run_id"], "--json", env=env).stdout)
+    assert report["projection"]["month_at_volume_usd"] is None
+    assert all(w["vs_actual"] is None for w in report["what_if"])
+
+
+def test_budget_stop_stops_dispatch_and_keeps_unsent_tasks(sim_factory, cfg_for):
+    sim = sim_factory(profile="fixed:100")
+    conf, env = cfg_for(sim)
+    r = swarm("run", "--demo", "300", "--headless", "--json", "--quiet", "--budget", "0.03",
+              "--config", conf, env=env)
+    assert r.returncode == 4, r.stderr
+    assert "stopped at the budget cap" in r.stderr and "resume" in r.stderr
+    s = json.loads(r.stdout)
+    assert s["status"] == "budget_stopped"
+    assert 0 < s["cost_usd"] <= 0.03           # never over the cap
+    assert s["succeeded"] + s["failed"] < 300 and s["unfinished"] > 0
+    assert s["cancelled"] == 0                  # in-flight calls finished, nothing dropped
+    db = env["SWARM_TUI_DB"]
+    with sqlite3.connect(db) as c:
+        unsent = c.execute("SELECT count(*) FROM task_results WHERE run_id=? AND "
+                           "state='queued'", (s["run_id"],)).fetchone()[0]
+        events = [d for (d,) in c.execute("SELECT detail_json FROM events WHERE kind='control'")]
+    assert unsent == s["unfinished"]
+    assert any(d.startswith("budget: 80% reached") for d in events)
+    assert any(d.startswith("budget cap $0.0300 reached") for d in events)
+    # resuming under the same cap sends (almost) nothing: what the run already cost counts
+    r_same = swarm("resume", s["run_id"], "--json", "--quiet", "--config", conf, env=env)
+    assert r_same.returncode == 4, r_same.stderr
+    assert json.loads(r_same.stdout)["cost_usd"] <= 0.03
+    # the unsent tasks are resumable; a higher cap finishes the run, each task once
+    r2 = swarm("resume", s["run_id"], "--budget", "5", "--json", "--quiet", "--config", conf,
+               env=env)
+    assert r2.returncode in (0, 3), r2.stderr
+    s2 = json.loads(r2.stdout)
+    assert (s2["status"], s2["succeeded"], s2["total"]) == ("finished", 300, 300)
+    with sqlite3.connect(db) as c:
+        assert c.execute("SELECT count(*) FROM results WHERE run_id=?",
+                         (s["run_id"],)).fetchone()[0] == 300
+    # a cap below one call's estimate sends nothing at all
+    r3 = swarm("run", "--demo", "50", "--headless", "--json", "--quiet", "--budget", "0.00001",
+               "--config", conf, env=env)
+    assert r3.returncode == 4 and json.loads(r3.stdout)["succeeded"] == 0
+
+
+def test_bad_budget_is_one_line(sim_factory, cfg_for):
+    from tests.conftest import assert_one_line_error
+
+    sim = sim_factory(profile="fixed:20")
+    conf, env = cfg_for(sim)
+    assert_one_line_error(swarm("run", "--demo", "5", "--budget", "-1", "--headless",
+                                "--config", conf, env=env), 2, "--budget")
+
+
+def test_cost_report_projection_and_timeline():
+    from dataclasses import dataclass
+
+    @dataclass
+    class Row:
+        state: str
+        model: str
+        gateway: str = "gw"
+        bucket: str = "baseline"
+        key_fp: str | None = "sk-…abcd#000000"
+        tokens_in: int = 1_000
+        tokens_out: int = 1_000
+        cached_in: int = 0
+        usage_estimated: bool = False
+        cost_usd: float | None = None
+
+    prices = load_price_table(None, {}, "test")
+    rows = [Row("succeeded", "deepseek-v3.2", cost_usd=0.0007)] * 3 + \
+        [Row("succeeded", "kimi-k2.5", cost_usd=0.00265, usage_estimated=True),
+         Row("failed", "kimi-k2.5")]
+    rep = cost_report(rows, prices, run_id="r", wall_s=60.0, tasks_per_day=12_000,
+                      long_model="kimi-k2.5", finished_s=[10.0, 20.0, 30.0, 59.0, 59.0],
+                      steps=6)
+    assert rep.total.tasks == 4 and rep.total.cost_usd == pytest.approx(0.00475)
+    assert rep.estimated and rep.total.estimated_tasks == 1
+    assert rep.projection.usd_per_min == pytest.approx(0.00475)
+    assert rep.projection.month_at_rate_usd == pytest.approx(0.00475 * 1440 * 30)
+    assert rep.projection.month_at_volume_usd == pytest.approx(0.00475 / 4 * 12_000 * 30)
+    assert rep.timeline == pytest.approx([0.0, 0.0007, 0.0014, 0.0021, 0.0021, 0.00475])
+    assert set(rep.by_model) == {"deepseek-v3.2", "kimi-k2.5"}
+    assert rep.by_key["sk-…abcd#000000"].tasks == 4
