@@ -251,11 +251,31 @@ def _opts_from_args(args: argparse.Namespace, preflight_default: bool = False, *
                       **extra)
 
 
-def _finish(outcome, as_json: bool) -> int:
+async def _summary_json(conn, path, summary, cfg) -> str:
+    """The run's summary plus its cost breakdown: the same object `report --json` prints."""
+    from swarm_tui.commands.cost import stored_cost
+    from swarm_tui.store.runs import get_run
+
+    data = summary.model_dump(mode="json")
+    if summary.status != "unsaved":
+        cost = await stored_cost(conn, await get_run(conn, summary.run_id, path), cfg)
+        data["cost"] = cost.model_dump(mode="json")
+    return json.dumps(data, indent=2)
+
+
+async def _finish_stored(conn, path, cfg, outcome, as_json: bool) -> int:
+    text = await _summary_json(conn, path, outcome.summary, cfg) if as_json else None
+    return _finish(outcome, as_json, text)
+
+
+def _finish(outcome, as_json: bool, json_text: str | None = None) -> int:
     from swarm_tui.headless import summary_text
 
     summary = outcome.summary
-    print(summary.model_dump_json(indent=2) if as_json else summary_text(summary))
+    if as_json:
+        print(json_text or summary.model_dump_json(indent=2))
+    else:
+        print(summary_text(summary))
     if outcome.interrupted:
         return EXIT_INTERRUPTED
     if summary.status == "budget_stopped":
@@ -356,8 +376,8 @@ def cmd_watch(args: argparse.Namespace) -> int:
     run_async(probe.open())
     run_async(probe.close())
     args.readonly = args.readonly or not args.write
-    return _console(args, cfg, source=StoreSource(db, probe.run_id, write=not args.readonly),
-                    db_path=db)
+    return _console(args, cfg, source=StoreSource(db, probe.run_id, write=not args.readonly,
+                                                  cfg=cfg), db_path=db)
 
 
 async def _with_db(args: argparse.Namespace, fn, *rest, create: bool = True):
@@ -380,7 +400,7 @@ async def _run(conn, path, cfg, opts, tasks, args) -> int:
 
     outcome = await execute(conn, path, cfg, opts, tasks, new_run_id(),
                             show_progress=not args.quiet)
-    return _finish(outcome, args.json)
+    return await _finish_stored(conn, path, cfg, outcome, args.json)
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
@@ -402,7 +422,8 @@ async def _resume(conn, path, args: argparse.Namespace) -> int:
     if not tasks:
         print(f"run {run.id}: nothing to resume, every task has a stored result",
               file=sys.stderr)
-        return _finish(Outcome(await load_summary(conn, run), False), args.json)
+        return await _finish_stored(conn, path, load_config(args.config),
+                                    Outcome(await load_summary(conn, run), False), args.json)
     snap = run.config
     cfg = load_config(args.config)
     gateway = snap.get("gateway")
@@ -420,7 +441,7 @@ async def _resume(conn, path, args: argparse.Namespace) -> int:
           "have no stored result", file=sys.stderr)
     outcome = await execute(conn, path, cfg, opts, tasks, run.id, show_progress=not args.quiet,
                             seqs=seqs, prior_attempts=prior)
-    return _finish(outcome, args.json)
+    return await _finish_stored(conn, path, cfg, outcome, args.json)
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
@@ -463,10 +484,10 @@ async def _report(conn, path, args: argparse.Namespace) -> int:
         else:
             print(compare_table(a, b))
         return EXIT_OK
-    cost = await stored_cost(conn, run, load_config(args.config))
+    cfg = load_config(args.config)
+    cost = await stored_cost(conn, run, cfg)
     if args.json:
-        print(json.dumps({**a.model_dump(mode="json"), "cost": cost.model_dump(mode="json")},
-                         indent=2))
+        print(await _summary_json(conn, path, a, cfg))
     else:
         print(summary_text(a) + "\n\n" + cost_text(cost))
     return EXIT_OK

@@ -17,6 +17,7 @@ import aiosqlite
 from swarm_tui.canary.controller import CanaryController
 from swarm_tui.config import LoadedConfig, SlaConfig
 from swarm_tui.engine import events as ev
+from swarm_tui.engine.cost import CostReport, cost_report
 from swarm_tui.engine.live import (
     HIST_EDGES_MS,
     AgentCell,
@@ -154,6 +155,21 @@ class LiveSource:
             snap = dataclasses.replace(snap, canary=view.status_line(), canary_view=view)
         return snap
 
+    async def cost(self) -> CostReport | None:
+        """The live run's cost from its agents (read only; a few ms at 10,000 agents)."""
+        r = self.runner
+        if r is None:
+            return None
+        s = self.cfg.settings
+        agents = list(r.agents)
+        return cost_report(
+            agents, self.cfg.prices, run_id=self.run_id,
+            wall_s=(r.wall_ms or (r.now_ms() if r.t0 else 0.0)) / 1000.0,
+            tasks_per_day=s.tasks_per_day,
+            long_model=s.routing.long_model if s.routing.enabled else None,
+            finished_s=[a.finished_ms / 1000.0 if a.finished_ms is not None else None
+                        for a in agents])
+
     async def key_op(self, op: str, ref: str, secret: str | None = None,
                      label: str | None = None) -> str:
         """add (ref = gateway) / retire / enable (ref = fingerprint), on the engine's loop."""
@@ -228,8 +244,9 @@ class StoreSource:
     kind = "watch"
 
     def __init__(self, db_path: Path, run_id: str | None, *, write: bool = False,
-                 replay: bool = False) -> None:
+                 replay: bool = False, cfg: LoadedConfig | None = None) -> None:
         self.db_path = db_path
+        self.cfg = cfg  # for the cost panel's price table (shipped table without it)
         self.run_id = run_id
         self.readonly = not write
         self.kind = "replay" if replay else "watch"
@@ -343,6 +360,19 @@ class StoreSource:
             queue_ms=row[10], tokens_in=row[11], tokens_out=row[12], cost_usd=row[13],
             error=f"{row[14]}: {row[15]}" if row[14] else None, response_text=row[16],
             attempts=attempts)
+
+    async def cost(self) -> CostReport | None:
+        from swarm_tui.commands.cost import stored_cost
+        from swarm_tui.config import Settings
+        from swarm_tui.prices import load_price_table
+
+        if self.conn is None or self.run_id is None:
+            return None
+        if self.cfg is None:
+            self.cfg = LoadedConfig(settings=Settings(), path=None,
+                                    prices=load_price_table(None, {}, "shipped price table"))
+        run = await get_run(self.conn, self.run_id, self.db_path)
+        return await stored_cost(self.conn, run, self.cfg)
 
     async def key_op(self, op: str, ref: str, secret: str | None = None,
                      label: str | None = None) -> str:

@@ -9,7 +9,7 @@ from swarm_tui.engine.cost import CostLine, CostReport, cost_report
 from swarm_tui.store.runs import RunRecord, task_rows
 
 
-def _usd(v: float | None, digits: int = 4) -> str:
+def usd(v: float | None, digits: int = 4) -> str:
     if v is None:
         return "-"
     if abs(v) >= 100:
@@ -35,11 +35,11 @@ async def stored_cost(conn: aiosqlite.Connection, run: RunRecord, cfg: LoadedCon
 
 
 def _line_row(name: str, c: CostLine) -> str:
-    cost = _usd(c.cost_usd) + ("+unpriced" if c.unpriced_tasks else "") + \
+    cost = usd(c.cost_usd) + ("+unpriced" if c.unpriced_tasks else "") + \
         ("~" if c.estimated_tasks else "")
     tokens = f"{c.tokens_in:,}/{c.tokens_out:,} ({c.cached_in:,})"
     return f"  {name[:22]:<22} {c.tasks:>7,} {tokens:>28} {cost:>16} " \
-           f"{_usd(c.cost_per_task_usd, 6):>11}"
+           f"{usd(c.cost_per_task_usd, 6):>11}"
 
 
 def cost_text(r: CostReport) -> str:
@@ -48,12 +48,12 @@ def cost_text(r: CostReport) -> str:
                                           f"{t.estimated_tasks} tasks)" if r.estimated else "")]
     unpriced = f" + {t.unpriced_tasks} tasks on unpriced models (not $0: unknown)" \
         if t.unpriced_tasks else ""
-    lines.append(f"total {_usd(t.cost_usd)} for {t.tasks:,} tasks = "
-                 f"{_usd(t.cost_per_task_usd, 6)}/task{unpriced}")
-    lines.append(f"rate  {_usd(p.usd_per_min)}/min → {_usd(p.day_at_rate_usd, 2)}/day, "
-                 f"{_usd(p.month_at_rate_usd, 2)}/month if it ran around the clock")
-    lines.append(f"at {p.tasks_per_day:,} tasks/day: {_usd(p.day_at_volume_usd, 2)}/day, "
-                 f"{_usd(p.month_at_volume_usd, 2)}/month (30 days)")
+    lines.append(f"total {usd(t.cost_usd)} for {t.tasks:,} tasks = "
+                 f"{usd(t.cost_per_task_usd, 6)}/task{unpriced}")
+    lines.append(f"rate  {usd(p.usd_per_min)}/min → {usd(p.day_at_rate_usd, 2)}/day, "
+                 f"{usd(p.month_at_rate_usd, 2)}/month if it ran around the clock")
+    lines.append(f"at {p.tasks_per_day:,} tasks/day: {usd(p.day_at_volume_usd, 2)}/day, "
+                 f"{usd(p.month_at_volume_usd, 2)}/month (30 days)")
     head = f"  {'':<22} {'tasks':>7} {'tokens in/out (cached in)':>28} {'cost':>16} " \
            f"{'$/task':>11}"
     for title, group in (("model", r.by_model), ("gateway", r.by_gateway),
@@ -64,19 +64,30 @@ def cost_text(r: CostReport) -> str:
     if r.what_if:
         lines += ["", f"what-if: this run's recorded tokens priced on each model "
                       f"(USD per MTok; month at {p.tasks_per_day:,} tasks/day × 30)",
-                  f"  {'model':<18} {'in':>6} {'cached':>7} {'out':>6} {'this run':>10} "
-                  f"{'$/task':>10} {'month':>9} {'vs run':>7}"]
-        for w in r.what_if:
-            cached = "-" if w.price.cached_input is None else f"{w.price.cached_input:g}"
-            vs = "-" if w.vs_actual is None else f"{w.vs_actual:.2f}×"
-            mark = " ◀ ran" if w.actual else ""
-            lines.append(f"  {w.model[:18]:<18} {w.price.input:>6g} {cached:>7} "
-                         f"{w.price.output:>6g} {_usd(w.cost_usd):>10} "
-                         f"{_usd(w.cost_per_task_usd, 6):>10} {_usd(w.month_usd, 0):>9} "
-                         f"{vs:>7}{mark}")
+                  *what_if_lines(r)]
     if r.routing is not None:
-        g = r.routing
-        saving = "" if g.saving_pct is None else f" → the routing saves {g.saving_pct:.0f}%"
-        lines += ["", f"routing what-if: as routed {_usd(g.actual_usd)} vs everything on "
-                      f"{g.long_model} {_usd(g.all_long_usd)}{saving}"]
+        lines += ["", routing_line(r)]
     return "\n".join(lines)
+
+
+def what_if_lines(r: CostReport) -> list[str]:
+    lines = [f"  {'model':<18} {'in':>6} {'cached':>7} {'out':>6} {'this run':>10} "
+             f"{'$/task':>10} {'month':>9} {'vs run':>7}"]
+    for w in r.what_if:
+        cached = "-" if w.price.cached_input is None else f"{w.price.cached_input:g}"
+        vs = "-" if w.vs_actual is None else f"{w.vs_actual:.2f}×"
+        mark = " ◀ ran" if w.actual else ""
+        lines.append(f"  {w.model[:18]:<18} {w.price.input:>6g} {cached:>7} "
+                     f"{w.price.output:>6g} {usd(w.cost_usd):>10} "
+                     f"{usd(w.cost_per_task_usd, 6):>10} {usd(w.month_usd, 0):>9} "
+                     f"{vs:>7}{mark}")
+    return lines
+
+
+def routing_line(r: CostReport) -> str:
+    g = r.routing
+    if g is None:
+        return ""
+    saving = "" if g.saving_pct is None else f" → the routing saves {g.saving_pct:.0f}%"
+    return (f"routing what-if: as routed {usd(g.actual_usd)} vs everything on "
+            f"{g.long_model} {usd(g.all_long_usd)}{saving}")

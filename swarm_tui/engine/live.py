@@ -100,6 +100,7 @@ class Snapshot:
     canary: str = "canary: off"
     canary_view: Any = None         # canary.controller.CanaryView when a canary is configured
     keys: tuple[KeyRow, ...] = ()
+    budget_usd: float | None = None
     waiting_for_keys: str | None = None  # a gateway whose every key is cooling
     readonly: bool = False
     source: str = "live"            # live | watch | replay
@@ -255,4 +256,5 @@ def live_snapshot(runner, metrics: LiveMetrics, *, run_id: str, simulated: bool,
         sla=sla, agents=cells, log=tuple(m.log), histogram=tuple(m.hist),
         sparkline=m.sparkline(), readonly=readonly, errors=dict(m.errors),
         keys=key_rows(runner.gateways), waiting_for_keys=runner.waiting_for_keys,
+        budget_usd=runner.policy.budget_usd,
     )

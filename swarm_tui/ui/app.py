@@ -21,6 +21,7 @@ from swarm_tui.config import CanaryConfig
 from swarm_tui.engine.live import AgentCell, Snapshot
 from swarm_tui.errors import UserError
 from swarm_tui.ui.canary_panel import CanaryScreen
+from swarm_tui.ui.cost_panel import CostScreen
 from swarm_tui.ui.filtering import SORTS, FilterError, parse_filter, sort_cells
 from swarm_tui.ui.grid import AgentGrid
 from swarm_tui.ui.keys_panel import KeysScreen
@@ -42,6 +43,7 @@ ACTIONS: list[tuple[str, str, str]] = [
     ("app.history", "history", "Stored runs: replay, compare"),
     ("app.canary", "canary", "Canary: stages, gates, promote / abort"),
     ("app.keys", "keys", "API keys: state, add / retire / enable"),
+    ("app.cost", "cost", "Cost: totals, projections, what-if per model"),
     ("app.demo", "demo", "Start the demo swarm"),
     ("app.freeze", "freeze", "Freeze / unfreeze the display"),
     ("app.theme", "next_theme", "Next theme"),
@@ -50,7 +52,7 @@ ACTIONS: list[tuple[str, str, str]] = [
 
 
 _KEY_NAMES = {"question_mark": "?", "slash": "/", "plus": "+", "equals_sign": "=",
-              "minus": "-", "space": "space"}
+              "minus": "-", "space": "space", "dollar_sign": "$"}
 
 
 def _key_names(keys: str) -> str:
@@ -86,6 +88,7 @@ class SwarmApp(App[int]):
         Binding("h", "history", "History", id="app.history"),
         Binding("g", "canary", "Canary", id="app.canary"),
         Binding("k", "keys", "Keys", id="app.keys"),
+        Binding("dollar_sign", "cost", "Cost", id="app.cost"),
         Binding("d", "demo", "Demo", id="app.demo", show=False),
         Binding("space", "freeze", "Freeze", id="app.freeze", show=False),
         Binding("t", "next_theme", "Theme", id="app.theme", show=False),
@@ -332,6 +335,12 @@ class SwarmApp(App[int]):
         finally:
             await conn.close()
         self.push_screen(RunsScreen(items, self._replay, self._compare))
+
+    def action_cost(self) -> None:
+        if self.source is None or not hasattr(self.source, "cost"):
+            self.notify("no run here: start one (d) or replay one (h)", severity="warning")
+            return
+        self.push_screen(CostScreen(self.source))
 
     def action_keys(self) -> None:
         if self.source is None or not hasattr(self.source, "key_op"):

@@ -46,6 +46,11 @@ class StatusBar(Static):
         rate_txt = f"[{good if ok_rate else bad}]ok {rate}{'' if ok_rate else '!'}[/]"
         cost = f"${s.cost_usd:,.4f}" + ("+?" if s.unpriced_tasks else "") + \
             ("~" if s.usage_estimated else "")
+        if s.budget_usd:
+            share = s.cost_usd / s.budget_usd
+            colour = "$error" if share >= 1 or s.status == "budget_stopped" else (
+                "$warning" if share >= 0.8 else "$foreground")
+            cost = f"[{colour}]{cost}/${s.budget_usd:,.2f}[/]"
         month = "" if s.projected_month_usd is None else f" ≈${s.projected_month_usd:,.0f}/mo"
         # Most important first: at 80 columns the ends of the lines are cut (ellipsis).
         line1 = (f"{badge} {','.join(s.gateways)} [b]{state}[/] {s.elapsed_s:,.1f}s │ {pct} │ "
