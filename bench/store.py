@@ -28,6 +28,7 @@ from swarm_tui.engine.routing import SingleGateway
 from swarm_tui.engine.runner import RunPolicy, SwarmRunner
 from swarm_tui.engine.state import SUCCEEDED, Attempt
 from swarm_tui.gateway.client import GatewayClient
+from swarm_tui.gateway.keypool import KeyPool
 from swarm_tui.prices import load_price_table
 from swarm_tui.store.db import open_db
 from swarm_tui.store.runs import create_run
@@ -45,8 +46,11 @@ def make_runner(gw: GatewayClient | None, n: int, conc: int) -> SwarmRunner:
 
 
 class _Offline:
+    """Stands in for a gateway in the writer-capacity phase: nothing is sent."""
+
     pinned_model = None
     name = "sim"
+    pool = KeyPool()
 
 
 async def engine_phase(url: str, n: int, conc: int, db: Path, with_store: bool) -> dict:
