@@ -94,6 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--transport", choices=["aiohttp", "httpx2"], default="aiohttp",
                      help="HTTP transport under the SDK (default aiohttp: less CPU per call)")
     run.add_argument("--seed", type=int, help="seed for retry jitter")
+    run.add_argument("--canary-demo", action="store_true",
+                     help="simulated canary: baseline on the 'direct' profile, candidate on "
+                     "--sim-profile, auto mode with 20 s bakes (key g in the console)")
     run.add_argument("--budget", type=float, metavar="USD",
                      help="per-run cost cap: warn at 80 %%, stop dispatch at the cap (exit 4)")
     _sim_flags(run, "sim-")
@@ -292,7 +295,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     opts = _opts_from_args(
         args, gateway=args.gateway, stream=False if args.no_stream else None, model=args.model,
         sim=_sim_settings(args, "sim_"), transport=args.transport, seed=args.seed,
-        name=args.name)
+        name=args.name, canary_demo=args.canary_demo)
     if not args.headless and not args.json and _interactive():
         from swarm_tui.sources import LiveSource
         from swarm_tui.store.db import resolve_db_path

@@ -23,6 +23,11 @@ from swarm_tui.sim.server import SimProcess
 from swarm_tui.sim.settings import SimSettings
 from swarm_tui.workload import Task
 
+SIM_CANARY_GATEWAY = "sim-canary"
+# A canary on the simulator for demos: short bakes so a few minutes show every stage.
+SIM_CANARY = CanaryConfig(baseline=SIM_GATEWAY, candidate=SIM_CANARY_GATEWAY, mode="auto",
+                          bake="20s", min_samples=50, interval="2s", window="2m")
+
 
 @dataclass
 class RunOptions:
@@ -37,6 +42,7 @@ class RunOptions:
     seed: int | None = None
     name: str | None = None
     budget_usd: float | None = None     # overrides the config's budget_usd
+    canary_demo: bool = False           # simulated canary: direct-profile baseline → candidate
     spent_before_usd: float = 0.0       # a resumed run's cost so far
 
 
@@ -78,6 +84,7 @@ class RunSession:
         self.cfg = cfg
         self.opts = opts
         self.sim: SimProcess | None = None
+        self.sim_baseline: SimProcess | None = None
         s = cfg.settings
         # A configured canary splits traffic unless the run names one gateway explicitly.
         self.canary: CanaryConfig | None = (
@@ -85,6 +92,11 @@ class RunSession:
         self.gateway_name = (self.canary.baseline if self.canary
                              else pick_gateway_name(cfg, opts.gateway))
         self.simulated = self.gateway_name == SIM_GATEWAY
+        if opts.canary_demo:
+            if not self.simulated:
+                raise UserError("--canary-demo: only on the built-in simulator (no gateways "
+                                "configured, or --gateway sim)")
+            self.canary = SIM_CANARY
         self.concurrency = opts.concurrency or s.concurrency
         if not self.simulated:
             gw_cfg = s.gateways[self.gateway_name]
@@ -99,16 +111,20 @@ class RunSession:
         s = self.cfg.settings
         if self.simulated:
             key = "sk-sim-" + secrets.token_hex(16)  # in memory only, like any key
-            try:  # it accepts any key, so keys added from the console work in the demo
-                self.sim = SimProcess(self.opts.sim).start()
-            except (OSError, RuntimeError) as e:
-                raise UserError(f"built-in simulator: could not start: {e}", 1) from None
-            self.gateways[SIM_GATEWAY] = GatewayClient(
-                SIM_GATEWAY, self.sim.base_url, [(key, "simulator")],
-                pool=self.concurrency, timeout_s=30.0,
-                stream=True if self.opts.stream is None else self.opts.stream,
-                simulated=True, transport=self.opts.transport,
-            )
+            # it accepts any key, so keys added from the console work in the demo
+            self.sim = self._start_sim(self.opts.sim)
+            sims = [(SIM_GATEWAY, self.sim)]
+            if self.canary is not None:  # the team's move: direct provider → gateway
+                baseline = self.opts.sim.model_copy(update={"profile": "direct"})
+                self.sim_baseline = self._start_sim(baseline)
+                sims = [(SIM_GATEWAY, self.sim_baseline), (SIM_CANARY_GATEWAY, self.sim)]
+            for name, proc in sims:
+                self.gateways[name] = GatewayClient(
+                    name, proc.base_url, [(key, "simulator")],
+                    pool=self.concurrency, timeout_s=30.0,
+                    stream=True if self.opts.stream is None else self.opts.stream,
+                    simulated=True, transport=self.opts.transport,
+                )
             return
         names = ([self.canary.baseline, self.canary.candidate] if self.canary
                  else [self.gateway_name])
@@ -121,6 +137,12 @@ class RunSession:
                 pinned_model=gw.model, transport=self.opts.transport,
                 strategy=gw.key_strategy,
             )
+
+    def _start_sim(self, settings: SimSettings) -> SimProcess:
+        try:
+            return SimProcess(settings).start()
+        except (OSError, RuntimeError) as e:
+            raise UserError(f"built-in simulator: could not start: {e}", 1) from None
 
     def key_watchers(self, report: Callable[[str], None]) -> list[KeyFileWatcher]:
         """One watcher per gateway with a key file: edits reach the running pool."""
@@ -163,6 +185,7 @@ class RunSession:
     async def aclose(self) -> None:
         for gw in self.gateways.values():
             await gw.aclose()
-        if self.sim is not None:
-            self.sim.stop()
-            self.sim = None
+        for proc in (self.sim, self.sim_baseline):
+            if proc is not None:
+                proc.stop()
+        self.sim = self.sim_baseline = None

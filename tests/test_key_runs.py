@@ -177,3 +177,36 @@ def test_keys_cli_add_reads_stdin_never_argv(tmp_path):
     assert not any(k in r.stdout for k in KEYS)
     assert_one_line_error(swarm("keys", "retire", "nosuch", "--config", str(conf), env=env), 2,
                           "no running swarm holds that key")
+
+
+async def test_a_cooling_gateway_does_not_hold_up_the_other(sim_factory):
+    """Canary runs have two gateways: one's keys cooling must not stall the other's tasks."""
+    from swarm_tui.config import RetryConfig, RoutingConfig
+    from swarm_tui.engine.routing import CanaryRouter
+    from swarm_tui.engine.runner import RunPolicy, SwarmRunner
+    from swarm_tui.prices import load_price_table
+    from tests.conftest import make_client
+
+    a, b = sim_factory(profile="fixed:20"), sim_factory(profile="fixed:20")
+    base, cand = make_client(a, name="base"), make_client(b, name="cand", keys=KEYS[1:2])
+    try:
+        for k in base.keys:
+            k.cooling_until = time.monotonic() + 1.0
+        runner = SwarmRunner(tasks(200), {"base": base, "cand": cand},
+                             CanaryRouter("base", "cand", 50),
+                             RunPolicy(20, RetryConfig(), RoutingConfig(), "deepseek-v3.2"),
+                             load_price_table(None, {}, "test"))
+        run = asyncio.create_task(runner.run())
+        await asyncio.sleep(0.5)
+        by_gw = {"base": 0, "cand": 0}
+        for ag in runner.agents:
+            if ag.state == "succeeded":
+                by_gw[ag.gateway] += 1
+        assert runner.waiting_for_keys == "base"
+        assert by_gw["base"] == 0 and by_gw["cand"] > 50  # the candidate kept going
+        await asyncio.wait_for(run, 30)
+    finally:
+        await base.aclose()
+        await cand.aclose()
+    assert runner.counts == {"succeeded": 200, "failed": 0, "cancelled": 0}
+    assert runner.waiting_for_keys is None

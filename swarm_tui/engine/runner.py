@@ -85,7 +85,10 @@ class SwarmRunner:
         self.t0 = 0.0
         self.started_wall = 0.0
         self.wall_ms = 0.0
-        self.waiting_for_keys: str | None = None  # gateway whose keys are all cooling
+        self.waiting_for_keys: str | None = None  # a gateway whose keys are all cooling
+        # Tasks of a gateway whose keys are all cooling wait here, so the other gateway of
+        # a canary keeps dispatching (no head-of-line blocking).
+        self._parked: dict[str, deque[Agent]] = {}
         self.stop_reason: str | None = None  # budget_stopped: no new sends, nothing cancelled
         self.spent_usd = policy.spent_before_usd
         self.in_flight_est_usd = 0.0  # estimated cost of the calls in flight
@@ -249,9 +252,9 @@ class SwarmRunner:
                 if self.policy.budget_usd is not None and self._over_budget(agent):
                     self._retry_ready.appendleft(agent)
                     break
-                if not self._launch(agent):
-                    break
-            if not (self.in_flight or self.retry_waiting or self._pending or self._retry_ready):
+                self._launch(agent)
+            if not (self.in_flight or self.retry_waiting or self._pending or self._retry_ready
+                    or any(self._parked.values())):
                 return
             if (self.cancelled or self.stop_reason) and not (self.in_flight or self.retry_waiting):
                 return
@@ -266,18 +269,16 @@ class SwarmRunner:
                     return agent
         return None
 
-    def _launch(self, agent: Agent) -> bool:
-        """Send the agent's next attempt. False: no key is usable now (the agent goes back
-        to the front of the line and dispatch waits for the first key to cool down)."""
+    def _launch(self, agent: Agent) -> None:
+        """Send the agent's next attempt — or, when none of its gateway's keys is usable,
+        park it until the first one cools down (or fail it if none ever will)."""
         if agent.route_version != self.router.version and not agent.attempts:
             self._route(agent)
         gw = self.gateways[agent.gateway]
         slot = gw.pick_key()
         if slot is None:
-            return self._no_key(agent, gw)
-        if self.waiting_for_keys:
-            self.waiting_for_keys = None
-            self.emit(ev.CONTROL, detail=f"keys of {gw.name} usable again")
+            self._no_key(agent, gw)
+            return
         agent.state = RUNNING
         self.in_flight_est_usd += agent.budget_est
         agent.key_fp = slot.fingerprint
@@ -296,7 +297,6 @@ class SwarmRunner:
         task.add_done_callback(lambda _t: self._attempt_done(agent, attempt, gw, slot))
         agent.handle = task
         self.emit(ev.STARTED, agent, attempt)
-        return True
 
     def _attempt_done(self, agent: Agent, attempt: Attempt, gw: GatewayClient, slot) -> None:
         """A task cancelled before its first step never runs its body: release its slot
@@ -310,20 +310,36 @@ class SwarmRunner:
         self._finish_cancelled(agent)
         self._wake.set()
 
-    def _no_key(self, agent: Agent, gw: GatewayClient) -> bool:
+    def _no_key(self, agent: Agent, gw: GatewayClient) -> None:
         wait = gw.pool.next_ready_in()
         if wait is None:  # every key disabled or retired: nothing comes back by itself
             agent.error_class, agent.error_message = AUTH, (
                 f"no usable API key on gateway '{gw.name}' (all disabled or retired)")
             self._finish(agent, FAILED, ev.FAILED)
-            return True
-        self._retry_ready.appendleft(agent)
-        if not self.waiting_for_keys:
+            return
+        parked = self._parked.setdefault(gw.name, deque())
+        if not parked:
             self.waiting_for_keys = gw.name
             self.emit(ev.CONTROL, detail=f"waiting: every key of {gw.name} is cooling "
                                          f"({wait:.1f} s)")
-        asyncio.get_running_loop().call_later(max(0.01, wait), self._wake.set)
-        return False
+            asyncio.get_running_loop().call_later(max(0.01, wait), self._unpark, gw.name)
+        parked.append(agent)  # other tasks (another gateway's) may still go
+
+    def _unpark(self, name: str) -> None:
+        parked = self._parked.get(name)
+        if not parked:
+            return
+        wait = self.gateways[name].pool.next_ready_in()
+        if wait is not None and wait > 0:  # a deadline was extended meanwhile
+            asyncio.get_running_loop().call_later(wait, self._unpark, name)
+            return
+        # Back at the front, in their order; a parked task cancelled meanwhile is skipped.
+        self._retry_ready.extendleft(reversed(parked))
+        parked.clear()
+        if self.waiting_for_keys == name:
+            self.waiting_for_keys = next((n for n, q in self._parked.items() if q), None)
+        self.emit(ev.CONTROL, detail=f"keys of {name} usable again")
+        self._wake.set()
 
     def first_token(self, agent: Agent, at: float) -> None:
         self.emit(ev.FIRST_TOKEN, agent, agent.attempts[-1])

@@ -350,6 +350,9 @@ class SwarmApp(App[int]):
         self.push_screen(KeysScreen(self.source, readonly))
 
     def action_canary(self) -> None:
+        controller = getattr(self.source, "canary", None)
+        if self.canary_cfg is None and controller is not None:
+            self.canary_cfg = controller.cfg  # e.g. the simulator's demo canary
         if self.canary_cfg is None or self.db_path is None:
             self.notify("no canary configured ([canary] baseline / candidate in the config)",
                         severity="warning")
