@@ -96,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--seed", type=int, help="seed for retry jitter")
     run.add_argument("--canary-demo", action="store_true",
                      help="simulated canary: baseline on the 'direct' profile, candidate on "
-                     "--sim-profile, auto mode with 20 s bakes (key g in the console)")
+                     "--sim-profile, auto mode with 30 s bakes (key g in the console)")
     run.add_argument("--budget", type=float, metavar="USD",
                      help="per-run cost cap: warn at 80 %%, stop dispatch at the cap (exit 4)")
     _sim_flags(run, "sim-")

@@ -24,9 +24,9 @@ from swarm_tui.sim.settings import SimSettings
 from swarm_tui.workload import Task
 
 SIM_CANARY_GATEWAY = "sim-canary"
-# A canary on the simulator for demos: short bakes so a few minutes show every stage.
+# A canary on the simulator for demos: 30 s bakes, so a few minutes show every stage.
 SIM_CANARY = CanaryConfig(baseline=SIM_GATEWAY, candidate=SIM_CANARY_GATEWAY, mode="auto",
-                          bake="20s", min_samples=50, interval="2s", window="2m")
+                          bake="30s", min_samples=100, interval="5s", window="2m")
 
 
 @dataclass
@@ -115,7 +115,10 @@ class RunSession:
             self.sim = self._start_sim(self.opts.sim)
             sims = [(SIM_GATEWAY, self.sim)]
             if self.canary is not None:  # the team's move: direct provider → gateway
-                baseline = self.opts.sim.model_copy(update={"profile": "direct"})
+                # (its 429s off: with the demo's single key each would pause the baseline
+                # for the Retry-After, which is right for a real limit but slow to watch)
+                baseline = self.opts.sim.model_copy(update={"profile": "direct",
+                                                            "rate_429": 0.0})
                 self.sim_baseline = self._start_sim(baseline)
                 sims = [(SIM_GATEWAY, self.sim_baseline), (SIM_CANARY_GATEWAY, self.sim)]
             for name, proc in sims:

@@ -213,3 +213,27 @@ def test_canary_cli_refusals_are_one_line(sim_factory, tmp_path, env):
                    '[canary]\nbaseline = "a"\ncandidate = "zz"\n')
     assert_one_line_error(swarm("canary", "status", "--config", str(bad), env=env), 2,
                           "canary.candidate: no gateway named 'zz'")
+
+
+def test_canary_demo_on_the_simulator(tmp_path, env):
+    r = swarm("run", "--demo", "300", "--canary-demo", "--headless", "--json", "--quiet",
+              env=env)
+    assert r.returncode in (0, 3), r.stderr
+    s = json.loads(r.stdout)
+    assert set(s["by_gateway"]) == {"sim", "sim-canary"}
+    assert set(s["by_bucket"]) == {"baseline", "candidate"}
+    assert 0 < s["by_bucket"]["candidate"]["total"] < 0.15 * 300  # the 5 % stage's users
+    status = _status_nocfg(env)
+    assert (status["name"], status["mode"], status["state"]["pct"]) == (
+        "sim->sim-canary", "auto", 5)
+    cfg = tmp_path / "one.toml"
+    cfg.write_text('[gateways.a]\nbase_url = "http://127.0.0.1:9/v1"\nkey_env = ["X"]\n')
+    assert_one_line_error(swarm("run", "--demo", "5", "--canary-demo", "--headless",
+                                "--config", str(cfg), env={**env, "X": "sk-x-0123456789"}),
+                          2, "--canary-demo: only on the built-in simulator")
+
+
+def _status_nocfg(env) -> dict:
+    r = swarm("canary", "status", "--json", env=env)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)

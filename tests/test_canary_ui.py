@@ -26,8 +26,11 @@ CFG = CanaryConfig(baseline="direct", candidate="gw", mode="manual", bake="1h")
 
 
 def screen_text(app) -> str:
-    return "\n".join("".join(seg.text for seg in strip)
-                     for strip in app.screen._compositor.render_strips())
+    try:
+        return "\n".join("".join(seg.text for seg in strip)
+                         for strip in app.screen._compositor.render_strips())
+    except RuntimeError:  # read mid screen change: the next poll sees it
+        return ""
 
 
 def stored(db) -> tuple[str, int]:

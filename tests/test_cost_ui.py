@@ -18,8 +18,11 @@ from tests.ui_fixtures import FixedSource, cost_report_fixture, mid_run_snapshot
 
 
 def screen_text(app) -> str:
-    return "\n".join("".join(seg.text for seg in strip)
-                     for strip in app.screen._compositor.render_strips())
+    try:
+        return "\n".join("".join(seg.text for seg in strip)
+                         for strip in app.screen._compositor.render_strips())
+    except RuntimeError:  # read mid screen change: the next poll sees it
+        return ""
 
 
 @pytest.fixture

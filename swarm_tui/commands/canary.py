@@ -31,6 +31,10 @@ def add_parser(sub: argparse._SubParsersAction, common) -> None:
 
 def canary_config(cfg: LoadedConfig) -> CanaryConfig:
     c = cfg.settings.canary
+    if c is None and cfg.simulated_only:
+        from swarm_tui.session import SIM_CANARY
+
+        return SIM_CANARY  # no gateways configured: the simulator's demo canary
     if c is None:
         where = f"config {cfg.path}" if cfg.path else "config (none found)"
         raise UserError(f"{where}: no [canary] section (baseline, candidate gateways)")
