@@ -152,3 +152,13 @@ def stored_runs_db(tmp_path):
     raw.commit()
     raw.close()
     return path
+
+
+@pytest.fixture
+def cfg(tmp_path, monkeypatch):
+    """No user config: the built-in simulator."""
+    from swarm_tui.config import load_config
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.delenv("SWARM_TUI_CONFIG", raising=False)
+    return load_config(None)

@@ -20,17 +20,9 @@ from swarm_tui.ui.canary_panel import CanaryActionScreen, CanaryScreen
 from swarm_tui.workload import demo_tasks
 from tests.conftest import TEST_KEY
 from tests.test_ui import wait_for
-from tests.ui_fixtures import CANARY_NOW, FixedSource, canary_view, mid_run_snapshot
+from tests.ui_fixtures import CANARY_NOW, FixedSource, canary_view, mid_run_snapshot, screen_text
 
 CFG = CanaryConfig(baseline="direct", candidate="gw", mode="manual", bake="1h")
-
-
-def screen_text(app) -> str:
-    try:
-        return "\n".join("".join(seg.text for seg in strip)
-                         for strip in app.screen._compositor.render_strips())
-    except RuntimeError:  # read mid screen change: the next poll sees it
-        return ""
 
 
 def stored(db) -> tuple[str, int]:

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import pytest
-
-from swarm_tui.config import load_config
 from swarm_tui.session import RunOptions
 from swarm_tui.sim.settings import SimSettings
 from swarm_tui.sources import LiveSource
@@ -14,22 +11,7 @@ from swarm_tui.ui.app import SwarmApp
 from swarm_tui.ui.cost_panel import CostScreen
 from swarm_tui.workload import demo_tasks
 from tests.test_ui import wait_for
-from tests.ui_fixtures import FixedSource, cost_report_fixture, mid_run_snapshot
-
-
-def screen_text(app) -> str:
-    try:
-        return "\n".join("".join(seg.text for seg in strip)
-                         for strip in app.screen._compositor.render_strips())
-    except RuntimeError:  # read mid screen change: the next poll sees it
-        return ""
-
-
-@pytest.fixture
-def cfg(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
-    monkeypatch.delenv("SWARM_TUI_CONFIG", raising=False)
-    return load_config(None)
+from tests.ui_fixtures import FixedSource, cost_report_fixture, mid_run_snapshot, screen_text
 
 
 async def test_cost_panel_follows_a_live_run_with_a_budget(cfg, tmp_path):

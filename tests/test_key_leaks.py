@@ -19,6 +19,7 @@ from swarm_tui.ui.keys_panel import KeysScreen
 from swarm_tui.workload import demo_tasks
 from tests.conftest import swarm
 from tests.test_ui import wait_for
+from tests.ui_fixtures import screen_text
 
 GOOD_ENV = ["sk-leakcheck-env-AAAA1111bbbb2222cccc3333",
             "sk-leakcheck-env-DDDD4444eeee5555ffff6666"]
@@ -26,11 +27,6 @@ GOOD_FILE = "sk-leakcheck-file-GGGG7777hhhh8888iiii9999"
 BAD = "sk-leakcheck-revoked-JJJJ0000kkkk1111llll"
 ALL = [*GOOD_ENV, GOOD_FILE, BAD]
 pytestmark = pytest.mark.timeout(120)
-
-
-def screen_text(app) -> str:
-    return "\n".join("".join(seg.text for seg in strip)
-                     for strip in app.screen._compositor.render_strips())
 
 
 def assert_clean(where: str, text: str | bytes) -> None:

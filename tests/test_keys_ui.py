@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import time
 
-import pytest
-
-from swarm_tui.config import load_config
 from swarm_tui.gateway.keypool import RETIRED
 from swarm_tui.session import RunOptions
 from swarm_tui.sim.settings import SimSettings
@@ -16,24 +13,9 @@ from swarm_tui.ui.keys_panel import AddKeyScreen, KeysScreen
 from swarm_tui.ui.screens import ConfirmScreen
 from swarm_tui.workload import demo_tasks
 from tests.test_ui import wait_for
-from tests.ui_fixtures import FixedSource, keys_snapshot
+from tests.ui_fixtures import FixedSource, keys_snapshot, screen_text
 
 NEW_KEY = "sk-added-from-console-0123456789abcdef"
-
-
-def screen_text(app) -> str:
-    try:
-        return "\n".join("".join(seg.text for seg in strip)
-                         for strip in app.screen._compositor.render_strips())
-    except RuntimeError:  # read mid screen change: the next poll sees it
-        return ""
-
-
-@pytest.fixture
-def cfg(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
-    monkeypatch.delenv("SWARM_TUI_CONFIG", raising=False)
-    return load_config(None)
 
 
 async def test_add_retire_enable_from_the_keys_panel(cfg, tmp_path):

@@ -12,7 +12,6 @@ import time
 
 import pytest
 
-from swarm_tui.config import load_config
 from swarm_tui.session import RunOptions
 from swarm_tui.sim.settings import SimSettings
 from swarm_tui.sources import LiveSource, StoreSource
@@ -22,13 +21,6 @@ from swarm_tui.ui.grid import AgentGrid
 from swarm_tui.ui.screens import ConfirmScreen, DetailScreen, HelpScreen, RunsScreen
 from swarm_tui.workload import demo_tasks
 from tests.ui_fixtures import FixedSource, mid_run_snapshot
-
-
-@pytest.fixture
-def cfg(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
-    monkeypatch.delenv("SWARM_TUI_CONFIG", raising=False)
-    return load_config(None)
 
 
 def live(cfg, tmp_path, n=400, profile="fixed:400", readonly=False, **sim) -> LiveSource:

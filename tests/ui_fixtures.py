@@ -172,3 +172,12 @@ def cost_report_fixture():
     return cost_report(rows, prices, run_id="20261202-093000-abcd", wall_s=42.0,
                        tasks_per_day=12_000, long_model="kimi-k2.5",
                        finished_s=[0.4 * i for i in range(100)])
+
+
+def screen_text(app) -> str:
+    """The current screen as plain text (what a user would read)."""
+    try:
+        return "\n".join("".join(seg.text for seg in strip)
+                         for strip in app.screen._compositor.render_strips())
+    except RuntimeError:  # read mid screen change: the next poll sees it
+        return ""
