@@ -16,7 +16,8 @@ from swarm_tui.session import RunOptions
 from swarm_tui.sources import LiveSource
 from swarm_tui.ui import canary_panel
 from swarm_tui.ui.app import SwarmApp
-from swarm_tui.ui.canary_panel import CanaryActionScreen, CanaryScreen
+from swarm_tui.ui.canary_panel import CanaryScreen
+from swarm_tui.ui.screens import FormScreen
 from swarm_tui.workload import demo_tasks
 from tests.conftest import TEST_KEY
 from tests.test_ui import wait_for
@@ -48,20 +49,20 @@ async def test_panel_actions_confirm_and_follow_state_rules(tmp_path):
         assert "gates: inconclusive" in text
         await pilot.press("r")  # resume while progressing: refused, nothing asked
         await pilot.pause(0.1)
-        assert not isinstance(app.screen, CanaryActionScreen)
+        assert not isinstance(app.screen, FormScreen)
         assert any("cannot resume while progressing" in str(n.message)
                    for n in app._notifications)
         await pilot.press("a")  # abort asks first; escape changes nothing
-        await wait_for(lambda: isinstance(app.screen, CanaryActionScreen))
+        await wait_for(lambda: isinstance(app.screen, FormScreen))
         await pilot.press("escape")
         await wait_for(lambda: isinstance(app.screen, CanaryScreen))
         assert not db.exists() or stored(db) is None or stored(db)[0] == "progressing"
         await pilot.press("s")  # set asks for the percentage and a reason
-        await wait_for(lambda: isinstance(app.screen, CanaryActionScreen))
+        await wait_for(lambda: isinstance(app.screen, FormScreen))
         await pilot.press("3", "0", "enter", *"more traffic", "enter")
         await wait_for(lambda: db.exists() and stored(db) == ("progressing", 30))
         await pilot.press("a")
-        await wait_for(lambda: isinstance(app.screen, CanaryActionScreen))
+        await wait_for(lambda: isinstance(app.screen, FormScreen))
         await pilot.press(*"p99 regression", "enter")
         await wait_for(lambda: stored(db) == ("aborted", 0))
         await wait_for(lambda: "ABORTED" in screen_text(app))
@@ -124,7 +125,7 @@ bake = "1h"
         await pilot.press("g")
         await wait_for(lambda: isinstance(app.screen, CanaryScreen) and app.screen.view)
         await pilot.press("s")
-        await wait_for(lambda: isinstance(app.screen, CanaryActionScreen))
+        await wait_for(lambda: isinstance(app.screen, FormScreen))
         await pilot.press("1", "0", "0", "enter", "enter")
         await wait_for(lambda: source.canary.router.pct == 100)  # at once, not after a poll
         sent_after = source.runner.router.version

@@ -9,8 +9,8 @@ from swarm_tui.session import RunOptions
 from swarm_tui.sim.settings import SimSettings
 from swarm_tui.sources import LiveSource
 from swarm_tui.ui.app import SwarmApp
-from swarm_tui.ui.keys_panel import AddKeyScreen, KeysScreen
-from swarm_tui.ui.screens import ConfirmScreen
+from swarm_tui.ui.keys_panel import KeysScreen
+from swarm_tui.ui.screens import ConfirmScreen, FormScreen
 from swarm_tui.workload import demo_tasks
 from tests.test_ui import wait_for
 from tests.ui_fixtures import FixedSource, keys_snapshot, screen_text
@@ -29,7 +29,7 @@ async def test_add_retire_enable_from_the_keys_panel(cfg, tmp_path):
         await wait_for(lambda: isinstance(app.screen, KeysScreen) and app.screen.rows)
         assert "simulator" in screen_text(app) and "active" in screen_text(app)
         await pilot.press("a")
-        await wait_for(lambda: isinstance(app.screen, AddKeyScreen))
+        await wait_for(lambda: isinstance(app.screen, FormScreen))
         await pilot.press(*NEW_KEY)
         await pilot.pause(0.1)
         assert NEW_KEY not in screen_text(app) and NEW_KEY[-8:] not in screen_text(app)

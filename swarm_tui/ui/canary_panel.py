@@ -13,14 +13,15 @@ from collections.abc import Awaitable, Callable
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.screen import ModalScreen, Screen
-from textual.widgets import Button, Footer, Input, Label, Static
+from textual.containers import VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Footer, Static
 
 from swarm_tui.canary import report
 from swarm_tui.canary import state as st
 from swarm_tui.canary.controller import CanaryView
 from swarm_tui.errors import UserError
+from swarm_tui.ui.screens import Field, FormScreen
 
 RESULT_STYLE = {"pass": "bold $success", "fail": "bold $error", "inconclusive": "bold $warning"}
 STATUS_STYLE = {st.PROGRESSING: "$primary", st.PAUSED: "$warning", st.ABORTED: "$error",
@@ -88,45 +89,11 @@ def panel_text(view: CanaryView, *, window: bool = False, now: float | None = No
     return out
 
 
-class CanaryActionScreen(ModalScreen[tuple[str, str] | None]):
-    """Confirm one action: (percentage for `set`, reason) or None."""
-
-    BINDINGS = [Binding("escape", "cancel", "No", id="canary.confirm.no")]
-
-    def __init__(self, action: str, question: str) -> None:
-        super().__init__()
-        self.action_name = action
-        self.question = question
-
-    def compose(self) -> ComposeResult:
-        with Vertical(id="confirm"):
-            yield Label(self.question, id="confirm-question")
-            if self.action_name == st.SET:
-                yield Input(placeholder="percentage, e.g. 25", id="canary-pct")
-            yield Input(placeholder="reason (kept in the audit log)", id="canary-reason")
-            with Horizontal(id="confirm-buttons"):
-                yield Button(f"{self.action_name} (enter)", id="yes", variant="error")
-                yield Button("No (esc)", id="no")
-
-    def on_mount(self) -> None:
-        self.query(Input).first().focus()
-
-    def _answer(self) -> tuple[str, str]:
-        pct = self.query_one("#canary-pct", Input).value if self.action_name == st.SET else ""
-        return pct.strip(), self.query_one("#canary-reason", Input).value.strip()
-
-    def on_input_submitted(self, event: Input.Submitted) -> None:
-        event.stop()
-        if event.input.id == "canary-pct":
-            self.query_one("#canary-reason", Input).focus()
-        else:
-            self.dismiss(self._answer())
-
-    def on_button_pressed(self, event: Button.Pressed) -> None:
-        self.dismiss(self._answer() if event.button.id == "yes" else None)
-
-    def action_cancel(self) -> None:
-        self.dismiss(None)
+def action_form(action: str, question: str) -> FormScreen:
+    """Confirm one action: a percentage for `set`, and a reason for the audit log."""
+    fields = [Field("canary-pct", "percentage, e.g. 25")] if action == st.SET else []
+    fields.append(Field("canary-reason", "reason (kept in the audit log)"))
+    return FormScreen(question, fields, action)
 
 
 class CanaryScreen(Screen[None]):
@@ -203,10 +170,10 @@ class CanaryScreen(Screen[None]):
         question = QUESTIONS[action].format(pct=s.pct, next=s.next_pct(view.cfg.stages) or 100,
                                             first=view.cfg.stages[0])
 
-        async def answer(result: tuple[str, str] | None) -> None:
+        async def answer(result: dict[str, str] | None) -> None:
             if result is None:
                 return
-            pct, reason = result
+            pct, reason = result.get("canary-pct", ""), result["canary-reason"]
             try:
                 await self.act(action, pct or None, reason or None)
             except UserError as e:
@@ -215,4 +182,4 @@ class CanaryScreen(Screen[None]):
             self.notify(f"canary {action} done")
             await self.reload()
 
-        self.app.push_screen(CanaryActionScreen(action, question), answer)
+        self.app.push_screen(action_form(action, question), answer)

@@ -7,13 +7,12 @@ import time
 
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
-from textual.screen import ModalScreen, Screen
-from textual.widgets import Button, DataTable, Footer, Input, Label
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Label
 
 from swarm_tui.engine.live import KeyRow
 from swarm_tui.errors import UserError
-from swarm_tui.ui.screens import ConfirmScreen
+from swarm_tui.ui.screens import ConfirmScreen, Field, FormScreen
 
 # fixed widths: a key's state changes length (active → cooling until 12:00:00) in place
 COLUMNS = (("gateway", 9), ("key", 15), ("label", 10), ("state", 24), ("fly", 3),
@@ -37,49 +36,13 @@ def row_cells(k: KeyRow) -> tuple[str, ...]:
             f"{tokens / 1000:,.1f}k" if tokens >= 10_000 else f"{tokens:,}", used)
 
 
-class AddKeyScreen(ModalScreen[tuple[str, str, str] | None]):
-    """(gateway, key, label) — the key typed into a password field, never echoed."""
-
-    BINDINGS = [Binding("escape", "cancel", "Cancel", id="keys.add.cancel")]
-
-    def __init__(self, gateways: list[str]) -> None:
-        super().__init__()
-        self.gateways = gateways
-
-    def compose(self) -> ComposeResult:
-        with Vertical(id="confirm"):
-            yield Label("Add an API key (it stays in memory; only its fingerprint is shown "
-                        "or stored)", id="confirm-question")
-            yield Input(value=self.gateways[0] if self.gateways else "",
-                        placeholder="gateway", id="key-gateway")
-            yield Input(placeholder="API key", password=True, id="key-secret")
-            yield Input(placeholder="label (optional)", id="key-label")
-            with Horizontal(id="confirm-buttons"):
-                yield Button("Add (enter)", id="yes", variant="error")
-                yield Button("Cancel (esc)", id="no")
-
-    def on_mount(self) -> None:
-        self.query_one("#key-secret" if self.gateways else "#key-gateway", Input).focus()
-
-    def _answer(self) -> tuple[str, str, str]:
-        return (self.query_one("#key-gateway", Input).value.strip(),
-                self.query_one("#key-secret", Input).value.strip(),
-                self.query_one("#key-label", Input).value.strip())
-
-    def on_input_submitted(self, event: Input.Submitted) -> None:
-        event.stop()
-        order = ["key-gateway", "key-secret", "key-label"]
-        i = order.index(event.input.id or "key-label")
-        if i < len(order) - 1:
-            self.query_one(f"#{order[i + 1]}", Input).focus()
-        else:
-            self.dismiss(self._answer())
-
-    def on_button_pressed(self, event: Button.Pressed) -> None:
-        self.dismiss(self._answer() if event.button.id == "yes" else None)
-
-    def action_cancel(self) -> None:
-        self.dismiss(None)
+def add_key_form(gateways: list[str]) -> FormScreen:
+    """Gateway, key (a password field: typed, never shown), label."""
+    return FormScreen(
+        "Add an API key (it stays in memory; only its fingerprint is shown or stored)",
+        [Field("key-gateway", "gateway", gateways[0] if gateways else ""),
+         Field("key-secret", "API key", password=True),
+         Field("key-label", "label (optional)")], "Add")
 
 
 class KeysScreen(Screen[None]):
@@ -164,12 +127,12 @@ class KeysScreen(Screen[None]):
             return
         gateways = sorted({r.gateway for r in self.rows})
 
-        async def answer(result: tuple[str, str, str] | None) -> None:
+        async def answer(result: dict[str, str] | None) -> None:
             if result is not None:
-                gateway, secret, label = result
-                await self._run("add", gateway, secret, label or None)
+                await self._run("add", result["key-gateway"], result["key-secret"],
+                                result["key-label"] or None)
 
-        self.app.push_screen(AddKeyScreen(gateways), answer)
+        self.app.push_screen(add_key_form(gateways), answer)
 
     def _confirm(self, op: str, question: str) -> None:
         key = self._selected()

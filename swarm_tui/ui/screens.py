@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
-from textual.widgets import Button, DataTable, Footer, Label, Static
+from textual.widgets import Button, DataTable, Footer, Input, Label, Static
 
 from swarm_tui.sources import AgentDetail
 
@@ -92,6 +94,59 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         self.dismiss(event.button.id == "yes")
+
+
+@dataclass(frozen=True)
+class Field:
+    id: str
+    placeholder: str
+    value: str = ""
+    password: bool = False  # typed but never shown (API keys)
+
+
+class FormScreen(ModalScreen[dict[str, str] | None]):
+    """A question, a few inputs, confirm / cancel: enter moves to the next input and
+    confirms on the last; escape cancels. Answers {field id: stripped value} or None."""
+
+    BINDINGS = [Binding("escape", "cancel", "Cancel", id="form.cancel")]
+
+    def __init__(self, question: str, fields: list[Field], confirm: str) -> None:
+        super().__init__()
+        self.question = question
+        self.fields = fields
+        self.confirm = confirm
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="confirm"):
+            yield Label(self.question, id="confirm-question")
+            for f in self.fields:
+                yield Input(value=f.value, placeholder=f.placeholder, password=f.password,
+                            id=f.id)
+            with Horizontal(id="confirm-buttons"):
+                yield Button(f"{self.confirm} (enter)", id="yes", variant="error")
+                yield Button("No (esc)", id="no")
+
+    def on_mount(self) -> None:
+        first_empty = next((f for f in self.fields if not f.value), self.fields[0])
+        self.query_one(f"#{first_empty.id}", Input).focus()
+
+    def _answer(self) -> dict[str, str]:
+        return {f.id: self.query_one(f"#{f.id}", Input).value.strip() for f in self.fields}
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        ids = [f.id for f in self.fields]
+        i = ids.index(event.input.id or ids[-1])
+        if i < len(ids) - 1:
+            self.query_one(f"#{ids[i + 1]}", Input).focus()
+        else:
+            self.dismiss(self._answer())
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(self._answer() if event.button.id == "yes" else None)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
 
 
 class RunsScreen(Screen[None]):
