@@ -315,6 +315,14 @@ class StoreSource:
                 "in_flight, calls, rate_limited, errors, tokens_in, tokens_out, last_used "
                 "FROM key_state WHERE run_id=? ORDER BY gateway, rowid", (self.run_id,)) as cur:
             keys = tuple(KeyRow(*row) for row in await cur.fetchall())
+        canary = "canary: off"
+        c = self.cfg.settings.canary if self.cfg is not None else None
+        if c is not None and c.enabled and self.kind == "watch":
+            from swarm_tui.canary.store import read_state
+
+            state = await read_state(self.conn, c.name)
+            if state is not None:
+                canary = f"canary {state.pct}% {state.status}"
         per_task = s.cost_per_task_usd
         tpd = int(run.config.get("settings", {}).get("tasks_per_day", 12000))
         cells = tuple(AgentCell(t.seq, t.task_id, t.state, t.model, t.bucket, t.latency_ms,
@@ -333,7 +341,8 @@ class StoreSource:
             projected_month_usd=per_task * tpd * 30 if per_task is not None else None,
             sla=SlaConfig.model_validate(run.sla.model_dump()), agents=cells, log=log,
             histogram=tuple(hist), sparkline=(), readonly=self.readonly, source=self.kind,
-            errors=s.errors, keys=keys)
+            errors=s.errors, keys=keys, canary=canary,
+            budget_usd=run.config.get("budget_usd"))
 
     async def detail(self, seq: int) -> AgentDetail | None:
         assert self.conn is not None

@@ -179,3 +179,22 @@ async def test_read_view_writes_nothing(tmp_path):
     with sqlite3.connect(db) as c:
         assert c.execute("SELECT count(*) FROM canary").fetchone()[0] == 0
     assert cs  # the store module backs read_view
+
+
+async def test_watching_a_run_shows_the_stored_canary_stage(stored_runs_db, tmp_path):
+    from swarm_tui.canary.controller import act_stored
+    from swarm_tui.sources import StoreSource
+
+    conf = tmp_path / "c.toml"
+    conf.write_text('[gateways.direct]\nbase_url = "http://127.0.0.1:9/v1"\n'
+                    '[gateways.gw]\nbase_url = "http://127.0.0.1:9/v1"\n'
+                    '[canary]\nbaseline = "direct"\ncandidate = "gw"\n')
+    cfg = load_config(str(conf))
+    await act_stored(stored_runs_db, cfg.settings.canary, "set", "25", "from a test", "cli")
+    source = StoreSource(stored_runs_db, "20261201-100000-0000", cfg=cfg)
+    await source.open()
+    try:
+        snap = await source.snapshot()
+    finally:
+        await source.close()
+    assert snap.canary == "canary 25% progressing"
