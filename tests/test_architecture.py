@@ -6,8 +6,11 @@ import pathlib
 import subprocess
 import sys
 
-CORE = ["swarm_tui.engine.runner", "swarm_tui.engine.summary", "swarm_tui.gateway.client",
-        "swarm_tui.sim.server", "swarm_tui.session", "swarm_tui.headless", "swarm_tui.cli"]
+CORE = ["swarm_tui.engine.runner", "swarm_tui.engine.summary", "swarm_tui.engine.cost",
+        "swarm_tui.gateway.client", "swarm_tui.gateway.keypool", "swarm_tui.gateway.keyops",
+        "swarm_tui.canary.controller", "swarm_tui.commands.canary", "swarm_tui.commands.keys",
+        "swarm_tui.commands.cost", "swarm_tui.sim.server", "swarm_tui.session",
+        "swarm_tui.sources", "swarm_tui.headless", "swarm_tui.cli"]
 
 
 def test_core_modules_do_not_import_textual():
@@ -20,7 +23,7 @@ def test_core_modules_do_not_import_textual():
 
 def test_no_textual_import_statement_in_core_packages():
     root = pathlib.Path(__file__).parent.parent / "swarm_tui"
-    for pkg in ("engine", "gateway", "sim", "store"):
+    for pkg in ("engine", "gateway", "sim", "store", "canary", "commands"):
         for f in (root / pkg).rglob("*.py"):
             for line in f.read_text().splitlines():
                 stripped = line.strip()

@@ -96,6 +96,9 @@ class CanaryController:
         self.error: str | None = None
         self._task: asyncio.Task[None] | None = None
         self._last_eval = 0.0
+        # One connection, two callers (the loop and a console action): a transaction of one
+        # must not interleave with the other's at an await.
+        self._lock = asyncio.Lock()
 
     async def open(self) -> None:
         """Load (or create) the stored state and set the router before any task is routed."""
@@ -113,9 +116,10 @@ class CanaryController:
     async def _loop(self) -> None:
         while True:
             try:
-                await self.poll()
-                if time.monotonic() - self._last_eval >= self.cfg.interval:
-                    await self.evaluate()
+                async with self._lock:
+                    await self.poll()
+                    if time.monotonic() - self._last_eval >= self.cfg.interval:
+                        await self.evaluate()
                 self.error = None
             except sqlite3.Error as e:  # keep routing as last known; show why
                 self.error = str(db_error(self.db_path, e))
@@ -157,10 +161,11 @@ class CanaryController:
     async def act(self, action: str, arg: str | int | None, reason: str | None,
                   source: str = "console") -> st.CanaryState:
         assert self.conn is not None
-        new = await cs.act(self.conn, self.cfg, action, arg, source=source, reason=reason,
-                           path=self.db_path)
-        self._follow(new)
-        await self.evaluate()
+        async with self._lock:
+            new = await cs.act(self.conn, self.cfg, action, arg, source=source, reason=reason,
+                               path=self.db_path)
+            self._follow(new)
+            await self.evaluate()
         return new
 
     async def close(self) -> None:
