@@ -101,21 +101,10 @@ async def test_no_canary_configured_says_so():
 async def test_console_set_moves_its_own_running_swarm(sim_factory, tmp_path, monkeypatch):
     base = sim_factory(profile="fixed:300")
     cand = sim_factory(profile="fixed:300")
-    conf = tmp_path / "c.toml"
-    conf.write_text(f"""
-[gateways.direct]
-base_url = "{base.base_url}"
-key_env = ["SWARM_TEST_KEY"]
-[gateways.gw]
-base_url = "{cand.base_url}"
-key_env = ["SWARM_TEST_KEY"]
-[canary]
-baseline = "direct"
-candidate = "gw"
-bake = "1h"
-""")
+    from tests.test_canary_runs import _config
+
     monkeypatch.setenv("SWARM_TEST_KEY", TEST_KEY)
-    cfg = load_config(str(conf))
+    cfg = load_config(_config(tmp_path, base, cand, mode="manual", bake="1h"))
     db = tmp_path / "runs.db"
     source = LiveSource(cfg, RunOptions(concurrency=10), demo_tasks(300), db)
     app = SwarmApp(source, db_path=db, refresh_s=0.1, canary=cfg.settings.canary)

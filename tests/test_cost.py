@@ -151,20 +151,7 @@ def test_bad_budget_is_one_line(sim_factory, cfg_for):
 
 
 def test_cost_report_projection_and_timeline():
-    from dataclasses import dataclass
-
-    @dataclass
-    class Row:
-        state: str
-        model: str
-        gateway: str = "gw"
-        bucket: str = "baseline"
-        key_fp: str | None = "sk-…abcd#000000"
-        tokens_in: int = 1_000
-        tokens_out: int = 1_000
-        cached_in: int = 0
-        usage_estimated: bool = False
-        cost_usd: float | None = None
+    from tests.ui_fixtures import CostRow as Row
 
     prices = load_price_table(None, {}, "test")
     rows = [Row("succeeded", "deepseek-v3.2", cost_usd=0.0007)] * 3 + \

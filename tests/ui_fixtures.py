@@ -7,6 +7,7 @@ the console's behaviour is tested against real runs in test_ui.py.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 from swarm_tui.config import SlaConfig
@@ -142,33 +143,34 @@ def keys_snapshot() -> Snapshot:
     return dataclasses.replace(mid_run_snapshot(), keys=keys)
 
 
+@dataclasses.dataclass
+class CostRow:
+    """A task row as the cost report reads it (engine agents and stored rows both are)."""
+
+    state: str
+    model: str
+    tokens_in: int = 1_000
+    tokens_out: int = 1_000
+    gateway: str = "gw"
+    bucket: str = "baseline"
+    key_fp: str | None = "sk-…abcd#000000"
+    cached_in: int = 0
+    usage_estimated: bool = False
+    cost_usd: float | None = None
+
+
 def cost_report_fixture():
     """A 100-agent run's cost, fixed: 84 short tasks on DeepSeek, 16 long on Kimi."""
-    from dataclasses import dataclass
-
     from swarm_tui.engine.cost import cost_report
     from swarm_tui.prices import load_price_table
-
-    @dataclass
-    class Row:
-        state: str
-        model: str
-        tokens_in: int
-        tokens_out: int
-        gateway: str = "gateway-a"
-        bucket: str = "baseline"
-        key_fp: str | None = "sk-…a1b2#3f9c1e"
-        cached_in: int = 0
-        usage_estimated: bool = False
-        cost_usd: float | None = None
 
     prices = load_price_table(None, {}, "test")
     rows = []
     for i in range(100):
         model = "kimi-k2.5" if i % 6 == 0 else "deepseek-v3.2"
         t_in, t_out = (1_300, 1_140) if model == "kimi-k2.5" else (680, 1_110)
-        rows.append(Row("succeeded", model, t_in, t_out,
-                        cost_usd=prices.cost(model, t_in, t_out)))
+        rows.append(CostRow("succeeded", model, t_in, t_out, gateway="gateway-a",
+                            key_fp="sk-…a1b2#3f9c1e", cost_usd=prices.cost(model, t_in, t_out)))
     return cost_report(rows, prices, run_id="20261202-093000-abcd", wall_s=42.0,
                        tasks_per_day=12_000, long_model="kimi-k2.5",
                        finished_s=[0.4 * i for i in range(100)])
