@@ -326,8 +326,12 @@ def _console(args: argparse.Namespace, cfg, **kw) -> int:
         raise UserError(f"theme {theme}: unknown (known: {', '.join(sorted(known))})")
     if args.refresh is not None and not 0.05 <= args.refresh <= 10:
         raise UserError("--refresh: between 0.05 and 10 seconds")
+    from swarm_tui.commands.canary import canary_config
+
+    # with no gateways configured, the canary panel shows the simulator's demo canary
+    canary = canary_config(cfg) if cfg.settings.canary or cfg.simulated_only else None
     app = SwarmApp(refresh_s=args.refresh or ui.refresh_s, theme=theme, keymap=ui.keys,
-                   readonly=args.readonly, canary=cfg.settings.canary, **kw)
+                   readonly=args.readonly, canary=canary, **kw)
     code = app.run()
     source = kw.get("source") or app.source
     err = getattr(source, "error", None)
