@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import getpass
 import threading
 import time
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from swarm_tui.engine.live import (
     LiveMetrics,
     Snapshot,
     histogram_bucket,
+    key_rows,
     live_snapshot,
 )
 from swarm_tui.engine.runner import SwarmRunner
@@ -32,6 +32,7 @@ from swarm_tui.engine.state import STATES
 from swarm_tui.engine.summary import summarize
 from swarm_tui.errors import UserError
 from swarm_tui.session import RunOptions, RunSession
+from swarm_tui.store.control import queue_command
 from swarm_tui.store.db import open_db
 from swarm_tui.store.runs import RunRecord, get_run, list_runs, new_run_id, task_rows
 from swarm_tui.workload import Task
@@ -155,6 +156,11 @@ class LiveSource:
             snap = dataclasses.replace(snap, canary=view.status_line(), canary_view=view)
         return snap
 
+    async def keys(self) -> tuple[tuple[KeyRow, ...], str | None]:
+        """Every key's state, and a gateway whose keys are all cooling (the keys panel)."""
+        r = self.runner
+        return (key_rows(r.gateways), r.waiting_for_keys) if r is not None else ((), None)
+
     async def cost(self) -> CostReport | None:
         """The live run's cost from its agents (read only; a few ms at 10,000 agents)."""
         r = self.runner
@@ -168,7 +174,7 @@ class LiveSource:
             tasks_per_day=s.tasks_per_day,
             long_model=s.routing.long_model if s.routing.enabled else None,
             finished_s=[a.finished_ms / 1000.0 if a.finished_ms is not None else None
-                        for a in agents])
+                        for a in agents], budget_usd=r.policy.budget_usd)
 
     async def key_op(self, op: str, ref: str, secret: str | None = None,
                      label: str | None = None) -> str:
@@ -310,11 +316,7 @@ class StoreSource:
             errs = list(await cur.fetchall())
         log = tuple(f"{(a - run.started_at):8.1f}s RETRY seq {q} #{n} {c} {sc or ''} "
                     f"wait {w or 0:.2f}s" for a, q, n, c, sc, w in reversed(errs))
-        async with self.conn.execute(
-                "SELECT gateway, fingerprint, label, source, state, cooling_until, reason, "
-                "in_flight, calls, rate_limited, errors, tokens_in, tokens_out, last_used "
-                "FROM key_state WHERE run_id=? ORDER BY gateway, rowid", (self.run_id,)) as cur:
-            keys = tuple(KeyRow(*row) for row in await cur.fetchall())
+        keys, _ = await self.keys()
         canary = "canary: off"
         c = self.cfg.settings.canary if self.cfg is not None else None
         if c is not None and c.enabled and self.kind == "watch":
@@ -370,6 +372,15 @@ class StoreSource:
             error=f"{row[14]}: {row[15]}" if row[14] else None, response_text=row[16],
             attempts=attempts)
 
+    async def keys(self) -> tuple[tuple[KeyRow, ...], str | None]:
+        """The run's keys as its writer last stored them (with the heartbeat)."""
+        assert self.conn is not None
+        async with self.conn.execute(
+                "SELECT gateway, fingerprint, label, source, state, cooling_until, reason, "
+                "in_flight, calls, rate_limited, errors, tokens_in, tokens_out, last_used "
+                "FROM key_state WHERE run_id=? ORDER BY gateway, rowid", (self.run_id,)) as cur:
+            return tuple(KeyRow(*row) for row in await cur.fetchall()), None
+
     async def cost(self) -> CostReport | None:
         from swarm_tui.commands.cost import stored_cost
         from swarm_tui.config import Settings
@@ -398,16 +409,8 @@ class StoreSource:
         """Queue a command for the runner process (it polls the control table)."""
         if self.readonly or self.conn is None or self.kind == "replay":
             return False
-        await self.conn.execute(
-            "INSERT INTO control (run_id, at, actor, command, arg) VALUES (?,?,?,?,?)",
-            (self.run_id, time.time(), _os_user(), command, arg))
+        await queue_command(self.conn, self.run_id, command, arg)
         if command in ("pause", "resume"):
             self.paused = command == "pause"
         return True
 
-
-def _os_user() -> str:
-    try:
-        return getpass.getuser()
-    except Exception:
-        return "unknown"

@@ -50,7 +50,7 @@ async def test_cost_key_without_a_run_says_so():
 
 class CostSource(FixedSource):
     async def cost(self):
-        return cost_report_fixture()
+        return cost_report_fixture(self.snap.budget_usd)
 
 
 def test_cost_panel_snapshot(snap_compare):

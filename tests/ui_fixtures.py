@@ -84,6 +84,9 @@ class FixedSource:
         self.commands.append((command, arg))
         return True
 
+    async def keys(self):
+        return self.snap.keys, self.snap.waiting_for_keys
+
     async def shutdown(self) -> None:
         self.active = False
 
@@ -159,7 +162,7 @@ class CostRow:
     cost_usd: float | None = None
 
 
-def cost_report_fixture():
+def cost_report_fixture(budget_usd: float | None = None):
     """A 100-agent run's cost, fixed: 84 short tasks on DeepSeek, 16 long on Kimi."""
     from swarm_tui.engine.cost import cost_report
     from swarm_tui.prices import load_price_table
@@ -173,7 +176,7 @@ def cost_report_fixture():
                             key_fp="sk-…a1b2#3f9c1e", cost_usd=prices.cost(model, t_in, t_out)))
     return cost_report(rows, prices, run_id="20261202-093000-abcd", wall_s=42.0,
                        tasks_per_day=12_000, long_model="kimi-k2.5",
-                       finished_s=[0.4 * i for i in range(100)])
+                       finished_s=[0.4 * i for i in range(100)], budget_usd=budget_usd)
 
 
 def screen_text(app) -> str:

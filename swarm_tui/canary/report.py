@@ -61,10 +61,8 @@ def figure_rows(figs: dict[str, BucketFigures]) -> list[tuple[str, str, str]]:
 
 def figure_table(figs: dict[str, BucketFigures]) -> str:
     rows = [("", "baseline", "candidate"), *figure_rows(figs)]
-    w0 = max(len(r[0]) for r in rows)
-    w1 = max(len(r[1]) for r in rows)
-    return "\n".join(f"{r[0]:<{w0}}  {r[1]:>{w1}}  {r[2]:>{max(len(x[2]) for x in rows)}}"
-                     for r in rows)
+    w0, w1, w2 = (max(len(r[i]) for r in rows) for i in range(3))
+    return "\n".join(f"{r[0]:<{w0}}  {r[1]:>{w1}}  {r[2]:>{w2}}" for r in rows)
 
 
 def verdict_lines(verdicts: list[Verdict]) -> list[str]:

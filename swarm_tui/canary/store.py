@@ -6,7 +6,7 @@ never both win; a running runner polls the row and follows it.
 
 from __future__ import annotations
 
-import getpass
+import dataclasses
 import json
 import sqlite3
 import time
@@ -19,6 +19,7 @@ from swarm_tui.canary import state as st
 from swarm_tui.canary.analysis import Analysis, evaluate, figures
 from swarm_tui.config import CanaryConfig
 from swarm_tui.engine.routing import BASELINE, CANDIDATE
+from swarm_tui.store.control import os_user
 from swarm_tui.store.db import db_error
 
 _COLS = ("name, baseline, candidate, status, pct, stage_started_at, bake_started_at, "
@@ -36,13 +37,6 @@ class ActionRecord(BaseModel):
     to_status: str | None
     reason: str | None
     metrics: dict | None = None
-
-
-def os_user() -> str:
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):  # no passwd entry (containers): still say something
-        return "unknown"
 
 
 async def read_state(conn: aiosqlite.Connection, name: str) -> st.CanaryState | None:
@@ -103,7 +97,7 @@ async def save(conn: aiosqlite.Connection, before: st.CanaryState, after: st.Can
                reason: str | None = None, analysis: Analysis | None = None) -> bool:
     """Write `after` if nobody changed the row since `before` was read; audit an action.
     False: lost the race (the caller re-reads)."""
-    new = after.__class__(**{**after.__dict__, "version": before.version + 1})
+    new = dataclasses.replace(after, version=before.version + 1)
     await conn.execute("BEGIN IMMEDIATE")
     try:
         cur = await conn.execute(

@@ -31,7 +31,8 @@ async def stored_cost(conn: aiosqlite.Connection, run: RunRecord, cfg: LoadedCon
     return cost_report(rows, cfg.prices, run_id=run.id, wall_s=run.wall_ms / 1000.0,
                        tasks_per_day=tpd, long_model=long_model_of(run, cfg),
                        finished_s=[(r.finished_at - run.started_at) if r.finished_at else None
-                                   for r in rows])
+                                   for r in rows],
+                       budget_usd=run.config.get("budget_usd"))
 
 
 def _line_row(name: str, c: CostLine) -> str:

@@ -24,6 +24,7 @@ from pydantic import BaseModel
 from swarm_tui.config import LoadedConfig
 from swarm_tui.errors import EXIT_OK, UserError
 from swarm_tui.gateway.keys import fingerprint, keys_from_env, read_key_file
+from swarm_tui.store.control import queue_command
 from swarm_tui.store.runs import list_runs
 
 FRESH_S = 5.0  # key state older than this belongs to a run that is no longer alive
@@ -213,20 +214,11 @@ async def _steer(conn: aiosqlite.Connection, args) -> int:
     if len(matched) > 1:
         raise UserError(f"keys {args.verb} {ref}: matches several keys "
                         f"({', '.join(sorted(matched))}); give more of the fingerprint")
-    actor = _user()
     for run_id, target in targets.items():
-        await conn.execute(
-            "INSERT INTO control (run_id, at, actor, command, arg) VALUES (?,?,?,?,?)",
-            (run_id, time.time(), actor, f"key_{args.verb}", target))
+        await queue_command(conn, run_id, f"key_{args.verb}", target)
     print(f"key {next(iter(matched))}: {args.verb} sent to {len(targets)} running swarm(s); "
           "applied within a second")
     if args.verb == "retire":
         print("(for future runs, remove it from the key file / environment)", file=sys.stderr)
     return EXIT_OK
 
-
-def _user() -> str:
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return "unknown"

@@ -80,6 +80,7 @@ class CostReport(BaseModel):
     by_key: dict[str, CostLine] = Field(default_factory=dict)
     what_if: list[WhatIf] = Field(default_factory=list)
     routing: RoutingWhatIf | None = None
+    budget_usd: float | None = None         # the run's cap, if it has one
     timeline: list[float] = Field(default_factory=list)  # cumulative USD at equal steps
 
 
@@ -114,7 +115,7 @@ def _group(rows: Sequence[CostRow], attr: str) -> dict[str, CostLine]:
 def cost_report(rows: Sequence[CostRow], prices: PriceTable, *, run_id: str, wall_s: float,
                 tasks_per_day: int, long_model: str | None = None,
                 finished_s: Sequence[float | None] | None = None,
-                steps: int = 30) -> CostReport:
+                budget_usd: float | None = None, steps: int = 30) -> CostReport:
     """`finished_s`: each row's end, seconds since the run started (for the timeline)."""
     total = _line(rows)
     per_min = total.cost_usd / (wall_s / 60.0) if wall_s > 0 and total.tasks else None
@@ -133,7 +134,7 @@ def cost_report(rows: Sequence[CostRow], prices: PriceTable, *, run_id: str, wal
         run_id=run_id, wall_s=wall_s, estimated=bool(total.estimated_tasks), total=total,
         projection=proj, by_model=_group(rows, "model"), by_gateway=_group(rows, "gateway"),
         by_bucket=_group(rows, "bucket"), by_key=_group(rows, "key_fp"),
-        what_if=what_if(done, prices, total, tasks_per_day),
+        what_if=what_if(done, prices, total, tasks_per_day), budget_usd=budget_usd,
     )
     if long_model is not None and done:
         actual = total.cost_usd

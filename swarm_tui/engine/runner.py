@@ -403,7 +403,7 @@ class SwarmRunner:
             self._finish_cancelled(agent)
             return
         pool = self.gateways[agent.gateway].pool
-        other_key = err.error_class in (AUTH, RATE_LIMITED) and pool.pick() is not None
+        other_key = err.error_class in (AUTH, RATE_LIMITED) and pool.any_usable()
         if not err.retryable and not (err.error_class == AUTH and other_key):
             self._finish(agent, FAILED, ev.FAILED)
             return

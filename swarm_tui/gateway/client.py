@@ -188,8 +188,7 @@ class GatewayClient:
                     await self._plain(slot.client, kwargs, res)
         except asyncio.CancelledError:
             res.ended_at = time.perf_counter()
-            self.pool.end(slot, error_class="cancelled", status_code=None, message=None,
-                          retry_after_s=None, headers=res.headers)
+            self.release(slot)
             raise
         except Exception as exc:  # every gateway failure is classified, none escapes
             res.error = classify(exc, self._secrets)

@@ -17,7 +17,6 @@ import openai
 from swarm_tui.gateway.keys import fingerprint
 
 Strategy = Literal["least-in-flight", "round-robin", "proactive"]
-STRATEGIES: tuple[Strategy, ...] = ("least-in-flight", "round-robin", "proactive")
 ACTIVE, COOLING, DISABLED, RETIRED = "active", "cooling", "disabled", "retired"
 BACKOFF_BASE_S = 1.0   # a 429 without Retry-After: 1, 2, 4 … s per consecutive 429
 BACKOFF_MAX_S = 60.0
@@ -94,7 +93,6 @@ class KeyPool:
         self.strategy = strategy
         self.slots: list[KeySlot] = []
         self._rr = 0
-        self.version = 0  # bumped on add / retire / enable / disable (for listeners)
 
     # -- choosing ----------------------------------------------------------------------------
     def pick(self, now: float | None = None) -> KeySlot | None:
@@ -131,9 +129,10 @@ class KeyPool:
             waits.append(max(0.0, ready - now))
         return min(waits) if waits else None
 
-    def has_other_usable(self, slot: KeySlot, now: float | None = None) -> bool:
+    def any_usable(self, now: float | None = None) -> bool:
+        """Without choosing one (choosing moves round-robin on)."""
         now = time.monotonic() if now is None else now
-        return any(s is not slot and s.usable(now) for s in self.slots)
+        return any(s.usable(now) for s in self.slots)
 
     # -- what calls report ------------------------------------------------------------------
     def begin(self, slot: KeySlot) -> None:
@@ -199,27 +198,16 @@ class KeyPool:
 
     def add(self, slot: KeySlot) -> None:
         self.slots.append(slot)
-        self.version += 1
 
     def retire(self, slot: KeySlot) -> None:
         slot.state = RETIRED
-        self.version += 1
 
     def disable(self, slot: KeySlot, reason: str) -> None:
         slot.state = DISABLED
         slot.reason = reason
-        self.version += 1
 
     def enable(self, slot: KeySlot) -> None:
         slot.state = ACTIVE
         slot.reason = None
         slot.cooling_until = 0.0
         slot.consecutive_429 = 0
-        self.version += 1
-
-    def counts(self, now: float | None = None) -> dict[str, int]:
-        now = time.monotonic() if now is None else now
-        out = dict.fromkeys((ACTIVE, COOLING, DISABLED, RETIRED), 0)
-        for s in self.slots:
-            out[s.status(now)] += 1
-        return out

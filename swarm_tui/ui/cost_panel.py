@@ -33,7 +33,7 @@ def spark(values: list[float]) -> str:
                    for v in values)
 
 
-def panel_text(r: CostReport, budget_usd: float | None = None) -> Text:
+def panel_text(r: CostReport) -> Text:
     t, p = r.total, r.projection
     out = Text()
     est = f"  ~ESTIMATED usage for {t.estimated_tasks} tasks" if r.estimated else ""
@@ -43,10 +43,10 @@ def panel_text(r: CostReport, budget_usd: float | None = None) -> Text:
     if t.unpriced_tasks:
         out.append(f"+ {t.unpriced_tasks} tasks on unpriced models: not counted, not $0\n",
                    style="bold")
-    if budget_usd:
-        share = t.cost_usd / budget_usd
+    if r.budget_usd:
+        share = t.cost_usd / r.budget_usd
         out.append(f"budget {bar(min(share, 1.0), 1.0)} {usd(t.cost_usd)} of "
-                   f"{usd(budget_usd, 2)} ({share:.0%})\n")
+                   f"{usd(r.budget_usd, 2)} ({share:.0%})\n")
     out.append(f"at {p.tasks_per_day:,} tasks/day: {usd(p.day_at_volume_usd, 2)}/day · "
                f"{usd(p.month_at_volume_usd, 2)}/month   (at this run's rate: "
                f"{usd(p.month_at_rate_usd, 2)}/month)\n")
@@ -90,7 +90,5 @@ class CostScreen(Screen[None]):
 
     async def reload(self) -> None:
         self.report = await self.source.cost()
-        snap = await self.source.snapshot()
-        budget = snap.budget_usd if snap is not None else None
-        text = Text("no tasks yet") if self.report is None else panel_text(self.report, budget)
+        text = Text("no tasks yet") if self.report is None else panel_text(self.report)
         self.query_one("#cost-text", Static).update(text)

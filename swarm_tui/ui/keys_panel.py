@@ -76,8 +76,7 @@ class KeysScreen(Screen[None]):
         self.query_one(DataTable).focus()
 
     async def reload(self) -> None:
-        snap = await self.source.snapshot() if self.source is not None else None
-        rows = snap.keys if snap is not None else ()
+        rows, waiting = await self.source.keys()
         table = self.query_one(DataTable)
         if [(r.gateway, r.fingerprint) for r in rows] != [(r.gateway, r.fingerprint)
                                                           for r in self.rows]:
@@ -96,8 +95,8 @@ class KeysScreen(Screen[None]):
                             table.update_cell_at((rows.index(r), col), new_v)
         self.rows = rows
         note = "" if rows else "no keys: no run here (keys belong to a running swarm)"
-        if snap is not None and snap.waiting_for_keys:
-            note = f"every key of {snap.waiting_for_keys} is cooling: dispatch is waiting"
+        if waiting:
+            note = f"every key of {waiting} is cooling: dispatch is waiting"
         self.query_one("#keys-note", Label).update(note)
 
     def _selected(self) -> KeyRow | None:
