@@ -94,12 +94,12 @@ def _history(cfg: str, env) -> list[dict]:
 def test_auto_canary_promotes_through_every_stage(sim_procs, tmp_path, env):
     base = sim_procs(profile="direct")
     cand = sim_procs(profile="gateway")
-    # the 5 % stage needs time to gather 20 candidate samples before its bake runs out
+    # each stage needs time to gather 30 candidate samples before its bake runs out
     # failure_limit × interval = 2 s: the first wave's tail (140 streams starting together)
     # must not abort on its own, as 3 × 10 s would not in production
-    cfg = _config(tmp_path, base, cand, bake='["4s", "1s", "1s", "1s"]', min_samples=30,
+    cfg = _config(tmp_path, base, cand, bake='["4s", "2s", "2s", "2s"]', min_samples=30,
                   failure_limit=10, concurrency=100)
-    summary = _run(cfg, env, 5000)
+    summary = _run(cfg, env, 6500)
     status = _status(cfg, env)
     assert (status["state"]["status"], status["state"]["pct"]) == ("complete", 100)
     moves = [(h["action"], h["from_pct"], h["to_pct"], h["actor"]) for h in _history(cfg, env)]
