@@ -31,6 +31,7 @@ from swarm_tui.gateway.client import GatewayClient
 from swarm_tui.gateway.keypool import KeyPool
 from swarm_tui.prices import load_price_table
 from swarm_tui.store.db import open_db
+from swarm_tui.store.ownership import take_lock
 from swarm_tui.store.runs import create_run
 from swarm_tui.store.writer import StoreWriter
 from swarm_tui.workload import demo_tasks
@@ -59,8 +60,9 @@ async def engine_phase(url: str, n: int, conc: int, db: Path, with_store: bool) 
     conn = writer = None
     if with_store:
         conn = await open_db(db)
-        await create_run(conn, "engine", runner, name=None, simulated=True, config={})
-        writer = StoreWriter(conn, db, "engine", runner)
+        claim = take_lock(db, "engine")
+        await create_run(conn, "engine", runner, name=None, simulated=True, config={}, claim=claim)
+        writer = StoreWriter(conn, db, "engine", runner, claim=claim)
         writer.start()
     t0 = time.perf_counter()
     await runner.run()
@@ -81,9 +83,10 @@ async def capacity_phase(n: int, db: Path) -> dict:
     runner.started_wall = time.time()
     conn = await open_db(db)
     t0 = time.perf_counter()
-    await create_run(conn, "capacity", runner, name=None, simulated=True, config={})
+    claim = take_lock(db, "capacity")
+    await create_run(conn, "capacity", runner, name=None, simulated=True, config={}, claim=claim)
     setup_s = time.perf_counter() - t0
-    writer = StoreWriter(conn, db, "capacity", runner)
+    writer = StoreWriter(conn, db, "capacity", runner, claim=claim)
     text = "the swarm agent answers with a short careful summary " * 90  # ~4.8 KB
     for a in runner.agents:  # finished tasks, as the engine leaves them
         att = Attempt(1, a.model, "sim", "sk-…beef#abcdef", 5.0, 1.0, 180.0, 60.0, tokens_in=720,

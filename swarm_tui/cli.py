@@ -8,7 +8,6 @@ import json
 import os
 import sqlite3
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -417,37 +416,50 @@ def cmd_resume(args: argparse.Namespace) -> int:
 async def _resume(conn, path, args: argparse.Namespace) -> int:
     from swarm_tui.commands.execute import Outcome, execute
     from swarm_tui.sim.settings import SimSettings
-    from swarm_tui.store.runs import get_run, load_summary, resumable_tasks
+    from swarm_tui.store.ownership import take_lock
+    from swarm_tui.store.runs import claim_run, get_run, load_summary, resumable_tasks
 
     run = await get_run(conn, args.run_id, path)
     status = run.effective_status()
     if status == "running":
-        age = time.time() - run.heartbeat_at
-        raise UserError(f"run {run.id}: still running (pid {run.pid} on {run.host}, heartbeat "
-                        f"{age:.0f} s ago); resume it once it has stopped")
-    seqs, tasks, prior = await resumable_tasks(conn, run.id)
-    if not tasks:
-        print(f"run {run.id}: nothing to resume, every task has a stored result",
-              file=sys.stderr)
-        return await _finish_stored(conn, path, load_config(args.config),
-                                    Outcome(await load_summary(conn, run), False), args.json)
-    snap = run.config
-    cfg = load_config(args.config)
-    gateway = snap.get("gateway")
-    sim = SimSettings.model_validate(snap["sim"]) if "sim" in snap else SimSettings()
-    budget = args.budget if args.budget is not None else snap.get("budget_usd")
-    async with conn.execute("SELECT COALESCE(SUM(cost_usd), 0) FROM results WHERE run_id=? "
-                            "AND state='succeeded'", (run.id,)) as cur:
-        spent = float((await cur.fetchone())[0])
-    opts = _opts_from_args(args, gateway=gateway, stream=snap.get("stream"),
-                           model=snap.get("model"), sim=sim, name=run.name,
-                           budget_usd=budget, spent_before_usd=spent)
-    if opts.concurrency is None:
-        opts.concurrency = snap.get("concurrency")
-    print(f"swarm-tui: resuming run {run.id} ({status}): {len(tasks)} of {run.total} tasks "
-          "have no stored result", file=sys.stderr)
-    outcome = await execute(conn, path, cfg, opts, tasks, run.id, show_progress=not args.quiet,
-                            seqs=seqs, prior_attempts=prior)
+        raise UserError(f"run {run.id}: still being executed by pid {run.pid} on {run.host} "
+                        "(stopped or busy processes keep their run); resume it once that "
+                        "process has ended")
+    # Own the run before reading what to re-send: of two resumes, exactly one gets here.
+    claim = take_lock(path, run.id)
+    try:
+        await claim_run(conn, await get_run(conn, args.run_id, path), claim, path)
+        seqs, tasks, prior = await resumable_tasks(conn, run.id)
+        if not tasks:
+            await conn.execute("UPDATE runs SET status=?, owner_token=NULL WHERE id=? AND "
+                               "owner_token=?", (status if status != "interrupted"
+                                                 else "finished", run.id, claim.token))
+            claim.release()
+            print(f"run {run.id}: nothing to resume, every task has a stored result",
+                  file=sys.stderr)
+            run = await get_run(conn, run.id, path)
+            return await _finish_stored(conn, path, load_config(args.config),
+                                        Outcome(await load_summary(conn, run), False), args.json)
+        snap = run.config
+        cfg = load_config(args.config)
+        gateway = snap.get("gateway")
+        sim = SimSettings.model_validate(snap["sim"]) if "sim" in snap else SimSettings()
+        budget = args.budget if args.budget is not None else snap.get("budget_usd")
+        async with conn.execute("SELECT COALESCE(SUM(cost_usd), 0) FROM results WHERE run_id=? "
+                                "AND state='succeeded'", (run.id,)) as cur:
+            spent = float((await cur.fetchone())[0])
+        opts = _opts_from_args(args, gateway=gateway, stream=snap.get("stream"),
+                               model=snap.get("model"), sim=sim, name=run.name,
+                               budget_usd=budget, spent_before_usd=spent)
+        if opts.concurrency is None:
+            opts.concurrency = snap.get("concurrency")
+        print(f"swarm-tui: resuming run {run.id} ({status}): {len(tasks)} of {run.total} tasks "
+              "have no stored result", file=sys.stderr)
+        outcome = await execute(conn, path, cfg, opts, tasks, run.id,
+                                show_progress=not args.quiet, seqs=seqs, prior_attempts=prior,
+                                claim=claim)
+    finally:
+        claim.release()
     return await _finish_stored(conn, path, cfg, outcome, args.json)
 
 

@@ -159,6 +159,12 @@ class CanaryConfig(_Strict):
         return self.bake
 
 
+class StoreConfig(_Strict):
+    # how long dispatch stays paused on an unwritable database before the run stops
+    # (calls in flight are awaited and journaled; exit 2)
+    unwritable_grace_s: PosFloat = 60.0
+
+
 class UiConfig(_Strict):
     theme: str | None = None        # default swarm-dark; a gateway's own theme wins
     refresh_s: Annotated[float, Field(ge=0.05, le=10)] = 0.25
@@ -184,6 +190,7 @@ class Settings(BaseSettings):
     prices_file: Path | None = None
     prices: dict[str, PriceOverride] = Field(default_factory=dict)
     ui: UiConfig = Field(default_factory=UiConfig)
+    store: StoreConfig = Field(default_factory=StoreConfig)
     canary: CanaryConfig | None = None
 
     @classmethod

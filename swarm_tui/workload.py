@@ -69,7 +69,7 @@ def _reason(e: ValidationError) -> str:
 def parse_workload(path: Path) -> tuple[list[Task], list[BadLine]]:
     """Parse every line; return the good tasks and every bad line (file:line: reason)."""
     try:
-        fh = path.open("r", encoding="utf-8")
+        fh = path.open("r", encoding="utf-8-sig")  # a BOM (Windows editors) is not data
     except FileNotFoundError:
         raise UserError(f"workload {path}: file not found") from None
     except (IsADirectoryError, PermissionError) as e:
@@ -88,11 +88,17 @@ def parse_workload(path: Path) -> tuple[list[Task], list[BadLine]]:
                 except json.JSONDecodeError as e:
                     bad.append(BadLine(str(path), n, f"invalid JSON: {e.msg} (column {e.colno})"))
                     continue
+                except RecursionError:
+                    bad.append(BadLine(str(path), n, "invalid JSON: nested too deeply"))
+                    continue
                 if not isinstance(obj, dict):
                     bad.append(BadLine(str(path), n, "expected a JSON object"))
                     continue
                 try:
                     task = Task.model_validate(obj)
+                except RecursionError:
+                    bad.append(BadLine(str(path), n, "metadata: nested too deeply"))
+                    continue
                 except ValidationError as e:
                     bad.append(BadLine(str(path), n, _reason(e)))
                     continue

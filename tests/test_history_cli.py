@@ -10,6 +10,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import httpx2
 import pytest
@@ -151,10 +152,17 @@ def test_sigkill_then_resume_sends_only_what_was_not_stored(tmp_path, sim_proc):
 def test_resume_refuses_a_live_run_and_unknown_ids(tmp_path):
     r = swarm("run", "--demo", "5", "--headless", "--json", "--quiet")
     run_id = json.loads(r.stdout)["run_id"]
-    with sqlite3.connect(os.environ["SWARM_TUI_DB"]) as raw:
-        raw.execute("UPDATE runs SET status='running', heartbeat_at=? WHERE id=?",
-                    (time.time() + 3600, run_id))
-    assert_one_line_error(swarm("resume", run_id), 2, "still running")
+    from swarm_tui.store.ownership import take_lock
+
+    db = Path(os.environ["SWARM_TUI_DB"])
+    claim = take_lock(db, run_id)  # this process plays a live executor holding the run
+    with sqlite3.connect(db) as raw:
+        raw.execute("UPDATE runs SET status='running', heartbeat_at=?, pid=?, host=?, "
+                    "lock_path=?, owner_token=? WHERE id=?",
+                    (time.time() - 3600, claim.pid, claim.host, str(claim.lock_path),
+                     claim.token, run_id))
+    assert_one_line_error(swarm("resume", run_id), 2, "still being executed")
+    claim.release()
     assert_one_line_error(swarm("report", "nope"), 2, "run nope: not found")
     assert_one_line_error(swarm("export", "nope"), 2, "run nope: not found")
 

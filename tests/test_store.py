@@ -13,6 +13,7 @@ from swarm_tui.config import SlaConfig
 from swarm_tui.engine.summary import summarize
 from swarm_tui.errors import UserError
 from swarm_tui.store.db import open_db
+from swarm_tui.store.ownership import take_lock
 from swarm_tui.store.runs import create_run, get_run, load_summary
 from swarm_tui.store.schema import MIGRATIONS, SCHEMA_VERSION
 from swarm_tui.store.writer import StoreWriter
@@ -72,7 +73,7 @@ async def test_corrupt_file_is_refused_and_left_as_it_was(tmp_path):
 async def test_unwritable_location(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    with pytest.raises(UserError, match="cannot create its directory"):
+    with pytest.raises(UserError, match="cannot create it"):
         await open_db(blocker / "sub" / "runs.db")
 
 
@@ -87,9 +88,12 @@ async def _stored_run(sim_factory, tmp_path, n=400, **sim):
     conn = await open_db(path)
     async with client_for(server) as gw:
         runner = make_runner(gw, tasks(n, prefix="s"), concurrency=60)
+        claim = take_lock(path, "r1")
         await create_run(conn, "r1", runner, name="t", simulated=True,
-                         config={"settings": {"sla": {"p95_ms": 350, "min_success": 0.99}}})
-        writer = StoreWriter(conn, path, "r1", runner, flush_interval=0.05, max_rows=50)
+                         config={"settings": {"sla": {"p95_ms": 350, "min_success": 0.99}}},
+                         claim=claim)
+        writer = StoreWriter(conn, path, "r1", runner, claim=claim, flush_interval=0.05,
+                             max_rows=50)
         writer.start()
         await runner.run()
         await writer.close("finished")
@@ -161,8 +165,9 @@ async def test_closing_during_a_flush_loses_nothing(tmp_path):
                        pool=1)
     runner = make_runner(gw, tasks(6000, prefix="c"))
     runner.started_wall = 1.0
-    await create_run(conn, "c", runner, name=None, simulated=True, config={})
-    writer = StoreWriter(conn, path, "c", runner, max_rows=500)
+    claim = take_lock(path, "c")
+    await create_run(conn, "c", runner, name=None, simulated=True, config={}, claim=claim)
+    writer = StoreWriter(conn, path, "c", runner, claim=claim, max_rows=500)
     writer.start()
     for i, a in enumerate(runner.agents):
         a.attempts.append(Attempt(1, a.model, "sim", "fp", 1.0, 0.0, 10.0, outcome="ok"))
@@ -176,6 +181,7 @@ async def test_closing_during_a_flush_loses_nothing(tmp_path):
     ok = "SELECT COUNT(*) FROM task_results WHERE state='succeeded'"
     assert raw.execute(ok).fetchone()[0] == 6000
     assert raw.execute("SELECT COUNT(*) FROM attempts").fetchone()[0] == 6000
-    assert writer.stats.rows == 12000 and writer.stats.flushes > 1
+    events = raw.execute("SELECT COUNT(*) FROM events").fetchone()[0]  # backlog holds
+    assert writer.stats.rows == 12000 + events and writer.stats.flushes > 1
     raw.close()
     await conn.close()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gc
-import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,15 +16,11 @@ from swarm_tui.engine.events import CONTROL, Consumer
 from swarm_tui.engine.routing import CanaryRouter
 from swarm_tui.engine.runner import SwarmRunner
 from swarm_tui.engine.summary import RunSummary
+from swarm_tui.errors import UserError
 from swarm_tui.headless import run_with_progress
 from swarm_tui.session import RunOptions, RunSession
-from swarm_tui.store.runs import (
-    create_run,
-    get_run,
-    load_summary,
-    mark_running,
-    save_summary,
-)
+from swarm_tui.store.ownership import Claim, take_lock
+from swarm_tui.store.runs import create_run, get_run, load_summary, save_summary
 from swarm_tui.store.writer import StoreWriter
 from swarm_tui.workload import Task
 
@@ -59,13 +54,18 @@ async def execute(
     conn: aiosqlite.Connection, db_path: Path, cfg: LoadedConfig, opts: RunOptions,
     tasks: list[Task], run_id: str, *, show_progress: bool,
     seqs: list[int] | None = None, prior_attempts: list[int] | None = None,
-    consumers: Iterable[Consumer] = (),
+    claim: Claim | None = None, consumers: Iterable[Consumer] = (),
     on_start: Callable[[SwarmRunner, RunSession, CanaryController | None], None] | None = None,
 ) -> Outcome:
     """Build the session, store the run, run it, and return the summary read back from
-    the store, so `run` and `report` print the same figures for the same run."""
+    the store, so `run` and `report` print the same figures for the same run.
+
+    A resume passes the `claim` it took before reading what to re-send; a new run takes
+    its own. Results the store could not take end the command with exit 2 (one line
+    naming the cause and the journal), never with exit 0."""
     session = RunSession(cfg, opts)
     canary: CanaryController | None = None
+    writer: StoreWriter | None = None
     try:
         session.open()
         await session.preflight()
@@ -75,16 +75,16 @@ async def execute(
             canary = CanaryController(session.canary, session.router, db_path)
             await canary.open()
         runner = session.make_runner(tasks, consumers, seqs=seqs, prior_attempts=prior_attempts)
-        if seqs is None:
+        if claim is None:
+            claim = take_lock(db_path, run_id)
             await create_run(conn, run_id, runner, name=opts.name, simulated=session.simulated,
-                             config=config_snapshot(session, opts))
-        else:
-            await mark_running(conn, run_id)
+                             config=config_snapshot(session, opts), claim=claim)
         # Park the swarm's long-lived objects (tasks, agents, prompts) outside the GC's
         # generations for the run: measured with gc.callbacks at 1,000 streams, full
         # collections paused the process up to ~210 ms without this, ~110-130 ms with it.
         gc.freeze()
-        writer = StoreWriter(conn, db_path, run_id, runner)
+        writer = StoreWriter(conn, db_path, run_id, runner, claim=claim,
+                             grace_s=cfg.settings.store.unwritable_grace_s)
         writer.log_event("session_started", None)
         writer.start()
         if canary is not None:
@@ -105,12 +105,13 @@ async def execute(
                                else runner.stop_reason or "finished")
             gc.unfreeze()
     finally:
+        if claim is not None:
+            claim.release()  # the writer released it already unless we failed before it
         if canary is not None:
             await canary.close()
         await session.aclose()
-    if writer.error:
-        print(f"swarm-tui: warning: results not fully stored: {writer.error}", file=sys.stderr)
-        return Outcome(session.summary(run_id, "unsaved"), interrupted)
+    if writer.failure:
+        raise UserError(writer.failure_line())
     summary = await load_summary(conn, await get_run(conn, run_id, db_path))
     await save_summary(conn, summary)
     return Outcome(summary, interrupted)

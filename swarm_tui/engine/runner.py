@@ -90,6 +90,9 @@ class SwarmRunner:
         # a canary keeps dispatching (no head-of-line blocking).
         self._parked: dict[str, deque[Agent]] = {}
         self.stop_reason: str | None = None  # budget_stopped: no new sends, nothing cancelled
+        # Reasons dispatch is held (e.g. the store cannot take results): nothing new is
+        # sent while any is set; calls in flight finish.
+        self.holds: dict[str, str] = {}
         self.spent_usd = policy.spent_before_usd
         self.in_flight_est_usd = 0.0  # estimated cost of the calls in flight
         self._model_spend: dict[str, tuple[float, int]] = {}
@@ -144,6 +147,24 @@ class SwarmRunner:
     def resume(self) -> None:
         self.paused = False
         self.emit(ev.CONTROL, detail="resumed")
+        self._wake.set()
+
+    def hold(self, reason: str, detail: str) -> None:
+        """Send nothing new until `release(reason)`; calls in flight go on."""
+        self.holds[reason] = detail
+        self.emit(ev.CONTROL, detail=detail)
+
+    def release(self, reason: str, detail: str) -> None:
+        if self.holds.pop(reason, None) is not None:
+            self.emit(ev.CONTROL, detail=detail)
+            self._wake.set()
+
+    def stop(self, reason: str, detail: str) -> None:
+        """No more sends for good (like the budget cap): calls in flight finish, unsent
+        tasks stay resumable."""
+        if self.stop_reason is None:
+            self.stop_reason = reason
+            self.emit(ev.CONTROL, detail=detail)
         self._wake.set()
 
     # -- budget -----------------------------------------------------------------------------
@@ -245,7 +266,7 @@ class SwarmRunner:
     async def _dispatch(self) -> None:
         while True:
             while (not self.paused and not self.cancelled and not self.stop_reason
-                   and self.in_flight < self.limit):
+                   and not self.holds and self.in_flight < self.limit):
                 agent = self._next_ready()
                 if agent is None:
                     break

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
+import sys
 from pathlib import Path
+from urllib.parse import quote
 
 import aiosqlite
 import platformdirs
@@ -40,14 +43,78 @@ def db_error(path: Path, exc: BaseException) -> UserError:
     return UserError(f"database {path}: {exc}")
 
 
-async def _schema_version(conn: aiosqlite.Connection, path: Path) -> int:
-    async with conn.execute("PRAGMA user_version") as cur:
-        row = await cur.fetchone()
-    version = row[0] if row else 0
-    if version > SCHEMA_VERSION:
-        raise UserError(f"database {path}: schema version {version} is newer than this "
-                        f"swarm-tui understands ({SCHEMA_VERSION}); upgrade swarm-tui")
-    return version
+def _validate(path: Path, create: bool) -> bool:
+    """Check the file before aiosqlite or any pragma touches it; True if we created it.
+
+    Synchronous on purpose: an aiosqlite connect that fails leaves its worker thread to
+    report on a closed loop (a thread traceback after the one-line error). Nothing here
+    writes: a foreign, newer or corrupt file is left byte-for-byte as it was.
+    """
+    if path.is_dir():
+        raise UserError(f"database {path}: is a directory; pass --db with a file path")
+    created = False
+    if not path.exists():
+        if not create:
+            raise UserError(f"database {path}: does not exist (no runs recorded yet)")
+        try:
+            if not path.parent.exists():
+                path.parent.mkdir(mode=0o700, parents=True)  # only the owner reads runs
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+            created = True
+        except FileExistsError:
+            pass
+        except OSError as e:
+            raise UserError(f"database {path}: cannot create it ({e.strerror}); pass --db or "
+                            "set SWARM_TUI_DB to a writable path") from None
+    elif not os.access(path, os.R_OK):
+        raise UserError(f"database {path}: cannot read it (permission denied)")
+    else:
+        _warn_if_shared(path)
+    try:
+        raw = sqlite3.connect(f"file:{quote(str(path))}?mode=rw", uri=True,
+                              timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+    except sqlite3.Error as e:
+        raise db_error(path, e) from None
+    try:
+        version = raw.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise UserError(f"database {path}: schema version {version} is newer than this "
+                            f"swarm-tui understands ({SCHEMA_VERSION}); upgrade swarm-tui")
+        mode = raw.execute("PRAGMA journal_mode").fetchone()[0]
+        if not created and (mode != "wal" or version < SCHEMA_VERSION):
+            # about to change the header or migrate: be sure the pages are sound first
+            check = raw.execute("PRAGMA quick_check(1)").fetchone()[0]
+            if check != "ok":
+                raise UserError(f"database {path}: corrupt ({check}); nothing was changed")
+        if version == 0 and not created:
+            tables = raw.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+            if tables:
+                raise UserError(f"database {path}: not a swarm-tui database (it has other "
+                                "tables); nothing was changed")
+    except sqlite3.Error as e:
+        raise db_error(path, e) from None
+    finally:
+        raw.close()
+    return created
+
+
+_warned: set[Path] = set()
+
+
+def _warn_if_shared(path: Path) -> None:
+    """Prompts and answers are the operator's: say so when others can read the file."""
+    with contextlib.suppress(OSError):
+        if path.stat().st_mode & 0o077 and path not in _warned:
+            _warned.add(path)
+            print(f"swarm-tui: warning: database {path} is readable by other users "
+                  f"(prompts, answers, audit log); run: chmod 600 '{path}'*", file=sys.stderr)
+
+
+def _remove_new(path: Path) -> None:
+    """A database we created but could not initialise (a full disk) leaves nothing behind."""
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        with contextlib.suppress(OSError):
+            Path(str(path) + suffix).unlink()
 
 
 async def _migrate(conn: aiosqlite.Connection, version: int) -> None:
@@ -60,22 +127,19 @@ async def _migrate(conn: aiosqlite.Connection, version: int) -> None:
                                  "COMMIT;")
 
 
-async def open_db(path: Path, *, create: bool = True) -> aiosqlite.Connection:
-    """Open (and create/migrate) the database. Raises UserError with one clear line."""
-    if not create and not path.exists():
-        raise UserError(f"database {path}: does not exist (no runs recorded yet)")
-    if create:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise UserError(f"database {path}: cannot create its directory ({e.strerror})"
-                            ) from None
+async def open_db(path: Path, *, create: bool = True, reconcile: bool = True
+                  ) -> aiosqlite.Connection:
+    """Open (and create/migrate) the database. Raises UserError with one clear line.
+
+    Then reconciles it (store/reconcile.py): journals of dead executors are imported and
+    runs whose every task has a result are marked finished, before anything is sent."""
+    created = _validate(path, create)
     conn: aiosqlite.Connection | None = None
     try:
         conn = await aiosqlite.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
         await conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        # Read the version before anything writes: a newer or foreign file stays untouched.
-        version = await _schema_version(conn, path)
+        async with conn.execute("PRAGMA user_version") as cur:
+            version = (await cur.fetchone() or [0])[0]
         async with conn.execute("PRAGMA journal_mode") as cur:
             mode = (await cur.fetchone() or ["?"])[0]
         if mode != "wal":
@@ -83,12 +147,17 @@ async def open_db(path: Path, *, create: bool = True) -> aiosqlite.Connection:
         await conn.execute("PRAGMA synchronous = NORMAL")  # WAL + NORMAL: durable at checkpoints
         await conn.execute("PRAGMA foreign_keys = ON")
         await _migrate(conn, version)
+        if reconcile:
+            from swarm_tui.store.reconcile import reconcile_runs
+
+            for warning in await reconcile_runs(conn, path):
+                print(f"swarm-tui: warning: {warning}", file=sys.stderr)
         return conn
-    except UserError:
+    except BaseException as e:
         if conn is not None:
             await conn.close()
+        if created:
+            _remove_new(path)
+        if isinstance(e, sqlite3.Error | OSError):
+            raise db_error(path, e) from None
         raise
-    except (sqlite3.Error, OSError) as e:
-        if conn is not None:
-            await conn.close()
-        raise db_error(path, e) from None

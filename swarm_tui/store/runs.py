@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
-import socket
+import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,9 +19,9 @@ from swarm_tui.config import SlaConfig
 from swarm_tui.engine.runner import SwarmRunner
 from swarm_tui.engine.summary import RunSummary, summarize
 from swarm_tui.errors import UserError
+from swarm_tui.store.ownership import Claim, owner_alive, pid_alive
 from swarm_tui.workload import Task
 
-STALE_AFTER_S = 5.0  # heartbeat older than this while `running` → the process died
 ENDED = ("finished", "cancelled", "budget_stopped")
 
 
@@ -51,11 +52,18 @@ class RunRecord(BaseModel):
     workload_hash: str
     config: dict[str, Any]
     summary: dict[str, Any] | None
+    owner_token: str | None = None
+    owner_started: float | None = None
+    lock_path: str | None = None
+
+    def owner_alive(self, now: float | None = None) -> bool:
+        return owner_alive(self.host, self.pid, self.owner_started, self.lock_path,
+                           self.heartbeat_at, now)
 
     def effective_status(self, now: float | None = None) -> str:
-        """`interrupted`: marked running, but its heartbeat stopped (the process died)."""
-        now = time.time() if now is None else now
-        if self.status == "running" and now - self.heartbeat_at > STALE_AFTER_S:
+        """`interrupted`: marked running, but its executor is verifiably gone (a stopped
+        or busy executor still owns its run; see store/ownership.py)."""
+        if self.status == "running" and not self.owner_alive(now):
             return "interrupted"
         return self.status
 
@@ -65,29 +73,32 @@ class RunRecord(BaseModel):
 
 
 _RUN_COLS = ("id, name, status, simulated, started_at, finished_at, heartbeat_at, pid, host, "
-             "wall_ms, total, workload_hash, config_json, summary_json")
+             "wall_ms, total, workload_hash, config_json, summary_json, owner_token, "
+             "owner_started, lock_path")
 
 
 def _record(row: tuple) -> RunRecord:
     (rid, name, status, sim, started, finished, beat, pid, host, wall, total, wh, cfg,
-     summary) = row
+     summary, token, owner_started, lock_path) = row
     return RunRecord(id=rid, name=name, status=status, simulated=bool(sim), started_at=started,
                      finished_at=finished, heartbeat_at=beat, pid=pid, host=host, wall_ms=wall,
                      total=total, workload_hash=wh, config=json.loads(cfg),
-                     summary=json.loads(summary) if summary else None)
+                     summary=json.loads(summary) if summary else None, owner_token=token,
+                     owner_started=owner_started, lock_path=lock_path)
 
 
 async def create_run(conn: aiosqlite.Connection, run_id: str, runner: SwarmRunner, *,
-                     name: str | None, simulated: bool, config: dict[str, Any]) -> None:
+                     name: str | None, simulated: bool, config: dict[str, Any],
+                     claim: Claim) -> None:
     tasks = [a.task for a in runner.agents]
     now = time.time()
     await conn.execute("BEGIN IMMEDIATE")
     try:
         await conn.execute(
-            f"INSERT INTO runs ({_RUN_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (run_id, name, "running", int(simulated), now, None, now, os.getpid(),
-             socket.gethostname(), 0.0, len(tasks), workload_hash(tasks), json.dumps(config),
-             None))
+            f"INSERT INTO runs ({_RUN_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (run_id, name, "running", int(simulated), now, None, now, claim.pid,
+             claim.host, 0.0, len(tasks), workload_hash(tasks), json.dumps(config),
+             None, claim.token, claim.started, str(claim.lock_path)))
         await conn.executemany(
             "INSERT INTO tasks (run_id, seq, task_id, task_json, model, gateway, bucket) "
             "VALUES (?,?,?,?,?,?,?)",
@@ -95,7 +106,9 @@ async def create_run(conn: aiosqlite.Connection, run_id: str, runner: SwarmRunne
               a.model, a.gateway, a.bucket) for a in runner.agents])
         await conn.execute("COMMIT")
     except BaseException:
-        await conn.execute("ROLLBACK")
+        # SQLite rolls back by itself on a full disk; a second ROLLBACK would hide the cause
+        with contextlib.suppress(sqlite3.Error):
+            await conn.execute("ROLLBACK")
         raise
 
 
@@ -174,8 +187,26 @@ async def resumable_tasks(
             [r[2] for r in rows])
 
 
-async def mark_running(conn: aiosqlite.Connection, run_id: str) -> None:
-    now = time.time()
-    await conn.execute(
-        "UPDATE runs SET status='running', heartbeat_at=?, pid=?, host=?, finished_at=NULL "
-        "WHERE id=?", (now, os.getpid(), socket.gethostname(), run_id))
+async def claim_run(conn: aiosqlite.Connection, run: RunRecord, claim: Claim,
+                    path: Path) -> None:
+    """Take over a run whose owner is gone: compare-and-swap on the claim token read with
+    `run`, so of two processes that both saw it free exactly one wins."""
+    # On this host the lock we hold proves no other executor; an executor of an older
+    # version (no lock file) is known by its pid; another host's by its heartbeat lease.
+    same_host = run.host == claim.host
+    if run.status == "running" and (
+            (same_host and not run.lock_path and run.pid and run.pid != claim.pid
+             and pid_alive(run.pid, run.owner_started))
+            or (not same_host and run.owner_alive())):
+        claim.release()
+        raise UserError(f"run {run.id}: still being executed by pid {run.pid} on {run.host} "
+                        "(stopped or busy processes keep their run); resume it once that "
+                        "process has ended")
+    cur = await conn.execute(
+        "UPDATE runs SET status='running', heartbeat_at=?, pid=?, host=?, finished_at=NULL, "
+        "owner_token=?, owner_started=?, lock_path=? WHERE id=? AND owner_token IS ?",
+        (time.time(), claim.pid, claim.host, claim.token, claim.started, str(claim.lock_path),
+         run.id, run.owner_token))
+    if cur.rowcount != 1:
+        claim.release()
+        raise UserError(f"run {run.id}: another process claimed it a moment ago ({path})")

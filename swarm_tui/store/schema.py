@@ -177,6 +177,49 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (run_id, gateway, fingerprint)
     );
     """,
+    # 4 -> 5: run ownership and append-only attempts. A run is executed by the process that
+    # holds its OS lock (lock_path) and the claim token in its row; every write of the
+    # executor is fenced on that token. Attempts get their own id and are only ever inserted,
+    # so a task sent twice shows twice (INSERT OR REPLACE used to hide it).
+    """
+    ALTER TABLE runs ADD COLUMN owner_token TEXT;     -- the claim; NULL once released
+    ALTER TABLE runs ADD COLUMN owner_started REAL;   -- the owner's process start (pid reuse)
+    ALTER TABLE runs ADD COLUMN lock_path TEXT;       -- its OS lock file (same host)
+    CREATE TABLE attempts_v5 (
+        id INTEGER PRIMARY KEY,
+        uid TEXT NOT NULL UNIQUE,      -- claim token + counter: a journal replay is idempotent
+        run_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        number INTEGER NOT NULL,       -- not unique: two executors may both send number 1
+        model TEXT NOT NULL,
+        gateway TEXT NOT NULL,
+        key_fp TEXT,
+        sent_at REAL NOT NULL,
+        queue_ms REAL NOT NULL,
+        latency_ms REAL,
+        ttft_ms REAL,
+        status_code INTEGER,
+        error_class TEXT,
+        error_message TEXT,
+        retry_wait_s REAL,
+        tokens_in INTEGER NOT NULL DEFAULT 0,
+        tokens_out INTEGER NOT NULL DEFAULT 0,
+        cached_in INTEGER NOT NULL DEFAULT 0,
+        outcome TEXT NOT NULL,
+        FOREIGN KEY (run_id, seq) REFERENCES tasks(run_id, seq) ON DELETE CASCADE
+    );
+    INSERT INTO attempts_v5 (uid, run_id, seq, number, model, gateway, key_fp, sent_at,
+        queue_ms, latency_ms, ttft_ms, status_code, error_class, error_message, retry_wait_s,
+        tokens_in, tokens_out, cached_in, outcome)
+    SELECT 'v4:' || run_id || ':' || seq || ':' || number, run_id, seq, number, model, gateway,
+        key_fp, sent_at, queue_ms, latency_ms, ttft_ms, status_code, error_class,
+        error_message, retry_wait_s, tokens_in, tokens_out, cached_in, outcome
+    FROM attempts;
+    DROP TABLE attempts;
+    ALTER TABLE attempts_v5 RENAME TO attempts;
+    CREATE INDEX attempts_by_task ON attempts(run_id, seq, number);
+    CREATE INDEX attempts_by_time ON attempts(sent_at);
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -3,6 +3,12 @@
 The engine only appends tuples to in-memory lists (no await, no I/O); a background
 task commits them at most every `flush_interval` seconds or as soon as
 `max_rows` are pending. A crash loses at most the rows of the last window.
+
+Dispatch never outruns the store: when a flush fails (disk full, I/O error, a lock held
+past the busy timeout) the writer holds the runner's dispatch at once, journals the
+unsaved rows (store/spill.py) and keeps retrying; if the store stays unwritable past the
+grace period the run stops sending, waits for its calls in flight, journals them and
+ends with `failure` set (exit 2). Every write is fenced on the run's claim token.
 """
 
 from __future__ import annotations
@@ -22,18 +28,26 @@ from swarm_tui.engine.runner import SwarmRunner
 from swarm_tui.engine.state import Agent, Attempt
 from swarm_tui.errors import UserError
 from swarm_tui.store.db import db_error
+from swarm_tui.store.ownership import Claim
+from swarm_tui.store.spill import SpillJournal
 
-INSERT_RESULT = """
-INSERT OR REPLACE INTO results (run_id, seq, state, model, gateway, bucket, key_fp, attempts,
-    tokens_in, tokens_out, cached_in, usage_estimated, cost_usd, latency_ms, ttft_ms, queue_ms,
-    status_code, error_class, error_message, response_text, finished_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-"""
+RESULT_COLS = ("run_id, seq, state, model, gateway, bucket, key_fp, attempts, tokens_in, "
+               "tokens_out, cached_in, usage_estimated, cost_usd, latency_ms, ttft_ms, queue_ms, "
+               "status_code, error_class, error_message, response_text, finished_at")
+# A result is final, except a cancelled one, which a resume replaces; a result arriving
+# twice for one task (a journal replayed) keeps the first.
+INSERT_RESULT = (
+    f"INSERT INTO results ({RESULT_COLS}) VALUES ({', '.join('?' * 21)}) "
+    "ON CONFLICT (run_id, seq) DO UPDATE SET "
+    + ", ".join(f"{c} = excluded.{c}" for c in RESULT_COLS.split(", ")[2:])
+    + " WHERE results.state = 'cancelled'"
+)
+# Attempts are only ever inserted: a uid seen before (a replayed journal) is skipped.
 INSERT_ATTEMPT = """
-INSERT OR REPLACE INTO attempts (run_id, seq, number, model, gateway, key_fp, sent_at, queue_ms,
-    latency_ms, ttft_ms, status_code, error_class, error_message, retry_wait_s, tokens_in,
-    tokens_out, cached_in, outcome)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+INSERT OR IGNORE INTO attempts (uid, run_id, seq, number, model, gateway, key_fp, sent_at,
+    queue_ms, latency_ms, ttft_ms, status_code, error_class, error_message, retry_wait_s,
+    tokens_in, tokens_out, cached_in, outcome)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 """
 UPSERT_KEY = """
 INSERT OR REPLACE INTO key_state (run_id, gateway, fingerprint, label, source, state,
@@ -42,7 +56,13 @@ INSERT OR REPLACE INTO key_state (run_id, gateway, fingerprint, label, source, s
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 """
 INSERT_EVENT = "INSERT INTO events (run_id, at, kind, actor, detail_json) VALUES (?, ?, ?, ?, ?)"
+SQL_BY_TABLE = {"attempt": INSERT_ATTEMPT, "result": INSERT_RESULT, "event": INSERT_EVENT}
+TABLE_ORDER = ("attempt", "result", "event")  # attempts first: a result's attempts exist
 CONTROL_POLL_S = 0.5
+STORE_HOLD = "store"        # the runner's dispatch hold while results are unsaved
+BACKLOG_HOLD = "store-backlog"
+STORE_STOPPED = "store_unwritable"
+LOST_CLAIM = "lost_claim"
 
 
 class WriterStats:
@@ -58,25 +78,32 @@ class WriterStats:
 
 class StoreWriter:
     def __init__(self, conn: aiosqlite.Connection, path: Path, run_id: str, runner: SwarmRunner,
-                 *, flush_interval: float = 0.25, max_rows: int = 5000,
-                 heartbeat_s: float = 1.0) -> None:
+                 *, claim: Claim, flush_interval: float = 0.25, max_rows: int = 5000,
+                 heartbeat_s: float = 1.0, grace_s: float = 60.0) -> None:
         self.conn = conn
         self.path = path
         self.run_id = run_id
         self.runner = runner
+        self.claim = claim
         self.flush_interval = flush_interval
         self.max_rows = max_rows
         self.heartbeat_s = heartbeat_s
+        self.grace_s = grace_s
         self.stats = WriterStats()
-        self.error: str | None = None
+        self.error: str | None = None      # the last flush's failure, while it lasts
+        self.failure: str | None = None    # why the run could not be stored (exit 2)
+        self.failing_since: float | None = None
+        self.journal = SpillJournal(path, run_id)
         self._tasks: list[tuple] = []
         self._attempts: list[tuple] = []
         self._events: list[tuple] = []
+        self._spilled: list[tuple[str, tuple]] = []  # journaled, not yet in the database
+        self._attempt_n = 0
         self._kick = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
         self._stopping = False
         self._last_poll = 0.0
-        self._last_beat = 0.0
+        self._last_keys = 0.0
         runner.consumers.append(self.on_event)
 
     # -- the consumer: called inline by the engine, so only appends ------------------------
@@ -100,6 +127,11 @@ class StoreWriter:
             self.stats.max_pending = pending
         if pending >= self.max_rows:
             self._kick.set()
+            if pending >= 4 * self.max_rows and BACKLOG_HOLD not in self.runner.holds:
+                # the store is slower than the swarm: sending more only grows what a
+                # crash would lose
+                self.runner.hold(BACKLOG_HOLD, f"store: {pending} results not yet written; "
+                                               "dispatch waits for the writer")
 
     def _task_row(self, a: Agent) -> tuple:
         finished = self.runner.started_wall + (a.finished_ms or 0.0) / 1000.0
@@ -110,9 +142,11 @@ class StoreWriter:
 
     def _attempt_row(self, a: Agent, x: Attempt) -> tuple:
         sent = self.runner.started_wall + x.started_ms / 1000.0
-        return (self.run_id, a.seq, x.number, x.model, x.gateway, x.key_fp, sent, x.queue_ms,
-                x.latency_ms, x.ttft_ms, x.status_code, x.error_class, x.error_message,
-                x.retry_wait_s, x.tokens_in, x.tokens_out, x.cached_in, x.outcome)
+        self._attempt_n += 1
+        return (f"{self.claim.token}:{self._attempt_n}", self.run_id, a.seq, x.number, x.model,
+                x.gateway, x.key_fp, sent, x.queue_ms, x.latency_ms, x.ttft_ms, x.status_code,
+                x.error_class, x.error_message, x.retry_wait_s, x.tokens_in, x.tokens_out,
+                x.cached_in, x.outcome)
 
     def _key_rows(self, now: float) -> list[tuple]:
         """Every key's state for `keys list` / watch: fingerprints and counters only."""
@@ -122,8 +156,13 @@ class StoreWriter:
                   actor: str | None = None) -> None:
         self._events.append((self.run_id, time.time(), kind, actor, detail_json))
 
+    @property
+    def unsaved(self) -> int:
+        return len(self._tasks) + len(self._attempts) + len(self._spilled)
+
     # -- the flushing task -----------------------------------------------------------------
     def start(self) -> None:
+        self.journal.reserve()
         self._loop_task = asyncio.create_task(self._loop())
 
     async def _loop(self) -> None:
@@ -132,7 +171,7 @@ class StoreWriter:
                 await asyncio.wait_for(self._kick.wait(), self.flush_interval)
             self._kick.clear()
             await self.flush()
-            if time.monotonic() - self._last_poll >= CONTROL_POLL_S:
+            if self.error is None and time.monotonic() - self._last_poll >= CONTROL_POLL_S:
                 self._last_poll = time.monotonic()
                 await self.apply_control()
 
@@ -149,51 +188,122 @@ class StoreWriter:
                                         (time.time(), cid))
                 self.log_event("control" if ok else "control_rejected",
                                f'{{"command": "{command}", "arg": "{arg or ""}"}}', actor)
-        except sqlite3.Error as e:
-            self.error = str(db_error(self.path, e))
+        except sqlite3.Error:
+            pass  # a control poll that fails is tried again; the flush reports the store
+
+    def _take_pending(self) -> list[tuple[str, tuple]]:
+        rows = ([("attempt", r) for r in self._attempts] + [("result", r) for r in self._tasks]
+                + [("event", r) for r in self._events])
+        self._tasks, self._attempts, self._events = [], [], []
+        return rows
 
     async def flush(self) -> None:
-        tasks, attempts, events = self._tasks, self._attempts, self._events
-        now = time.time()
-        beat = now - self._last_beat >= self.heartbeat_s
-        if not (tasks or attempts or events or beat):
+        if self.failure == LOST_CLAIM:
+            self._spill(self._take_pending())  # not ours to write any more: journal only
             return
-        self._tasks, self._attempts, self._events = [], [], []
+        fresh = self._take_pending()
+        now = time.time()
+        keys = now - self._last_keys >= self.heartbeat_s
+        batch = self._spilled + fresh
         t0 = time.perf_counter()
         try:
-            await self.conn.execute("BEGIN IMMEDIATE")
-            try:
-                if attempts:
-                    await self.conn.executemany(INSERT_ATTEMPT, attempts)
-                if tasks:
-                    await self.conn.executemany(INSERT_RESULT, tasks)
-                if events:
-                    await self.conn.executemany(INSERT_EVENT, events)
-                await self.conn.execute("UPDATE runs SET heartbeat_at=? WHERE id=?",
-                                        (now, self.run_id))
-                if beat:
-                    await self.conn.executemany(UPSERT_KEY, self._key_rows(now))
-                await self.conn.execute("COMMIT")
-            except BaseException:
-                with contextlib.suppress(sqlite3.Error):
-                    await self.conn.execute("ROLLBACK")
-                raise
-        except BaseException as e:
-            # Put the rows back (a full disk or a cancelled flush must not lose results);
-            # they go out with the next flush.
-            self._tasks[:0], self._attempts[:0], self._events[:0] = tasks, attempts, events
-            if not isinstance(e, sqlite3.Error):
-                raise
-            self.error = str(db_error(self.path, e))
+            await self._commit(batch, now, keys)
+        except _LostClaim:
+            self._spill(fresh)
+            self._lost_claim()
             return
-        self.error = None
-        self._last_beat = now
+        except sqlite3.Error as e:
+            self._spill(fresh)
+            self._store_failed(e)
+            return
+        except BaseException:
+            self._requeue(fresh)  # cancelled mid-flush: close() writes or journals them
+            raise
+        self._spilled = []
+        self.journal.clear()
+        if keys:
+            self._last_keys = now
+        self._recovered()
         ms = (time.perf_counter() - t0) * 1000.0
         st = self.stats
         st.flushes += 1
-        st.rows += len(tasks) + len(attempts) + len(events)
+        st.rows += len(batch)
         st.flush_ms_total += ms
         st.flush_ms_max = max(st.flush_ms_max, ms)
+
+    async def _commit(self, batch: list[tuple[str, tuple]], now: float, keys: bool) -> None:
+        await self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            # the fence: only the claim's holder writes into the run
+            cur = await self.conn.execute(
+                "UPDATE runs SET heartbeat_at=? WHERE id=? AND owner_token=?",
+                (now, self.run_id, self.claim.token))
+            if cur.rowcount != 1:
+                raise _LostClaim
+            for table in TABLE_ORDER:
+                rows = [r for t, r in batch if t == table]
+                if rows:
+                    await self.conn.executemany(SQL_BY_TABLE[table], rows)
+            if keys:
+                await self.conn.executemany(UPSERT_KEY, self._key_rows(now))
+            await self.conn.execute("COMMIT")
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                await self.conn.execute("ROLLBACK")
+            raise
+
+    def _requeue(self, rows: list[tuple[str, tuple]]) -> None:
+        lists = {"attempt": self._attempts, "result": self._tasks, "event": self._events}
+        for table, row in reversed(rows):
+            lists[table].insert(0, row)
+
+    def _spill(self, rows: list[tuple[str, tuple]]) -> None:
+        """Journal rows the database did not take (fsynced), and keep them to retry."""
+        if rows:
+            self.journal.append(rows)
+            self._spilled += rows
+
+    def _store_failed(self, e: sqlite3.Error) -> None:
+        self.error = str(db_error(self.path, e))
+        now = time.monotonic()
+        if self.failing_since is None:
+            self.failing_since = now
+            self.runner.hold(STORE_HOLD, f"store: cannot write ({self.error}); dispatch paused "
+                                         f"with {self.unsaved} results kept"
+                                         + (f" (journal {self.journal.path})"
+                                            if self.journal.path else ""))
+        elif (now - self.failing_since >= self.grace_s and self.failure is None):
+            self.failure = STORE_STOPPED
+            self.runner.stop(STORE_STOPPED, f"store: still unwritable after {self.grace_s:.0f} "
+                                            "s; no more sends, waiting for the calls in flight")
+
+    def _recovered(self) -> None:
+        self.error = None
+        if self.failing_since is not None:
+            self.failing_since = None
+            self.runner.release(STORE_HOLD, "store: writable again; dispatch resumed")
+        if BACKLOG_HOLD in self.runner.holds:
+            self.runner.release(BACKLOG_HOLD, "store: caught up; dispatch resumed")
+
+    def _lost_claim(self) -> None:
+        if self.failure != LOST_CLAIM:
+            self.failure = LOST_CLAIM
+            self.error = (f"run {self.run_id}: another process claimed it; this one stopped "
+                          "sending")
+            self.runner.stop(LOST_CLAIM, self.error)
+
+    def failure_line(self) -> str:
+        """One line for the user: why the run ended unsaved and where its results are."""
+        kept = len(self._spilled)
+        cause = self.error or "results not stored"
+        if self.journal.error and kept:
+            where = f"{kept} results could NOT be journaled ({self.journal.error})"
+        elif kept:
+            where = f"{kept} unsaved results journaled to {self.journal.path}"
+        else:
+            where = "nothing unsaved"
+        return (f"{cause}; {where}; `swarm-tui resume {self.run_id}` imports them and sends "
+                "only unanswered tasks")
 
     async def close(self, status: str, summary_json: str | None = None) -> None:
         """Let the loop finish its flush, flush the rest, record how the session ended."""
@@ -201,17 +311,31 @@ class StoreWriter:
         self._kick.set()
         if self._loop_task is not None:
             await self._loop_task
-        self._last_beat = 0.0
+        self._last_keys = 0.0
         await self.flush()
-        if self.error:
-            return
-        try:
-            await self.conn.execute(
-                "UPDATE runs SET status=?, finished_at=?, heartbeat_at=?, "
-                "wall_ms = wall_ms + ? WHERE id=?",
-                (status, time.time(), time.time(), self.runner.wall_ms, self.run_id))
-        except sqlite3.Error as e:
-            self.error = str(db_error(self.path, e))
+        if self.error is not None:
+            self.failure = self.failure or STORE_STOPPED
+        if self.failure is None:
+            try:
+                cur = await self.conn.execute(
+                    "UPDATE runs SET status=?, finished_at=?, heartbeat_at=?, "
+                    "wall_ms = wall_ms + ?, owner_token=NULL WHERE id=? AND owner_token=?",
+                    (status, time.time(), time.time(), self.runner.wall_ms, self.run_id,
+                     self.claim.token))
+                if cur.rowcount != 1:
+                    self._lost_claim()
+            except sqlite3.Error as e:
+                self.error = str(db_error(self.path, e))
+                self.failure = STORE_STOPPED
+        if self.failure is None:
+            self.journal.discard()
+        else:
+            self.journal.close()
+        self.claim.release()
+
+
+class _LostClaim(Exception):
+    """The run's claim token changed: another executor owns it now."""
 
 
 def apply_command(runner: SwarmRunner, command: str, arg: str | None) -> bool:

@@ -1,0 +1,93 @@
+"""Reconcile on open: what a dead executor left behind is put right before anything is sent.
+
+- a spill journal (results a full disk or an I/O error kept out of the database) is
+  imported, so `resume` never re-sends a task that was answered;
+- a run whose every task has a result but whose status was never written (killed after
+  its last flush) is marked finished.
+Both act for the run as its executor would, so they hold its lock while they do it, and
+only when its owner is verifiably gone (store/ownership.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import time
+from pathlib import Path
+
+import aiosqlite
+
+from swarm_tui.errors import UserError
+from swarm_tui.store.ownership import take_lock
+from swarm_tui.store.runs import RunRecord, get_run
+from swarm_tui.store.spill import find_journals, read_journal
+from swarm_tui.store.writer import SQL_BY_TABLE, TABLE_ORDER
+
+
+async def reconcile_runs(conn: aiosqlite.Connection, path: Path) -> list[str]:
+    """Returns warnings (one line each) about what could not be put right."""
+    journals = find_journals(path)
+    async with conn.execute("SELECT id FROM runs WHERE status = 'running'") as cur:
+        running = [r[0] for r in await cur.fetchall()]
+    warnings: list[str] = []
+    for run_id in sorted(set(running) | set(journals)):
+        try:
+            run = await get_run(conn, run_id, path)
+        except UserError:
+            warnings.append(f"journal {journals[run_id][0]}: no run {run_id} in {path}; left "
+                            "as it is")
+            continue
+        if run.status == "running" and run.owner_alive():
+            continue
+        try:
+            claim = take_lock(path, run_id, wait_s=0.0)
+        except UserError:
+            continue  # someone is resuming it right now: theirs to do
+        try:
+            run = await get_run(conn, run_id, path)
+            if run.status == "running" and run.host != claim.host and run.owner_alive():
+                continue
+            for journal in journals.get(run_id, []):
+                warning = await _import(conn, run, journal)
+                if warning:
+                    warnings.append(warning)
+            if run.status == "running" and await _all_answered(conn, run_id):
+                await conn.execute(
+                    "UPDATE runs SET status='finished', finished_at=?, owner_token=NULL "
+                    "WHERE id=? AND owner_token IS ?", (time.time(), run_id, run.owner_token))
+        except sqlite3.Error as e:
+            warnings.append(f"run {run_id}: could not reconcile ({e})")
+        finally:
+            claim.release()
+    return warnings
+
+
+async def _import(conn: aiosqlite.Connection, run: RunRecord, journal: Path) -> str | None:
+    """Write a journal's rows (idempotent: attempts by uid, first result wins), then
+    remove it. On failure the journal stays for the next open."""
+    entries = read_journal(journal)
+    if entries:
+        await conn.execute("BEGIN IMMEDIATE")
+        try:
+            for table in TABLE_ORDER:
+                rows = [tuple(r) for t, r in entries if t == table]
+                if rows:
+                    await conn.executemany(SQL_BY_TABLE[table], rows)
+            await conn.execute("COMMIT")
+        except sqlite3.Error as e:
+            with contextlib.suppress(sqlite3.Error):
+                await conn.execute("ROLLBACK")
+            return (f"run {run.id}: {len(entries)} unsaved results in journal {journal} "
+                    f"could not be imported yet ({e}); they are kept")
+    with contextlib.suppress(OSError):
+        journal.unlink()
+    return None
+
+
+async def _all_answered(conn: aiosqlite.Connection, run_id: str) -> bool:
+    async with conn.execute(
+            "SELECT count(*) FROM tasks t LEFT JOIN results r ON r.run_id = t.run_id "
+            "AND r.seq = t.seq WHERE t.run_id = ? AND (r.state IS NULL OR "
+            "r.state = 'cancelled')", (run_id,)) as cur:
+        row = await cur.fetchone()
+    return row is not None and row[0] == 0

@@ -1,0 +1,159 @@
+"""The spill journal: results the database could not take yet, fsynced beside it.
+
+A full disk or an I/O error must not lose a paid answer. When a flush fails, the writer
+appends the unsaved rows here (one JSON line each, fsynced) and keeps them in memory to
+retry; after the database takes them the journal is emptied. Space for it is reserved
+when the run starts (`posix_fallocate`), so a disk that fills up *after* that still takes
+the journal; past the reservation, or where the database's folder refuses it, the
+journal moves to a per-user folder under the system temp directory. Opening the
+database imports every journal of a run no living process owns, before anything is sent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+RESERVE_BYTES = 8 << 20  # ~1,500 answers of the team's size: many flush windows' worth
+SUFFIX = ".spill.jsonl"
+
+
+def _db_tag(db_path: Path) -> str:
+    return hashlib.sha256(str(db_path.resolve()).encode()).hexdigest()[:10]
+
+
+def fallback_dir() -> Path:
+    return Path(tempfile.gettempdir()) / f"swarm-tui-spill-{os.getuid()}"
+
+
+def journal_paths(db_path: Path, run_id: str) -> list[Path]:
+    """Where a run's journal may be: beside the database first, then the fallback."""
+    return [db_path.with_name(f"{db_path.name}-{run_id}{SUFFIX}"),
+            fallback_dir() / f"{_db_tag(db_path)}-{run_id}{SUFFIX}"]
+
+
+def find_journals(db_path: Path) -> dict[str, list[Path]]:
+    """Every journal that belongs to this database, by run id."""
+    found: dict[str, list[Path]] = {}
+    prefix = f"{db_path.name}-"
+    with contextlib.suppress(OSError):
+        for p in db_path.parent.iterdir():
+            if p.name.startswith(prefix) and p.name.endswith(SUFFIX):
+                found.setdefault(p.name[len(prefix):-len(SUFFIX)], []).append(p)
+    tag = f"{_db_tag(db_path)}-"
+    with contextlib.suppress(OSError):
+        for p in fallback_dir().iterdir():
+            if p.name.startswith(tag) and p.name.endswith(SUFFIX):
+                found.setdefault(p.name[len(tag):-len(SUFFIX)], []).append(p)
+    return found
+
+
+def read_journal(path: Path) -> list[tuple[str, list]]:
+    """(table, row) entries; a torn last line (crash mid-append) is ignored."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return []
+    data = data.split(b"\0", 1)[0]  # the reserved, never-written tail is zeros
+    out: list[tuple[str, list]] = []
+    for line in data.splitlines():
+        try:
+            table, row = json.loads(line)
+        except (ValueError, TypeError):
+            continue
+        out.append((table, row))
+    return out
+
+
+class SpillJournal:
+    """Append-only, fsynced, with space reserved up front. Not thread-safe (one writer)."""
+
+    def __init__(self, db_path: Path, run_id: str) -> None:
+        self.candidates = journal_paths(db_path, run_id)
+        self.path: Path | None = None
+        self._fd = -1
+        self._offset = 0
+        self.rows = 0
+        self.error: str | None = None
+
+    def reserve(self) -> None:
+        """Create the journal beside the database and reserve its space (best effort)."""
+        with contextlib.suppress(OSError):
+            self._move_to(self.candidates[0])
+            with contextlib.suppress(OSError):
+                os.posix_fallocate(self._fd, 0, RESERVE_BYTES)
+
+    def append(self, entries: Iterable[tuple[str, tuple]]) -> bool:
+        """Write and fsync the entries; False (and `error`) when no location took them."""
+        data = b"".join(json.dumps([t, list(r)], separators=(",", ":")).encode() + b"\n"
+                        for t, r in entries)
+        if not data:
+            return True
+        tried: list[str] = []
+        for path in self.candidates:
+            try:
+                if self.path != path or self._fd < 0:
+                    self._move_to(path)
+                n = os.pwrite(self._fd, data, self._offset)
+                if n != len(data):
+                    raise OSError(28, "short write")
+                os.fsync(self._fd)
+            except OSError as e:
+                tried.append(f"{path}: {e.strerror or e}")
+                continue
+            self._offset += len(data)
+            self.rows += data.count(b"\n")
+            self.error = None
+            return True
+        self.error = "; ".join(tried)
+        return False
+
+    def _move_to(self, path: Path) -> None:
+        """Open the journal at `path`, carrying over what an earlier location holds."""
+        if path != self.candidates[0]:
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            kept = os.pread(self._fd, self._offset, 0) if self._fd >= 0 and self._offset else b""
+            if kept:
+                if os.pwrite(fd, kept, 0) != len(kept):
+                    raise OSError(28, "short write")
+                os.fsync(fd)
+        except OSError:
+            os.close(fd)
+            raise
+        old, old_fd = self.path, self._fd
+        self._fd, self.path, self._offset = fd, path, len(kept)
+        if old_fd >= 0:
+            os.close(old_fd)
+        if old is not None and old != path:
+            with contextlib.suppress(OSError):
+                old.unlink()
+
+    def clear(self) -> None:
+        """The database took everything journaled: empty the file (keep its reservation)."""
+        if self._fd < 0 or self._offset == 0:
+            return
+        with contextlib.suppress(OSError):
+            os.pwrite(self._fd, b"\0" * self._offset, 0)
+            os.fsync(self._fd)
+            self._offset = 0
+            self.rows = 0
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = -1
+
+    def discard(self) -> None:
+        """The run ended with everything stored: remove the (empty) journal."""
+        self.close()
+        if self.path is not None and self.rows == 0:
+            with contextlib.suppress(OSError):
+                self.path.unlink()
