@@ -584,7 +584,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return handlers[args.command](args)
     except UserError as e:
-        print(f"swarm-tui: error: {redact(str(e))}", file=sys.stderr)
+        print(f"swarm-tui: error: {' '.join(redact(str(e)).split())}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
         print("swarm-tui: interrupted", file=sys.stderr)

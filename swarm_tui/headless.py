@@ -49,6 +49,9 @@ def summary_text(s: RunSummary) -> str:
         extra.append("failed: " + ", ".join(f"{k} {v}" for k, v in sorted(s.errors.items())))
     if s.cancelled:
         extra.append(f"cancelled: {s.cancelled}")
+    if s.sent_twice:
+        extra.append(f"SENT MORE THAN ONCE: {s.sent_twice} tasks (paid twice; "
+                     "`export` flags them)")
     if s.queue_ms.p95 is not None:
         extra.append(f"queue (not latency) {_pcts(s.queue_ms, False)}")
     for model, m in s.by_model.items():

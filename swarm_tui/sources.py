@@ -409,6 +409,8 @@ class StoreSource:
         """Queue a command for the runner process (it polls the control table)."""
         if self.readonly or self.conn is None or self.kind == "replay":
             return False
+        if self.record is not None and not self.record.owner_alive():
+            return False  # no living executor would ever apply it (resume the run first)
         await queue_command(self.conn, self.run_id, command, arg)
         if command in ("pause", "resume"):
             self.paused = command == "pause"

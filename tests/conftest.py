@@ -162,3 +162,25 @@ def cfg(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
     monkeypatch.delenv("SWARM_TUI_CONFIG", raising=False)
     return load_config(None)
+
+
+def start_sim_process(*args: str) -> tuple[subprocess.Popen, int]:
+    """`swarm-tui sim` in its own process on a free port (its /sim/stats counts requests)."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "swarm_tui", "sim", "--port", str(port),
+                             "--rate-429", "0", "--rate-503", "0", *args],
+                            stdout=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    assert proc.stdout is not None and "SIMULATED" in proc.stdout.readline()
+    return proc, port
+
+
+@pytest.fixture
+def sim_proc(tmp_path):
+    """`swarm-tui sim` in its own process, and a config pointing a gateway at it."""
+    proc, port = start_sim_process("--profile", "fixed:50")
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[gateways.local]\nbase_url = "http://127.0.0.1:{port}/v1"\n'
+                   'key_env = ["GW_KEY"]\n')
+    yield port, cfg
+    proc.terminate()
+    proc.wait(10)

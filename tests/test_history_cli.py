@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from tests.conftest import TEST_KEY, assert_one_line_error, free_port, swarm
+from tests.conftest import TEST_KEY, assert_one_line_error, swarm
 
 
 def _workload(tmp_path, n: int, max_tokens: int = 16):
@@ -23,22 +23,6 @@ def _workload(tmp_path, n: int, max_tokens: int = 16):
     w.write_text("".join(json.dumps({"id": f"t{i:05d}", "prompt": f"task {i}",
                                      "max_tokens": max_tokens}) + "\n" for i in range(n)))
     return w
-
-
-@pytest.fixture
-def sim_proc(tmp_path):
-    """`swarm-tui sim` in its own process, and a config pointing a gateway at it."""
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "swarm_tui", "sim", "--port", str(port),
-                             "--profile", "fixed:50", "--rate-429", "0", "--rate-503", "0"],
-                            stdout=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
-    assert "SIMULATED" in proc.stdout.readline()
-    cfg = tmp_path / "c.toml"
-    cfg.write_text(f'[gateways.local]\nbase_url = "http://127.0.0.1:{port}/v1"\n'
-                   'key_env = ["GW_KEY"]\n')
-    yield port, cfg
-    proc.terminate()
-    proc.wait(10)
 
 
 def _served(port: int) -> int:

@@ -104,9 +104,10 @@ async def test_no_key_in_any_output_file_or_screen(setup, monkeypatch):
         assert_clean("self-check", f"error: {GOOD_FILE[:-3]}…".encode() + GOOD_FILE.encode())
     for where, text in outputs.items():
         assert_clean(where, text)
-    files = [p for p in tmp.iterdir() if p.name.startswith("runs.db")]
+    files = [f for p in tmp.iterdir() if p.name.startswith("runs.db")
+             for f in ([*p.rglob("*")] if p.is_dir() else [p]) if f.is_file()]
     assert files
-    for p in files:  # the database, its WAL and shared-memory files
+    for p in files:  # the database, its WAL and shared-memory files, journals, locks
         assert_clean(p.name, p.read_bytes())
     # and the file is really the one with results in it
     import sqlite3

@@ -48,3 +48,26 @@ def test_demo_has_the_teams_shape():
     assert 0.08 < sum(e > 1000 for e in est) / len(est) < 0.25  # long documents exist
     assert all(t.max_tokens == 1200 for t in tasks)
     assert len({t.id for t in tasks}) == 1000
+
+
+def test_a_utf8_bom_is_not_part_of_line_one(tmp_path):
+    p = tmp_path / "w.jsonl"
+    p.write_bytes(b'\xef\xbb\xbf{"id": "a", "prompt": "hello"}\n{"id": "b", "prompt": "x"}\n')
+    tasks, bad = parse_workload(p)
+    assert [t.id for t in tasks] == ["a", "b"] and bad == []
+
+
+def test_a_pathologically_nested_line_is_a_bad_line_not_a_crash(tmp_path):
+    from tests.conftest import swarm
+
+    p = tmp_path / "w.jsonl"
+    deep = "[" * 100_000 + "]" * 100_000
+    p.write_text('{"id": "a", "prompt": "ok"}\n'
+                 f'{{"id": "b", "prompt": "x", "metadata": {{"k": {deep}}}}}\n')
+    tasks, bad = parse_workload(p)
+    assert [t.id for t in tasks] == ["a"]
+    assert [str(b) for b in bad] == [f"{p}:2: invalid JSON: nested too deeply"]
+    r = swarm("run", str(p), "--headless", env={"SWARM_TUI_DB": str(tmp_path / "r.db"),
+                                                "XDG_CONFIG_HOME": str(tmp_path / "x")})
+    assert r.returncode == 2 and f"{p}:2: invalid JSON: nested too deeply" in r.stderr
+    assert "Traceback" not in r.stderr and "RecursionError" not in r.stderr

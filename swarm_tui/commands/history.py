@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import sys
 import time
-from pathlib import Path
 from typing import IO, Any
 
 import aiosqlite
 from pydantic import BaseModel
 
 from swarm_tui.engine.summary import RunSummary
-from swarm_tui.store.runs import ENDED, RunRecord, list_runs, load_summary
+from swarm_tui.store.runs import ENDED, RunRecord, list_runs, load_summary, tasks_sent_twice
 
 
 class RunListItem(BaseModel):
@@ -127,7 +127,7 @@ _TASK_COLS = ("seq", "task_id", "state", "model", "gateway", "bucket", "key_fp",
               "finished_at", "response_text")
 _ATTEMPT_COLS = ("number", "model", "gateway", "key_fp", "sent_at", "queue_ms", "latency_ms",
                  "ttft_ms", "status_code", "error_class", "error_message", "retry_wait_s",
-                 "tokens_in", "tokens_out", "cached_in", "outcome")
+                 "tokens_in", "tokens_out", "cached_in", "outcome", "id")
 
 
 async def export_run(conn: aiosqlite.Connection, run: RunRecord, fmt: str, out: IO[str]) -> int:
@@ -136,18 +136,21 @@ async def export_run(conn: aiosqlite.Connection, run: RunRecord, fmt: str, out: 
     attempts: dict[int, list[dict[str, Any]]] = {}
     async with conn.execute(
             f"SELECT seq, {', '.join(_ATTEMPT_COLS)} FROM attempts WHERE run_id=? "
-            "ORDER BY seq, number", (run.id,)) as cur:
+            "ORDER BY seq, number, id", (run.id,)) as cur:
         async for r in cur:
             attempts.setdefault(r[0], []).append(dict(zip(_ATTEMPT_COLS, r[1:], strict=True)))
+    twice = await tasks_sent_twice(conn, run.id)
     writer = None
     if fmt == "csv":
         writer = csv.writer(out)
-        writer.writerow(["run_id", *_TASK_COLS, *(f"attempt_{c}" for c in _ATTEMPT_COLS)])
+        writer.writerow(["run_id", *_TASK_COLS, "sent_twice",
+                         *(f"attempt_{c}" for c in _ATTEMPT_COLS)])
     n = 0
     async with conn.execute(f"SELECT {', '.join(_TASK_COLS)} FROM task_results WHERE run_id=? "
                             "ORDER BY seq", (run.id,)) as cur:
         async for r in cur:
             task = dict(zip(_TASK_COLS, r, strict=True))
+            task["sent_twice"] = task["seq"] in twice
             tries = attempts.get(task["seq"], [])
             n += 1
             if writer is None:
@@ -161,4 +164,6 @@ async def export_run(conn: aiosqlite.Connection, run: RunRecord, fmt: str, out: 
 def open_out(path: str | None) -> tuple[IO[str], bool]:
     if path is None or path == "-":
         return sys.stdout, False
-    return Path(path).open("w", encoding="utf-8", newline=""), True
+    # prompts and answers are the operator's: 0600 like the database
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    return os.fdopen(fd, "w", encoding="utf-8", newline=""), True

@@ -103,6 +103,9 @@ class RunSummary(Stats):
     by_model: dict[str, Stats] = Field(default_factory=dict)
     by_gateway: dict[str, Stats] = Field(default_factory=dict)
     by_bucket: dict[str, Stats] = Field(default_factory=dict)
+    # tasks whose stored attempts show them sent more than once (two executors, or a result
+    # lost in a crash window): each such send was paid
+    sent_twice: int = 0
 
 
 def compute_stats(rows: Iterable[TaskRow]) -> Stats:

@@ -68,8 +68,6 @@ def _validate(path: Path, create: bool) -> bool:
                             "set SWARM_TUI_DB to a writable path") from None
     elif not os.access(path, os.R_OK):
         raise UserError(f"database {path}: cannot read it (permission denied)")
-    else:
-        _warn_if_shared(path)
     try:
         raw = sqlite3.connect(f"file:{quote(str(path))}?mode=rw", uri=True,
                               timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
@@ -85,7 +83,8 @@ def _validate(path: Path, create: bool) -> bool:
             # about to change the header or migrate: be sure the pages are sound first
             check = raw.execute("PRAGMA quick_check(1)").fetchone()[0]
             if check != "ok":
-                raise UserError(f"database {path}: corrupt ({check}); nothing was changed")
+                detail = " ".join(check.replace("*** in database main ***", "").split())
+                raise UserError(f"database {path}: corrupt ({detail}); nothing was changed")
         if version == 0 and not created:
             tables = raw.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
             if tables:
@@ -95,6 +94,8 @@ def _validate(path: Path, create: bool) -> bool:
         raise db_error(path, e) from None
     finally:
         raw.close()
+    if not created:
+        _warn_if_shared(path)
     return created
 
 

@@ -162,9 +162,20 @@ async def task_rows(conn: aiosqlite.Connection, run_id: str) -> list[StoredTask]
 async def load_summary(conn: aiosqlite.Connection, run: RunRecord) -> RunSummary:
     """The run's summary computed from its stored rows (what `report` prints)."""
     rows = await task_rows(conn, run.id)
-    return summarize(rows, run_id=run.id, sla=run.sla, wall_ms=run.wall_ms, name=run.name,
-                     status=run.effective_status(), simulated=run.simulated,
-                     started_at=run.started_at)
+    summary = summarize(rows, run_id=run.id, sla=run.sla, wall_ms=run.wall_ms, name=run.name,
+                        status=run.effective_status(), simulated=run.simulated,
+                        started_at=run.started_at)
+    summary.sent_twice = len(await tasks_sent_twice(conn, run.id))
+    return summary
+
+
+async def tasks_sent_twice(conn: aiosqlite.Connection, run_id: str) -> set[int]:
+    """Seqs of tasks answered more than once, or whose attempt number repeats (two
+    executors each sent it)."""
+    async with conn.execute(
+            "SELECT seq FROM attempts WHERE run_id = ? GROUP BY seq HAVING "
+            "SUM(outcome = 'ok') > 1 OR COUNT(*) > COUNT(DISTINCT number)", (run_id,)) as cur:
+        return {r[0] for r in await cur.fetchall()}
 
 
 async def save_summary(conn: aiosqlite.Connection, summary: RunSummary) -> None:

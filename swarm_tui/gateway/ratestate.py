@@ -1,0 +1,181 @@
+"""Rate state per key *and* model: pace instead of colliding.
+
+Gateways limit per key and model (OpenAI's limits are per model; LiteLLM answers one
+model group's 429 while the others are fine), so one model's 429s must not stop another.
+
+- With `x-ratelimit-limit/remaining/reset-requests` the budget is *learned*: a token
+  bucket holding what the gateway says remains (less our own calls still in flight),
+  refilled at the rate the headers imply, so sends wait for the next free slot — not
+  for a full refill.
+- Without them, AIMD: a lone 429 (the simulator's and the team's 0.3–3 % of peak-hour
+  noise) only delays its own task; a *storm* — at least 3 of the calls sent since the
+  last decrease, and 10 % of them — cools the key-model (Retry-After, or 1, 2, 4 … s),
+  halves its pace, and the pace then grows back by 2 calls/s every second.
+- Escalation counts only 429s on calls sent after the previous cooldown began: ten
+  calls that fail together are one event, not ten.
+Every cooldown is capped by `retry_after_cap_s`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import deque
+from dataclasses import dataclass, field
+
+STORM_MIN_429 = 3
+STORM_SHARE = 0.10
+BACKOFF_BASE_S = 1.0
+DECREASE = 0.5
+INCREASE_PER_S = 2.0      # additive increase of the allowed calls/s, per second
+MIN_RATE = 0.2            # calls/s: a cooled key-model still probes every 5 s
+RATE_WINDOW_S = 2.0       # over which the send rate is measured
+CALM_UNPACE_S = 30.0      # no storm for this long and pace far above use: unpaced again
+
+
+_DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m(?!s))?(?:(\d+(?:\.\d+)?)s)?"
+                       r"(?:(\d+(?:\.\d+)?)ms)?$")
+
+
+def parse_reset(value: str | None) -> float | None:
+    """x-ratelimit-reset-*: `1s`, `6m0s`, `250ms`, or plain seconds."""
+    if not value:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    m = _DURATION.match(value.strip())
+    if not m or not any(m.groups()):
+        return None
+    h, mi, s, ms = (float(g) if g else 0.0 for g in m.groups())
+    return h * 3600 + mi * 60 + s + ms / 1000
+
+
+@dataclass(slots=True)
+class RateState:
+    """One key on one model. Times are monotonic seconds."""
+
+    rate: float | None = None     # allowed calls/s; None: unpaced
+    capacity: float = 1.0         # bucket size (burst)
+    level: float = 0.0            # whole calls that may go now
+    updated: float = 0.0
+    learned: bool = False         # pace from the gateway's headers (else AIMD)
+    cooling_until: float = 0.0
+    round_start: float = -math.inf  # calls sent before this belong to an older event
+    steps: int = 0                # cooldowns in a row without a success since
+    round_calls: int = 0
+    round_429: int = 0
+    last_storm: float = -math.inf
+    in_flight: int = 0
+    rate_limited: int = 0
+    sends: deque[float] = field(default_factory=deque)
+
+    # -- asking ------------------------------------------------------------------------------
+    def _refill(self, now: float) -> None:
+        if self.rate is None:
+            return
+        dt = max(0.0, now - self.updated)
+        if not self.learned:  # AIMD: additive increase while calm
+            self.rate += INCREASE_PER_S * dt
+            if now - self.last_storm > CALM_UNPACE_S and self.rate > 2 * self.send_rate(now) + 5:
+                self.rate = None
+                return
+            self.capacity = max(1.0, self.rate * 0.25)
+        self.level = min(self.capacity, self.level + dt * self.rate)
+        self.updated = now
+
+    def ready_in(self, now: float) -> float:
+        """Seconds until this key may take a call on this model (0: now)."""
+        wait = max(0.0, self.cooling_until - now)
+        self._refill(now)
+        if self.rate is not None and self.level < 1.0:
+            wait = max(wait, (1.0 - self.level) / self.rate)
+        return wait
+
+    def headroom(self, now: float) -> float:
+        self._refill(now)
+        return math.inf if self.rate is None else self.level
+
+    def send_rate(self, now: float) -> float:
+        while self.sends and self.sends[0] < now - RATE_WINDOW_S:
+            self.sends.popleft()
+        return len(self.sends) / RATE_WINDOW_S
+
+    # -- telling -----------------------------------------------------------------------------
+    def take(self, now: float) -> None:
+        self._refill(now)
+        if self.rate is not None:
+            self.level -= 1.0
+        self.in_flight += 1
+        self.sends.append(now)
+
+    def done(self, now: float, sent_at: float, headers: dict[str, str] | None,
+             ok: bool) -> None:
+        self.in_flight -= 1
+        if headers:
+            self._learn(headers, now)
+        if sent_at >= self.round_start:
+            self.round_calls += 1
+            if ok:
+                self.steps = 0
+
+    def _learn(self, headers: dict[str, str], now: float) -> None:
+        """The gateway's own count: what remains and when it refills."""
+        try:
+            limit = float(headers["x-ratelimit-limit-requests"])
+            remaining = float(headers["x-ratelimit-remaining-requests"])
+        except (KeyError, ValueError):
+            return
+        if limit <= 0:
+            return
+        reset = parse_reset(headers.get("x-ratelimit-reset-requests"))
+        # a continuously refilling bucket (OpenAI, most proxies): reset = time to full
+        if reset and reset > 0.05 and limit > remaining:
+            rate = (limit - remaining) / reset
+        else:
+            rate = limit / 60.0  # the header's unit is per minute
+        self._refill(now)
+        self.learned = True
+        self.rate = max(rate, limit / 600.0, MIN_RATE)
+        self.capacity = limit
+        # our own calls still in flight will be counted against what remains
+        self.level = remaining - self.in_flight
+        self.updated = now
+
+    def rate_limited_call(self, now: float, sent_at: float, retry_after_s: float | None,
+                          headers: dict[str, str] | None, cap_s: float) -> str | None:
+        """A 429 on a call of this key-model. Returns what changed (for the log) when the
+        key-model itself slows down; None when only the call's task waits."""
+        self.in_flight -= 1
+        self.rate_limited += 1
+        if headers and "x-ratelimit-remaining-requests" in headers:
+            self._learn(headers, now)
+            if self.level < 1.0 and self.rate:
+                wait = min(cap_s, max((1.0 - self.level) / self.rate, retry_after_s or 0.0))
+                self.cooling_until = max(self.cooling_until, now + wait)
+                return f"quota spent: next call in {wait:.1f} s (~{self.rate * 60:.0f}/min)"
+            return None
+        if sent_at < self.round_start:
+            return None  # part of the event already answered
+        self.round_calls += 1
+        self.round_429 += 1
+        if self.round_429 < STORM_MIN_429 or self.round_429 < STORM_SHARE * self.round_calls:
+            return None
+        # a storm: one cooldown step for every call sent since the last one began
+        self.steps += 1
+        wait = retry_after_s if retry_after_s is not None else BACKOFF_BASE_S * 2 ** (
+            self.steps - 1)
+        wait = min(wait, cap_s)
+        used = self.send_rate(now)
+        self._refill(now)
+        self.rate = max(MIN_RATE, DECREASE * used)
+        self.learned = False
+        self.capacity = max(1.0, self.rate * 0.25)
+        self.level = 0.0
+        self.updated = now + wait
+        self.cooling_until = max(self.cooling_until, now + wait)
+        self.round_start = now
+        self.round_calls = self.round_429 = 0
+        self.last_storm = now
+        return f"429 storm: cooling {wait:.1f} s, then ≤ {self.rate:.1f} calls/s"

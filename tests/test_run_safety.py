@@ -1,0 +1,463 @@
+"""Never lose a paid result, never pay twice: ownership, unwritable stores, crashes, journals.
+
+Counts are taken on the simulator's own /sim/stats in a separate process, so what was
+*sent* is measured where it was received, not inferred from our own rows.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx2
+import pytest
+
+from swarm_tui.engine import events as ev
+from swarm_tui.store.db import open_db
+from swarm_tui.store.ownership import take_lock
+from swarm_tui.store.runs import create_run, resumable_tasks
+from swarm_tui.store.spill import find_journals, read_journal
+from swarm_tui.store.writer import STORE_HOLD, STORE_STOPPED, StoreWriter
+from tests.conftest import TEST_KEY, assert_one_line_error, make_client, make_runner, swarm, tasks
+
+CONCURRENCY = 20
+
+
+def _requests(port: int) -> int:
+    return httpx2.get(f"http://127.0.0.1:{port}/sim/stats").json().get("requests", 0)
+
+
+def _wait(pred: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+    """Wait on state, never on time alone (the deadline only stops a broken test)."""
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def _q(db: Path, sql: str, *args):
+    # mode=rw: a poll before the run made its database must not create it (0644) first
+    raw = sqlite3.connect(f"file:{db}?mode=rw", uri=True, timeout=10)
+    try:
+        with raw:
+            return raw.execute(sql, args).fetchall()
+    finally:
+        raw.close()
+
+
+def _results(db: Path) -> int:
+    try:
+        return _q(db, "SELECT COUNT(*) FROM results")[0][0]
+    except sqlite3.OperationalError:
+        return 0  # not created yet
+
+
+def _workload(tmp_path: Path, n: int, max_tokens: int = 16) -> Path:
+    w = tmp_path / "w.jsonl"
+    w.write_text("".join(json.dumps({"id": f"t{i:05d}", "prompt": f"task {i}",
+                                     "max_tokens": max_tokens}) + "\n" for i in range(n)))
+    return w
+
+
+def _popen(*args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "swarm_tui", *args],
+                            env={**os.environ, "GW_KEY": TEST_KEY}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+
+
+def _run_args(w: Path, cfg: Path) -> list[str]:
+    return ["run", str(w), "--config", str(cfg), "--concurrency", str(CONCURRENCY),
+            "--headless", "--quiet"]
+
+
+def _only_run(db: Path) -> str:
+    _wait(lambda: _results(db) > 0 or bool(_q(db, "SELECT id FROM runs")), "the run row")
+    return _q(db, "SELECT id FROM runs")[0][0]
+
+
+# -- the store becomes unwritable mid-run ------------------------------------------------------
+class _Log:
+    def __init__(self) -> None:
+        self.items: list[tuple[str, float, str | None]] = []
+
+    def __call__(self, e: ev.Event) -> None:
+        self.items.append((e.kind, e.at_ms, e.detail))
+
+
+async def test_full_store_holds_dispatch_journals_and_resume_sends_only_unanswered(
+        sim_factory, tmp_path):
+    server = sim_factory(profile="fixed:30")
+    path = tmp_path / "runs.db"
+    conn = await open_db(path)
+    gw = make_client(server)
+    work = tasks(3000, max_tokens=200, prefix="f")
+    runner = make_runner(gw, work, concurrency=50)
+    log = _Log()
+    runner.consumers.append(log)
+    claim = take_lock(path, "full")
+    await create_run(conn, "full", runner, name=None, simulated=True, config={}, claim=claim)
+    async with conn.execute("PRAGMA page_count") as cur:
+        pages = (await cur.fetchone())[0]
+    # the database may grow by ~40 pages: a few hundred results, then "database or disk is full"
+    await conn.execute(f"PRAGMA max_page_count = {pages + 40}")
+    writer = StoreWriter(conn, path, "full", runner, claim=claim, flush_interval=0.05,
+                         grace_s=0.5)
+    writer.start()
+    await runner.run()
+    await writer.close("finished")
+    await gw.aclose()
+    await conn.close()
+
+    assert writer.failure == STORE_STOPPED and runner.stop_reason == STORE_STOPPED
+    assert "full" in writer.failure_line() and str(writer.journal.path) in writer.failure_line()
+    held_at = next(at for kind, at, d in log.items if kind == ev.CONTROL and d
+                   and d.startswith("store: cannot write"))
+    sent_after = [at for kind, at, _ in log.items if kind == ev.STARTED and at > held_at]
+    assert sent_after == []  # nothing new went out once a flush had failed
+    assert STORE_HOLD in runner.holds
+
+    # every call the simulator served is stored or journaled (no paid answer lost)
+    stored = _q(path, "SELECT COUNT(*) FROM attempts")[0][0]
+    journal = read_journal(writer.journal.path)
+    journaled = [r for t, r in journal if t == "attempt"]
+    answered_in_journal = {r[1] for t, r in journal if t == "result" and r[2] == "succeeded"}
+    served = server.app.stats["requests"]
+    assert 0 < stored < served and served == stored + len(journaled)
+    assert answered_in_journal
+
+    # space is back: opening the database imports the journal before anything is sent
+    conn = await open_db(path)
+    assert find_journals(path) == {}
+    seqs, todo, prior = await resumable_tasks(conn, "full")
+    answered = {s for (s,) in _q(path, "SELECT seq FROM results WHERE state='succeeded'")}
+    assert answered_in_journal <= answered and not set(seqs) & answered
+    assert len(seqs) == 3000 - len(answered)
+    before = server.app.stats["requests"]
+    gw = make_client(server)
+    runner = make_runner(gw, todo, concurrency=50)
+    for a, s, p in zip(runner.agents, seqs, prior, strict=True):
+        a.seq, a.prior_attempts = s, p
+    claim = take_lock(path, "full")
+    await conn.execute("UPDATE runs SET owner_token=? WHERE id='full'", (claim.token,))
+    writer = StoreWriter(conn, path, "full", runner, claim=claim)
+    writer.start()
+    await runner.run()
+    await writer.close("finished")
+    await gw.aclose()
+    await conn.close()
+    assert server.app.stats["requests"] - before == len(seqs)  # only never-answered tasks
+    assert _q(path, "SELECT state, COUNT(*) FROM results GROUP BY state") == [("succeeded", 3000)]
+    assert _q(path, "SELECT status FROM runs") == [("finished",)]
+
+
+def _mount_tmpfs(where: Path, size: str) -> bool:
+    where.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+                       capture_output=True)
+    return r.returncode == 0
+
+
+@pytest.mark.usefixtures("no_user_config")
+def test_disk_full_mid_run_exits_2_and_resume_sends_only_unanswered(tmp_path, sim_proc):
+    """The real thing: a small filesystem fills up under a headless run."""
+    fs = tmp_path / "small"
+    if not _mount_tmpfs(fs, "64m"):
+        pytest.skip("needs root to mount a small tmpfs")
+    try:
+        port, cfg = sim_proc
+        cfg.write_text(cfg.read_text() + "[store]\nunwritable_grace_s = 1\n")
+        ballast = fs / "ballast"
+        ballast.write_bytes(b"\0" * (61 << 20))  # ~3 MiB left: some hundred results
+        db = fs / "runs.db"
+        w = _workload(tmp_path, 4000, max_tokens=150)
+        r = swarm(*_run_args(w, cfg), "--db", str(db), env={"GW_KEY": TEST_KEY}, timeout=120)
+        assert_one_line_error(r, 2, "disk full", "journaled to", "swarm-tui resume")
+        run_id = _q(db, "SELECT id FROM runs")[0][0]
+        journals = find_journals(db)[run_id]
+        entries = [e for j in journals for e in read_journal(j)]
+        stored = _q(db, "SELECT COUNT(*) FROM attempts")[0][0]
+        served = _requests(port)
+        assert served == stored + sum(1 for t, _ in entries if t == "attempt")
+        assert served < 4000  # it stopped sending, it did not run the whole workload
+
+        ballast.unlink()  # space is freed
+        resumed = swarm("resume", run_id, "--db", str(db), "--config", str(cfg), "--quiet",
+                        env={"GW_KEY": TEST_KEY}, timeout=120)
+        assert resumed.returncode in (0, 3), resumed.stderr
+        assert _requests(port) == 4000  # every task answered exactly once, in total
+        assert _q(db, "SELECT COUNT(*) FROM results WHERE state='succeeded'") == [(4000,)]
+        assert find_journals(db) == {}
+    finally:
+        subprocess.run(["umount", "-l", str(fs)], check=False)
+
+
+# -- one executor per run ---------------------------------------------------------------------
+@pytest.mark.usefixtures("no_user_config")
+def test_a_stopped_executor_keeps_its_run(tmp_path, sim_proc):
+    port, cfg = sim_proc
+    db = Path(os.environ["SWARM_TUI_DB"])
+    proc = _popen(*_run_args(_workload(tmp_path, 1500), cfg))
+    try:
+        _wait(lambda: _results(db) >= 100, "some stored results")
+        run_id = _only_run(db)
+        proc.send_signal(signal.SIGSTOP)
+        # long past the old 5 s heartbeat window (the heartbeat is not ownership)
+        _wait(lambda: time.time() - _q(db, "SELECT heartbeat_at FROM runs")[0][0] > 6,
+              "a stale heartbeat", timeout=30)
+        assert_one_line_error(swarm("resume", run_id), 2, "still being executed")
+        listed = json.loads(swarm("runs", "--json").stdout)
+        assert listed[0]["status"] == "running"
+    finally:
+        proc.send_signal(signal.SIGCONT)
+    _out, err = proc.communicate(timeout=120)
+    assert proc.returncode in (0, 3), err
+    assert _requests(port) == 1500  # exactly one request per task
+    assert _q(db, "SELECT COUNT(*) FROM attempts") == [(1500,)]
+
+
+def _interrupted_run(tmp_path: Path, cfg: Path, db: Path, n: int, stored: int) -> str:
+    proc = _popen(*_run_args(_workload(tmp_path, n), cfg))
+    _wait(lambda: _results(db) >= stored, f"{stored} stored results")
+    proc.kill()
+    proc.wait(10)
+    return _only_run(db)
+
+
+def _unanswered(db: Path, run_id: str) -> int:
+    return _q(db, "SELECT COUNT(*) FROM tasks t LEFT JOIN results r ON r.run_id = t.run_id "
+                  "AND r.seq = t.seq WHERE t.run_id = ? AND (r.state IS NULL OR "
+                  "r.state = 'cancelled')", run_id)[0][0]
+
+
+@pytest.mark.usefixtures("no_user_config")
+def test_two_resumes_at_once_exactly_one_runs(tmp_path, sim_proc):
+    port, cfg = sim_proc
+    db = Path(os.environ["SWARM_TUI_DB"])
+    run_id = _interrupted_run(tmp_path, cfg, db, 2500, 200)
+    todo = _unanswered(db, run_id)
+    before = _requests(port)
+    a, b = (_popen("resume", run_id, "--config", str(cfg), "--quiet") for _ in range(2))
+    outs = [p.communicate(timeout=120) for p in (a, b)]
+    codes = sorted(p.returncode for p in (a, b))
+    ran = [err for _out, err in outs if "resuming run" in err]
+    assert len(ran) == 1, outs
+    refused = [err for _out, err in outs if "resuming run" not in err]
+    assert ("being executed" in refused[0] or "executing it" in refused[0]
+            or "nothing to resume" in refused[0]), refused
+    assert codes[-1] in (0, 2, 3)
+    assert _requests(port) - before == todo  # the unanswered tasks, each sent once
+    assert _q(db, "SELECT COUNT(*) FROM results WHERE state='succeeded'") == [(2500,)]
+
+
+@pytest.mark.usefixtures("no_user_config")
+def test_kill_9_at_random_points_then_resume_pays_each_task_once_but_the_window(
+        tmp_path, sim_proc):
+    port, cfg = sim_proc
+    db = Path(os.environ["SWARM_TUI_DB"])
+    n, kills = 3000, 5
+    rng = random.Random(11)
+    proc = _popen(*_run_args(_workload(tmp_path, n), cfg))
+    run_id = None
+    for i in range(kills):
+        start = _results(db)
+        target = start + rng.randint(1, 300)
+        _wait(lambda t=target, p=proc: _results(db) >= t or p.poll() is not None, "progress")
+        proc.kill()
+        proc.wait(10)
+        run_id = run_id or _only_run(db)
+        if i < kills - 1:
+            proc = _popen("resume", run_id, "--config", str(cfg), "--quiet")
+    final = swarm("resume", run_id, "--config", str(cfg), "--quiet", env={"GW_KEY": TEST_KEY},
+                  timeout=120)
+    assert final.returncode in (0, 3), final.stderr
+    per_task = _q(db, "SELECT COUNT(*) FROM results WHERE run_id=? AND state='succeeded'",
+                  run_id)
+    assert per_task == [(n,)]
+    assert _q(db, "SELECT MAX(c) FROM (SELECT COUNT(*) c FROM attempts WHERE outcome='ok' "
+                  "GROUP BY seq)") == [(1,)]
+    # a kill loses at most the calls in flight plus one flush window of results
+    # (fixed:50 at 20 in flight ≈ 400 answers/s, 0.25 s window ≈ 100)
+    window = CONCURRENCY + 100
+    extra = _requests(port) - n
+    assert 0 <= extra <= kills * window, extra
+
+
+@pytest.mark.usefixtures("no_user_config")
+def test_a_run_killed_after_its_last_flush_is_marked_finished(tmp_path):
+    r = swarm("run", "--demo", "5", "--headless", "--json", "--quiet")
+    run_id = json.loads(r.stdout)["run_id"]
+    db = Path(os.environ["SWARM_TUI_DB"])
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True).stdout.strip()
+    with sqlite3.connect(db) as raw:  # as a kill between the last flush and the status
+        raw.execute("UPDATE runs SET status='running', pid=?, owner_token='x' WHERE id=?",
+                    (int(dead), run_id))
+    listed = json.loads(swarm("runs", "--json").stdout)
+    assert listed[0]["status"] == "finished"
+    assert _q(db, "SELECT owner_token FROM runs") == [(None,)]
+
+
+async def test_an_executor_that_lost_its_claim_cannot_write(sim_factory, tmp_path):
+    server = sim_factory(profile="fixed:30")
+    path = tmp_path / "runs.db"
+    conn = await open_db(path)
+    gw = make_client(server)
+    runner = make_runner(gw, tasks(400, prefix="c"), concurrency=20)
+    claim = take_lock(path, "c")
+    await create_run(conn, "c", runner, name=None, simulated=True, config={}, claim=claim)
+    writer = StoreWriter(conn, path, "c", runner, claim=claim, flush_interval=0.05)
+    writer.start()
+    # another executor (another host) took the run over
+    runner.consumers.append(lambda e: e.kind == ev.SUCCEEDED and runner.counts["succeeded"] == 50
+                            and _q(path, "UPDATE runs SET owner_token='theirs'"))
+    await runner.run()
+    await writer.close("finished")
+    await gw.aclose()
+    await conn.close()
+    assert writer.failure == "lost_claim" and runner.stop_reason == "lost_claim"
+    assert _q(path, "SELECT status, owner_token FROM runs") == [("running", "theirs")]
+    stored = _q(path, "SELECT COUNT(*) FROM attempts")[0][0]
+    journaled = sum(t == "attempt" for t, _ in read_journal(writer.journal.path))
+    assert stored < 400 and stored + journaled == server.app.stats["requests"]
+
+
+@pytest.mark.usefixtures("no_user_config")
+def test_a_task_sent_twice_shows_in_report_and_export(tmp_path):
+    r = swarm("run", "--demo", "4", "--headless", "--json", "--quiet")
+    run_id = json.loads(r.stdout)["run_id"]
+    db = Path(os.environ["SWARM_TUI_DB"])
+    with sqlite3.connect(db) as raw:  # a second executor's attempt for task 0
+        cols = ("run_id, seq, number, model, gateway, key_fp, sent_at, queue_ms, latency_ms, "
+                "ttft_ms, status_code, error_class, error_message, retry_wait_s, tokens_in, "
+                "tokens_out, cached_in, outcome")
+        raw.execute(f"INSERT INTO attempts (uid, {cols}) SELECT 'other:1', {cols} FROM "
+                    "attempts WHERE run_id=? AND seq=0", (run_id,))
+        raw.execute("UPDATE runs SET summary_json=NULL")
+    rep = swarm("report", run_id)
+    assert "SENT MORE THAN ONCE: 1 tasks" in rep.stdout
+    rep_json = json.loads(swarm("report", run_id, "--json").stdout)
+    assert rep_json["sent_twice"] == 1
+    rows = [json.loads(x) for x in swarm("export", run_id).stdout.splitlines()]
+    assert [x["sent_twice"] for x in rows] == [True, False, False, False]
+    assert len(rows[0]["attempts"]) == 2
+
+
+# -- bad databases: one line, exit 2, not a byte changed ---------------------------------------
+def _sha(p: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+def _corrupt_db(path: Path) -> None:
+    raw = sqlite3.connect(path)
+    raw.execute("CREATE TABLE runs (id TEXT, blob TEXT)")
+    raw.executemany("INSERT INTO runs VALUES (?, ?)", [(str(i), "x" * 500) for i in range(200)])
+    raw.execute("PRAGMA user_version = 2")
+    raw.commit()
+    raw.close()
+    data = bytearray(path.read_bytes())
+    page = 4096
+    data[page * 2: page * 6] = os.urandom(page * 4)  # valid header, garbage pages
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("case", ["directory", "garbage", "corrupt-pages", "newer-schema",
+                                  "under-a-file"])
+@pytest.mark.parametrize("command", [("runs",), ("run", "--demo", "2", "--headless")])
+def test_bad_database_is_one_line_exit_2_and_unchanged(tmp_path, case, command):
+    db = tmp_path / "runs.db"
+    needle = {"directory": "is a directory", "garbage": "not a swarm-tui database",
+              "corrupt-pages": "corrupt", "newer-schema": "newer than this",
+              "under-a-file": "cannot create it"}[case]
+    if case == "directory":
+        db.mkdir()
+    elif case == "garbage":
+        db.write_bytes(os.urandom(8192))
+    elif case == "corrupt-pages":
+        _corrupt_db(db)
+    elif case == "newer-schema":
+        with sqlite3.connect(db) as raw:
+            raw.execute("PRAGMA user_version = 99")
+    else:
+        (tmp_path / "file").write_text("x")
+        db = tmp_path / "file" / "runs.db"
+    before = _sha(db) if db.is_file() else None
+    env = {"XDG_CONFIG_HOME": str(tmp_path / "xdg"), "SWARM_TUI_DB": str(db)}
+    r = swarm(*command, env=env)
+    if case == "under-a-file" and command == ("runs",):
+        assert r.returncode == 0 and "no runs recorded yet" in r.stdout
+        return
+    assert_one_line_error(r, 2, f"database {db}", needle)
+    if before is not None:
+        assert _sha(db) == before
+        assert not Path(f"{db}-wal").exists()
+
+
+@pytest.mark.usefixtures("no_user_config")
+def test_full_disk_when_creating_the_database(tmp_path):
+    fs = tmp_path / "full"
+    if not _mount_tmpfs(fs, "64k"):
+        pytest.skip("needs root to mount a small tmpfs")
+    try:
+        with pytest.raises(OSError):  # fill it to the last block
+            (fs / "filler").write_bytes(b"\0" * (1 << 20))
+        db = fs / "runs.db"
+        r = swarm("run", "--demo", "2", "--headless", env={"SWARM_TUI_DB": str(db)})
+        assert_one_line_error(r, 2, f"database {db}", "disk full")
+        assert not db.exists()  # nothing half-made left behind
+    finally:
+        subprocess.run(["umount", "-l", str(fs)], check=False)
+
+
+# -- only the owner reads what the swarm saw ----------------------------------------------------
+@pytest.mark.usefixtures("no_user_config")
+async def test_database_wal_journal_locks_and_exports_are_private(tmp_path):
+    old = os.umask(0o022)
+    try:
+        folder = tmp_path / "data" / "swarm"
+        db = folder / "runs.db"
+        conn = await open_db(db)
+        await conn.execute("CREATE TABLE probe (x)")  # the WAL exists once something is written
+        assert (folder.stat().st_mode & 0o777) == 0o700
+        assert (db.stat().st_mode & 0o777) == 0o600
+        assert (Path(f"{db}-wal").stat().st_mode & 0o777) == 0o600
+        assert (Path(f"{db}-shm").stat().st_mode & 0o777) == 0o600
+        claim = take_lock(db, "r")
+        assert (claim.lock_path.parent.stat().st_mode & 0o777) == 0o700
+        assert (claim.lock_path.stat().st_mode & 0o777) == 0o600
+        claim.release()
+        from swarm_tui.store.spill import SpillJournal
+
+        j = SpillJournal(db, "r")
+        j.reserve()
+        assert j.path is not None and (j.path.stat().st_mode & 0o777) == 0o600
+        j.close()
+        await conn.close()
+        r = swarm("run", "--demo", "2", "--headless", "--json", "--quiet",
+                  env={"SWARM_TUI_DB": str(db)})
+        run_id = json.loads(r.stdout)["run_id"]
+        out = tmp_path / "export.csv"
+        swarm("export", run_id, "--format", "csv", "--out", str(out), env={"SWARM_TUI_DB": str(db)})
+        assert (out.stat().st_mode & 0o777) == 0o600
+    finally:
+        os.umask(old)
+
+
+@pytest.mark.usefixtures("no_user_config")
+def test_a_database_others_can_read_is_warned_about(tmp_path):
+    db = Path(os.environ["SWARM_TUI_DB"])
+    swarm("run", "--demo", "2", "--headless", "--quiet")
+    db.chmod(0o644)
+    r = swarm("runs")
+    assert r.returncode == 0
+    assert f"chmod 600 '{db}'" in r.stderr and "readable by other users" in r.stderr
