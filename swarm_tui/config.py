@@ -74,6 +74,9 @@ class RetryConfig(_Strict):
     base_backoff_s: PosFloat = 0.25
     max_backoff_s: PosFloat = 8.0
     retry_after_cap_s: PosFloat = 30.0
+    # a task waits out 429s (they never spend its attempts) this long before its fallback
+    # model or failure
+    rate_limit_max_wait_s: PosFloat = 600.0
 
 
 class SlaConfig(_Strict):

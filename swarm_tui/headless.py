@@ -84,6 +84,11 @@ class Progress:
         elapsed = max(1e-9, r.now_ms() / 1000.0)
         ended = r.counts["succeeded"] + r.counts["failed"]
         state = " PAUSED" if r.paused else ""
+        waiting = r.waiting_for_keys
+        if waiting:
+            state += f" WAITING: {waiting}"
+        if r.holds:
+            state += " HELD: " + "; ".join(r.holds.values())
         head = f"{self.label}{r.done}/{total}"
         if self.tty:
             width = 24

@@ -127,6 +127,7 @@ class RunSession:
                     pool=self.concurrency, timeout_s=30.0,
                     stream=True if self.opts.stream is None else self.opts.stream,
                     simulated=True, transport=self.opts.transport,
+                    retry_after_cap_s=s.retry.retry_after_cap_s,
                 )
             return
         names = ([self.canary.baseline, self.canary.candidate] if self.canary
@@ -138,7 +139,7 @@ class RunSession:
                 pool=max(self.concurrency, gw.max_concurrency), timeout_s=gw.timeout_s,
                 stream=gw.stream if self.opts.stream is None else self.opts.stream,
                 pinned_model=gw.model, transport=self.opts.transport,
-                strategy=gw.key_strategy,
+                strategy=gw.key_strategy, retry_after_cap_s=s.retry.retry_after_cap_s,
             )
 
     def _start_sim(self, settings: SimSettings) -> SimProcess:
@@ -157,10 +158,13 @@ class RunSession:
                                           self.opts.insecure_key_file, report))
         return out
 
-    async def preflight(self) -> None:
+    async def preflight(self) -> list[str]:
+        """Warnings (a rejected key disabled, a busy gateway); raises when nothing works."""
+        warnings: list[str] = []
         if self.opts.preflight:
             for gw in self.gateways.values():
-                await gw.preflight()
+                warnings += await gw.preflight()
+        return warnings
 
     def make_runner(
         self, tasks: Sequence[Task], consumers: Iterable[Consumer] = (), *,

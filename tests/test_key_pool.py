@@ -1,4 +1,4 @@
-"""The key pool: strategies, cooldowns that only extend, disable / enable, reset parsing."""
+"""The key pool: per key-model pacing, storms vs lone 429s, strategies, disable / enable."""
 
 from __future__ import annotations
 
@@ -22,89 +22,121 @@ def pool(n: int = 3, strategy: str = "least-in-flight") -> KeyPool:
     return p
 
 
-def r429(p: KeyPool, slot: KeySlot, retry_after: float | None, now: float) -> None:
-    p.begin(slot)
-    p.end(slot, error_class="rate_limited", status_code=429, message="slow down",
-          retry_after_s=retry_after, headers=None, now=now)
+def r429(p: KeyPool, slot: KeySlot, retry_after: float | None, now: float,
+         model: str = "m", sent: float | None = None, headers=None) -> str | None:
+    p.begin(slot, model, now=now if sent is None else sent)
+    return p.end(slot, error_class="rate_limited", status_code=429, message="slow down",
+                 retry_after_s=retry_after, headers=headers, now=now, model=model,
+                 sent_at=now if sent is None else sent)
 
 
-def test_cooldown_deadline_only_extends():
+def ok(p: KeyPool, slot: KeySlot, now: float, model: str = "m", headers=None) -> None:
+    p.begin(slot, model, now=now)
+    p.end(slot, error_class=None, status_code=None, message=None, retry_after_s=None,
+          headers=headers, now=now, model=model, sent_at=now)
+
+
+def test_a_lone_429_slows_only_its_task_not_the_key_model():
     p = pool(1)
     k = p.slots[0]
-    r429(p, k, 10.0, now=100.0)
-    assert k.cooling_until == 110.0
-    r429(p, k, 1.0, now=101.0)  # a second, shorter Retry-After never shortens it
-    assert k.cooling_until == 110.0
-    r429(p, k, 20.0, now=102.0)
-    assert k.cooling_until == 122.0
-    assert k.status(121.9) == COOLING and k.status(122.0) == ACTIVE  # back by itself
-    assert k.rate_limited == 3 and k.errors == 3
+    for i in range(30):
+        ok(p, k, now=10.0 + i * 0.01)
+    assert r429(p, k, 1.0, now=11.0) is None
+    assert k.cooling_until == 0.0 and p.pick("m", now=11.0) is k
+    assert k.rate_limited == 1 and k.status(11.0) == ACTIVE
 
 
-def test_429_without_retry_after_backs_off_per_key():
+def test_a_storm_cools_that_model_only_and_honours_retry_after():
     p = pool(1)
     k = p.slots[0]
-    for n, expected in enumerate((1.0, 2.0, 4.0, 8.0)):
-        r429(p, k, None, now=1000.0 + n * 100)
-        assert k.cooling_until == 1000.0 + n * 100 + expected
-    p.begin(k)
-    p.end(k, error_class=None, status_code=None, message=None, retry_after_s=None,
-          headers=None, now=2000.0)
-    assert k.consecutive_429 == 0
+    notes = [r429(p, k, 5.0, now=100.0 + i * 0.01) for i in range(3)]
+    assert notes[:2] == [None, None] and "cooling 5.0 s" in (notes[2] or "")
+    assert k.status(101.0) == COOLING and k.cooling_models(101.0) == ["m"]
+    assert p.pick("m", now=101.0) is None
+    assert p.next_ready_in("m", now=101.0) == pytest.approx(4.02)
+    assert p.pick("other-model", now=101.0) is k  # another model on the same key goes on
+    assert p.pick("m", now=105.03) is k           # back by itself, paced
+    assert k.status(105.03) == ACTIVE
 
 
-def test_cooling_keys_are_skipped_and_dispatch_learns_when_to_retry():
-    p = pool(2)
-    a, b = p.slots
-    r429(p, a, 5.0, now=10.0)
-    assert p.pick(now=11.0) is b
-    r429(p, b, 2.0, now=11.0)
-    assert p.pick(now=12.0) is None
-    assert p.next_ready_in(now=12.0) == pytest.approx(1.0)  # b at 13.0
-    assert p.pick(now=13.0) is b
+def test_simultaneous_429s_are_one_cooldown_step_and_every_cooldown_is_capped():
+    p = pool(1)
+    k = p.slots[0]
+    st = k.rate("m")
+    for _ in range(10):  # ten calls sent together, all answered 429 without Retry-After
+        r429(p, k, None, now=0.5, sent=0.0)
+    assert st.steps == 1 and k.cooling_until == pytest.approx(0.5 + 1.0)
+    for _ in range(10):  # sent after that cooldown began: the next step
+        r429(p, k, None, now=2.5, sent=2.0)
+    assert st.steps == 2 and k.cooling_until == pytest.approx(2.5 + 2.0)
+    for i in range(3):
+        r429(p, k, 3600.0, now=10.0 + i / 100)
+    assert k.cooling_until <= 10.02 + p.retry_after_cap_s
+
+
+def test_a_learned_quota_paces_to_the_next_free_slot_not_a_full_refill():
+    p = pool(1)
+    k = p.slots[0]
+    # a continuously refilling bucket of 60/min with 2 left: one call back every second
+    ok(p, k, now=100.0, headers={"x-ratelimit-limit-requests": "60",
+                                  "x-ratelimit-remaining-requests": "2",
+                                  "x-ratelimit-reset-requests": "58s"})
+    assert p.pick("m", now=100.0) is k
+    p.begin(k, "m", now=100.0)
+    assert p.pick("m", now=100.0) is k
+    p.begin(k, "m", now=100.0)
+    assert p.pick("m", now=100.0) is None
+    assert p.next_ready_in("m", now=100.0) == pytest.approx(1.0)  # not 58 s
+    assert p.pick("m", now=101.0) is k
+
+
+def test_a_quota_429_waits_for_the_gateways_refill():
+    p = pool(1)
+    k = p.slots[0]
+    note = r429(p, k, 0.5, now=10.0, headers={"x-ratelimit-limit-requests": "120",
+                                              "x-ratelimit-remaining-requests": "0",
+                                              "x-ratelimit-reset-requests": "60s"})
+    assert note is not None and "quota spent" in note
+    assert p.pick("m", now=10.1) is None
+    assert p.next_ready_in("m", now=10.0) == pytest.approx(0.5)  # 120/min: every 0.5 s
 
 
 def test_401_disables_with_its_reason_and_enable_brings_it_back():
     p = pool(2)
     a, b = p.slots
-    p.begin(a)
+    p.begin(a, "m", now=1.0)
     p.end(a, error_class="auth", status_code=401, message="Incorrect API key provided.",
-          retry_after_s=None, headers=None, now=1.0)
+          retry_after_s=None, headers=None, now=1.0, model="m")
     assert a.status() == DISABLED and a.reason == "401 Incorrect API key provided."
-    assert [p.pick(now=2.0) for _ in range(3)] == [b, b, b]
+    assert [p.pick("m", now=2.0) for _ in range(3)] == [b, b, b]
     p.retire(b)
-    assert p.pick(now=2.0) is None and p.next_ready_in(now=2.0) is None  # nothing comes back
+    assert p.pick("m", now=2.0) is None and p.next_ready_in("m", now=2.0) is None
     p.enable(a)
-    assert p.pick(now=2.0) is a and b.status() == RETIRED
+    assert p.pick("m", now=2.0) is a and b.status() == RETIRED
 
 
 def test_least_in_flight_and_round_robin():
     p = pool(3)
     a, b, c = p.slots
     a.in_flight, b.in_flight, c.in_flight = 2, 0, 1
-    assert p.pick(now=0) is b
+    assert p.pick("m", now=0) is b
     rr = pool(3, "round-robin")
-    picks = [rr.pick(now=0) for _ in range(6)]
+    picks = [rr.pick("m", now=0) for _ in range(6)]
     assert picks[:3] != picks[0:1] * 3 and picks[:3] == picks[3:]
     assert set(picks) == set(rr.slots)
 
 
-def test_proactive_prefers_headroom_and_waits_instead_of_a_429():
+def test_proactive_prefers_headroom():
     p = pool(3, "proactive")
     a, b, c = p.slots
     for slot, remaining in ((a, 5), (b, 50), (c, 0)):
-        p.begin(slot)
-        p.end(slot, error_class=None, status_code=None, message=None, retry_after_s=None,
-              headers={"x-ratelimit-remaining-requests": str(remaining),
-                       "x-ratelimit-reset-requests": "30s"}, now=100.0)
-    assert p.pick(now=101.0) is b
-    b.in_flight = 48  # 2 left on b, 5 on a
-    assert p.pick(now=101.0) is a
-    a.in_flight = 5
-    b.in_flight = 50
-    assert p.pick(now=101.0) is None            # every key at its limit: no 429 on purpose
-    assert p.next_ready_in(now=101.0) == pytest.approx(29.0)
-    assert p.pick(now=130.0) is not None        # windows refilled
+        ok(p, slot, now=100.0, headers={"x-ratelimit-limit-requests": "100",
+                                        "x-ratelimit-remaining-requests": str(remaining),
+                                        "x-ratelimit-reset-requests": "30s"})
+    assert p.pick("m", now=100.0) is b
+    assert p.pick("m", now=100.0) is b
+    c_wait = c.rate("m").ready_in(100.0)
+    assert c_wait > 0  # c has nothing left: no 429 on purpose
 
 
 @pytest.mark.parametrize(("raw", "seconds"), [

@@ -113,7 +113,7 @@ async def test_every_key_cooling_makes_dispatch_wait_visibly_not_fail(sim_factor
     async with client_for(sim, keys=KEYS[:2]) as gw:
         now = time.monotonic()
         for k in gw.keys:
-            k.cooling_until = now + 0.6
+            k.rate("deepseek-v3.2").cooling_until = now + 1.5
         runner = make_runner(gw, tasks(20), concurrency=5,
                              consumers=[rec, lambda e: details.append(e.detail or "")])
         run = asyncio.create_task(runner.run())
@@ -121,9 +121,8 @@ async def test_every_key_cooling_makes_dispatch_wait_visibly_not_fail(sim_factor
         waiting = runner.waiting_for_keys
         started_early = len(rec.kinds(ev.STARTED))
         await asyncio.wait_for(run, 30)
-    assert waiting == "sim" and started_early == 0
-    assert any(d.startswith("waiting: every key of sim is cooling") for d in details)
-    assert any(d == "keys of sim usable again" for d in details)
+    assert waiting is not None and waiting.startswith("sim keys cooling for deepseek-v3.2 until")
+    assert started_early == 0
     assert runner.counts["succeeded"] == 20 and runner.waiting_for_keys is None
 
 
@@ -191,7 +190,7 @@ async def test_a_cooling_gateway_does_not_hold_up_the_other(sim_factory):
     base, cand = make_client(a, name="base"), make_client(b, name="cand", keys=KEYS[1:2])
     try:
         for k in base.keys:
-            k.cooling_until = time.monotonic() + 1.0
+            k.rate("deepseek-v3.2").cooling_until = time.monotonic() + 1.5
         runner = SwarmRunner(tasks(200), {"base": base, "cand": cand},
                              CanaryRouter("base", "cand", 50),
                              RunPolicy(20, RetryConfig(), RoutingConfig(), "deepseek-v3.2"),
@@ -202,7 +201,7 @@ async def test_a_cooling_gateway_does_not_hold_up_the_other(sim_factory):
         for ag in runner.agents:
             if ag.state == "succeeded":
                 by_gw[ag.gateway] += 1
-        assert runner.waiting_for_keys == "base"
+        assert (runner.waiting_for_keys or "").startswith("base keys cooling")
         assert by_gw["base"] == 0 and by_gw["cand"] > 50  # the candidate kept going
         await asyncio.wait_for(run, 30)
     finally:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,7 +69,10 @@ async def execute(
     writer: StoreWriter | None = None
     try:
         session.open()
-        await session.preflight()
+        warnings = await session.preflight()
+        if show_progress:
+            for w in warnings:
+                print(f"swarm-tui: warning: {w}", file=sys.stderr)
         if session.canary is not None:
             assert isinstance(session.router, CanaryRouter)
             # Before the runner exists: every task is routed at the stored percentage.
@@ -86,12 +90,18 @@ async def execute(
         writer = StoreWriter(conn, db_path, run_id, runner, claim=claim,
                              grace_s=cfg.settings.store.unwritable_grace_s)
         writer.log_event("session_started", None)
+        for w in warnings:  # into the run's log too (the console shows it)
+            runner.emit(CONTROL, detail=f"preflight: {w}")
         writer.start()
         if canary is not None:
             canary.on_change = lambda msg: runner.emit(CONTROL, detail=msg)
             await canary.evaluate()
             canary.start()
-        watchers = session.key_watchers(lambda msg: runner.emit(CONTROL, detail=msg))
+        def key_file_changed(msg: str) -> None:
+            runner.emit(CONTROL, detail=msg)
+            runner.wake()  # a key added or enabled may unblock parked tasks
+
+        watchers = session.key_watchers(key_file_changed)
         for w in watchers:
             w.start()
         if on_start is not None:

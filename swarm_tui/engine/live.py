@@ -65,8 +65,11 @@ def key_rows(gateways) -> tuple[KeyRow, ...]:
         for k in gw.pool.slots:
             state = k.status(mono)
             until = now + (k.cooling_until - mono) if state == "cooling" else None
+            reason = k.reason
+            if state == "cooling":  # which models: a 429 cools a key-model, not the key
+                reason = "cooling: " + ", ".join(k.cooling_models(mono))
             rows.append(KeyRow(gw.name, k.fingerprint, k.label, k.source, state, until,
-                               k.reason, k.in_flight, k.calls, k.rate_limited, k.errors,
+                               reason, k.in_flight, k.calls, k.rate_limited, k.errors,
                                k.tokens_in, k.tokens_out, k.last_used))
     return tuple(rows)
 

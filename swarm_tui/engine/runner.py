@@ -30,6 +30,7 @@ from swarm_tui.engine.state import (
 )
 from swarm_tui.gateway.client import GatewayClient
 from swarm_tui.gateway.errors import AUTH, RATE_LIMITED, CallError
+from swarm_tui.gateway.keypool import KeyPool
 from swarm_tui.prices import PriceTable
 from swarm_tui.workload import Task
 
@@ -85,10 +86,12 @@ class SwarmRunner:
         self.t0 = 0.0
         self.started_wall = 0.0
         self.wall_ms = 0.0
-        self.waiting_for_keys: str | None = None  # a gateway whose keys are all cooling
-        # Tasks of a gateway whose keys are all cooling wait here, so the other gateway of
-        # a canary keeps dispatching (no head-of-line blocking).
-        self._parked: dict[str, deque[Agent]] = {}
+        # Tasks whose gateway has no key ready for their model wait here, per gateway and
+        # model — (retries, never sent) — so another model or the canary's other gateway
+        # keeps dispatching (no head-of-line blocking), and a retry never queues behind
+        # never-sent tasks.
+        self._parked: dict[tuple[str, str], tuple[deque[Agent], deque[Agent]]] = {}
+        self._park_timers: dict[tuple[str, str], asyncio.TimerHandle] = {}
         self.stop_reason: str | None = None  # budget_stopped: no new sends, nothing cancelled
         # Reasons dispatch is held (e.g. the store cannot take results): nothing new is
         # sent while any is set; calls in flight finish.
@@ -214,8 +217,31 @@ class SwarmRunner:
         agent.budget_est = 0.0
 
     def wake(self) -> None:
-        """Look at the queue again now (a key came back, routing changed)."""
+        """Look at the queue again now (a key came back or was added, routing changed)."""
+        for key in list(self._parked):
+            timer = self._park_timers.pop(key, None)
+            if timer is not None:
+                timer.cancel()
+            self._unpark(key)
         self._wake.set()
+
+    @property
+    def waiting_for_keys(self) -> str | None:
+        """What parked tasks wait for, when it is worth saying (`sim keys cooling until
+        14:02:07`, `no usable key on sim`); None while nothing waits for long."""
+        longest: tuple[float, str] | None = None
+        now = time.monotonic()
+        for (gw_name, model), (retries, fresh) in self._parked.items():
+            if not (retries or fresh):
+                continue
+            wait = self.gateways[gw_name].pool.next_ready_in(model, now)
+            if wait is None:
+                return (f"no usable key on {gw_name} (all disabled or retired): add or enable "
+                        "one; unsent tasks stay resumable")
+            if wait >= 0.5 and (longest is None or wait > longest[0]):
+                until = time.strftime("%H:%M:%S", time.localtime(time.time() + wait))
+                longest = (wait, f"{gw_name} keys cooling for {model} until {until}")
+        return longest[1] if longest else None
 
     def cancel(self) -> None:
         """Stop dispatching, cancel everything queued, waiting or in flight."""
@@ -275,7 +301,7 @@ class SwarmRunner:
                     break
                 self._launch(agent)
             if not (self.in_flight or self.retry_waiting or self._pending or self._retry_ready
-                    or any(self._parked.values())):
+                    or any(r or f for r, f in self._parked.values())):
                 return
             if (self.cancelled or self.stop_reason) and not (self.in_flight or self.retry_waiting):
                 return
@@ -296,7 +322,7 @@ class SwarmRunner:
         if agent.route_version != self.router.version and not agent.attempts:
             self._route(agent)
         gw = self.gateways[agent.gateway]
-        slot = gw.pick_key()
+        slot = gw.pick_key(agent.model)
         if slot is None:
             self._no_key(agent, gw)
             return
@@ -324,7 +350,7 @@ class SwarmRunner:
         and key here so the run cannot wait forever for it."""
         if attempt.outcome != "running":
             return
-        gw.release(slot)
+        gw.release(slot, attempt.model)
         self.in_flight -= 1
         self._settle_estimate(agent)
         attempt.outcome = "cancelled"
@@ -332,35 +358,70 @@ class SwarmRunner:
         self._wake.set()
 
     def _no_key(self, agent: Agent, gw: GatewayClient) -> None:
-        wait = gw.pool.next_ready_in()
-        if wait is None:  # every key disabled or retired: nothing comes back by itself
-            agent.error_class, agent.error_message = AUTH, (
-                f"no usable API key on gateway '{gw.name}' (all disabled or retired)")
-            self._finish(agent, FAILED, ev.FAILED)
-            return
-        parked = self._parked.setdefault(gw.name, deque())
-        if not parked:
-            self.waiting_for_keys = gw.name
-            self.emit(ev.CONTROL, detail=f"waiting: every key of {gw.name} is cooling "
-                                         f"({wait:.1f} s)")
-            asyncio.get_running_loop().call_later(max(0.01, wait), self._unpark, gw.name)
-        parked.append(agent)  # other tasks (another gateway's) may still go
+        """No key may take this model's call now: park the task until one may (or, with
+        every key disabled or retired, until an operator adds or enables one)."""
+        key = (gw.name, agent.model)
+        retries, fresh = self._parked.setdefault(key, (deque(), deque()))
+        (retries if agent.attempts else fresh).append(agent)
+        if key not in self._park_timers:
+            self._arm(key)
 
-    def _unpark(self, name: str) -> None:
-        parked = self._parked.get(name)
-        if not parked:
+    def _arm(self, key: tuple[str, str]) -> None:
+        pool = self.gateways[key[0]].pool
+        wait = pool.next_ready_in(key[1])
+        if wait is None:  # nothing comes back by itself: wake() on a key operation
             return
-        wait = self.gateways[name].pool.next_ready_in()
-        if wait is not None and wait > 0:  # a deadline was extended meanwhile
-            asyncio.get_running_loop().call_later(wait, self._unpark, name)
+        stuck = pool.stuck_for(key[1])
+        if stuck:  # look again when the tasks would give up on this model
+            wait = min(wait, self.policy.retry.rate_limit_max_wait_s - stuck + 0.01)
+        self._park_timers[key] = asyncio.get_running_loop().call_later(
+            max(0.002, wait), self._unpark, key)
+
+    def _unpark(self, key: tuple[str, str]) -> None:
+        """As many parked tasks as the keys can take now go back ahead of the queue
+        (retries first); the rest wait for the next free slot."""
+        self._park_timers.pop(key, None)
+        retries, fresh = self._parked.get(key, ((), ()))
+        if not (retries or fresh):
             return
-        # Back at the front, in their order; a parked task cancelled meanwhile is skipped.
-        self._retry_ready.extendleft(reversed(parked))
-        parked.clear()
-        if self.waiting_for_keys == name:
-            self.waiting_for_keys = next((n for n, q in self._parked.items() if q), None)
-        self.emit(ev.CONTROL, detail=f"keys of {name} usable again")
+        pool = self.gateways[key[0]].pool
+        if pool.stuck_for(key[1]) > self.policy.retry.rate_limit_max_wait_s:
+            # no key has answered this model anything but 429 for that long: fall back or
+            # fail now, rather than one by one at a 429-storm's pace
+            for agent in [*retries, *fresh]:
+                if agent.final:
+                    continue
+                if agent.fallbacks:
+                    self._fall_back(agent, agent.attempts[-1] if agent.attempts else None,
+                                    RATE_LIMITED)
+                    self._retry_ready.append(agent)
+                else:
+                    agent.error_class = RATE_LIMITED
+                    agent.error_message = (f"no key of {key[0]} took a {key[1]} call for "
+                                           f"{self.policy.retry.rate_limit_max_wait_s:.0f} s "
+                                           "(429s only)")
+                    self._finish(agent, FAILED, ev.FAILED)
+            retries.clear()  # type: ignore[union-attr]
+            fresh.clear()  # type: ignore[union-attr]
+            self._wake.set()
+            return
+        wait = pool.next_ready_in(key[1])
+        if wait is None or wait > 0:
+            self._arm(key)
+            return
+        n = max(1, pool.ready_count(key[1]))
+        batch: list[Agent] = []
+        while (retries or fresh) and len(batch) < n:
+            batch.append((retries or fresh).popleft())  # type: ignore[union-attr]
+        self._retry_ready.extendleft(reversed(batch))
+        if retries or fresh:  # after dispatch took this batch
+            asyncio.get_running_loop().call_soon(self._rearm, key)
         self._wake.set()
+
+    def _rearm(self, key: tuple[str, str]) -> None:
+        retries, fresh = self._parked.get(key, ((), ()))
+        if (retries or fresh) and key not in self._park_timers:
+            self._arm(key)
 
     def first_token(self, agent: Agent, at: float) -> None:
         self.emit(ev.FIRST_TOKEN, agent, agent.attempts[-1])
@@ -386,6 +447,15 @@ class SwarmRunner:
         self.in_flight -= 1
         self._settle_estimate(agent)
         self._wake.set()
+        if res.rate_note:
+            self.emit(ev.CONTROL, detail=f"{gw.name} key {slot.fingerprint} {agent.model}: "
+                                         f"{res.rate_note}")
+        key = (gw.name, attempt.model)
+        if key in self._parked:  # an answer may have freed (or told us) the next slot
+            timer = self._park_timers.pop(key, None)
+            if timer is not None:
+                timer.cancel()
+            self._unpark(key)
         if res.send_delay_ms:  # the client's own delay before the wire is queue time
             attempt.started_ms += res.send_delay_ms
             attempt.queue_ms += res.send_delay_ms
@@ -424,26 +494,25 @@ class SwarmRunner:
             self._finish_cancelled(agent)
             return
         pool = self.gateways[agent.gateway].pool
-        other_key = err.error_class in (AUTH, RATE_LIMITED) and pool.any_usable()
-        if not err.retryable and not (err.error_class == AUTH and other_key):
-            self._finish(agent, FAILED, ev.FAILED)
-            return
-        if other_key:
-            # The key was refused (now disabled) or rate-limited (now cooling) and another
-            # key can take the call at once: not the task's fault, not one of its attempts.
+        if err.error_class == RATE_LIMITED:
+            wait, detail = self._rate_limited(agent, attempt, err, pool)
+            if wait is None:
+                return
+        elif err.error_class == AUTH and pool.any_usable(besides=attempt.key_fp):
+            # The key was refused (now disabled) and another key can take the call at
+            # once: not the task's fault, not one of its attempts.
             agent.attempts_on_model -= 1
             wait = 0.0
             detail = f"{err.error_class} {err.status_code or ''} on {attempt.key_fp}: other key"
+        elif not err.retryable:
+            self._finish(agent, FAILED, ev.FAILED)
+            return
         elif agent.attempts_on_model < self.policy.retry.max_attempts:
             wait = retry_wait_s(self.policy.retry, agent.attempts_on_model, err.retry_after_s,
                                 self.rng)
             detail = f"{err.error_class} {err.status_code or ''}".strip()
         elif agent.fallbacks:
-            previous, agent.model = agent.model, agent.fallbacks.pop(0)
-            agent.attempts_on_model = 0
-            wait = 0.0
-            detail = f"{previous} → {agent.model} after {err.error_class}"
-            self.emit(ev.FALLBACK, agent, attempt, detail)
+            wait, detail = 0.0, self._fall_back(agent, attempt, err.error_class)
         else:
             self._finish(agent, FAILED, ev.FAILED)
             return
@@ -453,6 +522,31 @@ class SwarmRunner:
         self.retry_waiting += 1
         agent.handle = asyncio.get_running_loop().call_later(wait, self._retry_due, agent)
         self.emit(ev.RETRY_SCHEDULED, agent, attempt, detail)
+
+    def _rate_limited(self, agent: Agent, attempt: Attempt, err: CallError,
+                      pool: KeyPool) -> tuple[float | None, str]:
+        """A 429 is the gateway's pace, not the task's failure: it never spends one of the
+        task's attempts. Another key ready for the model takes it at once; else the task
+        waits (Retry-After, capped) and then for its key-model's next free slot. Only after
+        `rate_limit_max_wait_s` of 429s does it fall back or fail. (None: finished.)"""
+        agent.attempts_on_model -= 1
+        now = time.monotonic()
+        if pool.stuck_for(agent.model, now) > self.policy.retry.rate_limit_max_wait_s:
+            if agent.fallbacks:
+                return 0.0, self._fall_back(agent, attempt, RATE_LIMITED)
+            self._finish(agent, FAILED, ev.FAILED)
+            return None, ""
+        if pool.any_usable(agent.model, now, besides=attempt.key_fp):
+            return 0.0, f"rate_limited 429 on {attempt.key_fp}: other key"
+        wait = retry_wait_s(self.policy.retry, 1, err.retry_after_s, self.rng)
+        return wait, "rate_limited 429"
+
+    def _fall_back(self, agent: Agent, attempt: Attempt | None, why: str) -> str:
+        previous, agent.model = agent.model, agent.fallbacks.pop(0)
+        agent.attempts_on_model = 0
+        detail = f"{previous} → {agent.model} after {why}"
+        self.emit(ev.FALLBACK, agent, attempt, detail)
+        return detail
 
     def _retry_due(self, agent: Agent) -> None:
         self.retry_waiting -= 1

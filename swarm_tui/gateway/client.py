@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import json
 import time
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
@@ -21,7 +22,15 @@ except ImportError:  # pragma: no cover - a future SDK moved it: fall back, no w
     AiohttpTransport = None  # type: ignore[assignment,misc]
 
 from swarm_tui.errors import UserError
-from swarm_tui.gateway.errors import AUTH, CONNECTION, TIMEOUT, CallError, classify, kept_headers
+from swarm_tui.gateway.errors import (
+    AUTH,
+    CONNECTION,
+    TIMEOUT,
+    CallError,
+    ProtocolError,
+    classify,
+    kept_headers,
+)
 from swarm_tui.gateway.keypool import KeyPool, KeySlot, Strategy
 from swarm_tui.workload import CHARS_PER_TOKEN
 
@@ -59,6 +68,7 @@ class CallResult:
     finish_reason: str | None = None
     headers: dict[str, str] | None = None
     error: CallError | None = None
+    rate_note: str | None = None  # the key-model slowed down after this call (for the log)
 
     @property
     def latency_ms(self) -> float:
@@ -112,6 +122,7 @@ class GatewayClient:
         simulated: bool = False,
         transport: Transport = "aiohttp",
         strategy: Strategy = "least-in-flight",
+        retry_after_cap_s: float = 30.0,
     ) -> None:
         if not keys:
             raise UserError(f"gateway '{name}': no API key configured")
@@ -123,7 +134,7 @@ class GatewayClient:
         self.simulated = simulated
         self.transport: Transport = transport
         self.pool_size = pool
-        self.pool = KeyPool(strategy)
+        self.pool = KeyPool(strategy, retry_after_cap_s)
         for entry in keys:
             self.add_key(*entry)
 
@@ -149,19 +160,19 @@ class GatewayClient:
     def _secrets(self) -> tuple[str, ...]:
         return tuple(s.secret for s in self.pool.slots)
 
-    def pick_key(self) -> KeySlot | None:
-        """The pool's choice for the next call, counted in flight at once (a burst of
-        launches in one loop turn must see each other); None while no key is usable.
-        Every picked key is released by `complete` or, for a call that never ran,
-        `release`."""
-        slot = self.pool.pick()
+    def pick_key(self, model: str = "") -> KeySlot | None:
+        """The pool's choice for the next call on `model`, counted in flight at once (a
+        burst of launches in one loop turn must see each other); None while no key may
+        take it now. Every picked key is released by `complete` or, for a call that
+        never ran, `release`."""
+        slot = self.pool.pick(model)
         if slot is not None:
-            self.pool.begin(slot)
+            self.pool.begin(slot, model)
         return slot
 
-    def release(self, slot: KeySlot) -> None:
+    def release(self, slot: KeySlot, model: str = "") -> None:
         self.pool.end(slot, error_class="cancelled", status_code=None, message=None,
-                      retry_after_s=None, headers=None)
+                      retry_after_s=None, headers=None, model=model)
 
     async def complete(
         self,
@@ -179,6 +190,7 @@ class GatewayClient:
         if temperature is not None:
             kwargs["temperature"] = temperature
         res = CallResult(sent_at=time.perf_counter())
+        sent_mono = time.monotonic()
         token = _CURRENT_CALL.set(res)
         try:
             async with asyncio.timeout(self.timeout_s):
@@ -188,7 +200,7 @@ class GatewayClient:
                     await self._plain(slot.client, kwargs, res)
         except asyncio.CancelledError:
             res.ended_at = time.perf_counter()
-            self.release(slot)
+            self.release(slot, model)
             raise
         except Exception as exc:  # every gateway failure is classified, none escapes
             res.error = classify(exc, self._secrets)
@@ -205,11 +217,12 @@ class GatewayClient:
         if err is None:
             self.pool.end(slot, error_class=None, status_code=None, message=None,
                           retry_after_s=None, headers=res.headers, tokens_in=res.tokens_in,
-                          tokens_out=res.tokens_out)
+                          tokens_out=res.tokens_out, model=model, sent_at=sent_mono)
         else:
-            self.pool.end(slot, error_class=err.error_class, status_code=err.status_code,
-                          message=err.message, retry_after_s=err.retry_after_s,
-                          headers=err.headers or res.headers)
+            res.rate_note = self.pool.end(
+                slot, error_class=err.error_class, status_code=err.status_code,
+                message=err.message, retry_after_s=err.retry_after_s,
+                headers=err.headers or res.headers, model=model, sent_at=sent_mono)
         return res
 
     async def _streamed(
@@ -225,11 +238,17 @@ class GatewayClient:
             body={**body, "stream": True, "stream_options": _INCLUDE_USAGE},
         )
         res.headers = kept_headers(stream.response.headers) or None
+        if "json" in stream.response.headers.get("content-type", ""):
+            # a gateway that ignores `stream: true` answers one JSON completion: that is
+            # the answer (usage included), not a stream that ended early
+            _take_completion(res, json.loads(await stream.response.aread()))
+            await stream.response.aclose()
+            return
         parts: list[str] = []
         chars = 0
         async for chunk in stream:
             if not isinstance(chunk, dict):
-                raise ValueError(f"stream chunk is {type(chunk).__name__}, not an object")
+                raise ProtocolError(f"stream chunk is {type(chunk).__name__}, not an object")
             usage = chunk.get("usage")
             if usage:  # accepted on any chunk, not only the last
                 _take_usage(res, usage)
@@ -253,42 +272,73 @@ class GatewayClient:
     ) -> None:
         response = await client.post("/chat/completions", cast_to=httpx2.Response, body=body)
         res.headers = kept_headers(response.headers) or None
-        completion = response.json()
-        if not isinstance(completion, dict):
-            raise ValueError("completion is not a JSON object")
-        if completion.get("usage"):
-            _take_usage(res, completion["usage"])
-        choices = completion.get("choices") or []
-        if choices:
-            res.text = (choices[0].get("message") or {}).get("content") or ""
-            res.finish_reason = choices[0].get("finish_reason") or "stop"
-        # Non-streamed: the whole answer arrives at once, so TTFT equals latency.
-        res.ttft_ms = (time.perf_counter() - res.sent_at) * 1000.0
+        _take_completion(res, response.json())
 
-    async def preflight(self) -> None:
-        """GET /models with every key: unreachable gateway or wrong key → one clear line."""
+    async def preflight(self, tries: int = 3) -> list[str]:
+        """GET /models with every key, before anything is paid for. An unreachable gateway
+        is one clear line (exit 2); a rejected key is disabled with a warning and the run
+        goes on with the others — it fails only when no key works; a 429/503 here is
+        retried, then a warning. Returns the warnings."""
+        where = f"gateway '{self.name}' ({self.base_url})"
+        warnings: list[str] = []
+        working = 0
+        rejected: list[str] = []
         for slot in self.keys:
-            try:
-                async with asyncio.timeout(min(self.timeout_s, 15.0)):
-                    await slot.client.models.list()
-            except Exception as exc:
-                err = classify(exc, self._secrets)
-                if err.status_code == 404:
-                    continue  # gateway without /models: nothing to learn here
-                where = f"gateway '{self.name}' ({self.base_url})"
+            for attempt in range(tries):
+                try:
+                    async with asyncio.timeout(min(self.timeout_s, 15.0)):
+                        await slot.client.models.list()
+                    working += 1
+                    break
+                except Exception as exc:
+                    err = classify(exc, self._secrets)
+                if err.status_code == 404:  # a gateway without /models: nothing to learn
+                    working += 1
+                    break
                 if err.error_class in (CONNECTION, TIMEOUT):
                     raise UserError(f"{where}: unreachable: {err.message}") from None
                 if err.error_class == AUTH:
-                    raise UserError(
-                        f"{where}: key {slot.fingerprint} rejected ({err.status_code}): "
-                        f"{err.message}"
-                    ) from None
+                    self.pool.disable(slot, f"{err.status_code} {err.message}"[:120])
+                    rejected.append(f"{slot.fingerprint} ({err.status_code})")
+                    warnings.append(f"{where}: key {slot.fingerprint} rejected "
+                                    f"({err.status_code}: {err.message}); disabled, the run "
+                                    "goes on with the other keys")
+                    break
+                if err.retryable and attempt < tries - 1:
+                    await asyncio.sleep(min(2.0, err.retry_after_s or 0.25 * 2 ** attempt))
+                    continue
+                if err.retryable:  # busy, not broken: the run's own retries take it from here
+                    warnings.append(f"{where}: preflight of key {slot.fingerprint} got "
+                                    f"{err.status_code or err.error_class} {tries} times; "
+                                    "going ahead")
+                    working += 1
+                    break
                 raise UserError(f"{where}: preflight failed ({err.status_code}): "
                                 f"{err.message}") from None
+        if not working:
+            raise UserError(f"{where}: no key works: every key was rejected "
+                            f"({', '.join(rejected)})")
+        return warnings
 
     async def aclose(self) -> None:
         for slot in self.keys:
             await slot.client.close()
+
+
+def _take_completion(res: CallResult, completion: Any) -> None:
+    if not isinstance(completion, dict):
+        raise ProtocolError("completion is not a JSON object")
+    if isinstance(completion.get("error"), dict):  # an error object with a 200 status
+        raise openai.APIError(str(completion["error"].get("message", "error")), None,
+                              body=completion["error"])  # type: ignore[arg-type]
+    if completion.get("usage"):
+        _take_usage(res, completion["usage"])
+    choices = completion.get("choices") or []
+    if choices:
+        res.text = (choices[0].get("message") or {}).get("content") or ""
+        res.finish_reason = choices[0].get("finish_reason") or "stop"
+    # Non-streamed: the whole answer arrives at once, so TTFT equals latency.
+    res.ttft_ms = (time.perf_counter() - res.sent_at) * 1000.0
 
 
 def _take_usage(res: CallResult, usage: dict[str, Any]) -> None:

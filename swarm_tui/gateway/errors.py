@@ -19,10 +19,15 @@ TIMEOUT = "timeout"
 CONNECTION = "connection"
 AUTH = "auth"
 BAD_REQUEST = "bad_request"
+PROTOCOL = "protocol"   # a malformed chunk or a truncated body: the transfer, not the ask
 OTHER = "other"
 CANCELLED = "cancelled"
 
-RETRYABLE = frozenset({RATE_LIMITED, SERVER, TIMEOUT, CONNECTION})
+RETRYABLE = frozenset({RATE_LIMITED, SERVER, TIMEOUT, CONNECTION, PROTOCOL})
+
+
+class ProtocolError(ValueError):
+    """The gateway's answer could not be read (not JSON, not the shape of one)."""
 _KEPT_HEADERS = ("retry-after", "retry-after-ms")
 
 
@@ -81,6 +86,50 @@ def _status_class(status: int) -> str:
     return OTHER
 
 
+def _causes(exc: BaseException) -> list[BaseException]:
+    out: list[BaseException] = []
+    cur: BaseException | None = exc
+    while cur is not None and len(out) < 8:
+        out.append(cur)
+        cur = cur.__cause__ or cur.__context__
+    return out
+
+
+def _refused_or_reset(exc: BaseException) -> BaseException | None:
+    """The aiohttp transport reports a refused connection as a connect *timeout* (after
+    4 ms): look at the chain for what really happened."""
+    import aiohttp
+
+    for c in _causes(exc):
+        if isinstance(c, ConnectionError | aiohttp.ClientConnectorError
+                      | aiohttp.ServerDisconnectedError | aiohttp.ClientOSError):
+            return c
+    return None
+
+
+def _body_class(body: object) -> tuple[str, int | None] | None:
+    """An error object inside a 200 stream or body (`data: {"error": {"code": "503"}}`):
+    LiteLLM and others send the upstream status as its code."""
+    if not isinstance(body, dict):
+        return None
+    inner = body.get("error", body)
+    if not isinstance(inner, dict):
+        return None
+    code = inner.get("code") or inner.get("status")
+    status: int | None = None
+    if isinstance(code, int) or (isinstance(code, str) and code.isdigit()):
+        status = int(code)
+    kind = " ".join(str(inner.get(k) or "") for k in ("type", "code")).lower()
+    if status == 429 or "rate_limit" in kind or "rate limit" in kind:
+        return RATE_LIMITED, status or 429
+    if (status is not None and status >= 500) or any(
+            w in kind for w in ("server_error", "overloaded", "unavailable", "timeout")):
+        return SERVER, status
+    if status is not None:
+        return _status_class(status), status
+    return None
+
+
 def classify(exc: BaseException, keys: tuple[str, ...] = ()) -> CallError:
     """Map an exception from the SDK or its transport to a CallError; never keep a key."""
     if isinstance(exc, openai.APIStatusError):
@@ -95,6 +144,9 @@ def classify(exc: BaseException, keys: tuple[str, ...] = ()) -> CallError:
             _status_class(exc.status_code), exc.status_code, _clean(msg, keys),
             retry_after_seconds(headers), headers or None,
         )
+    refused = _refused_or_reset(exc)
+    if refused is not None:
+        return CallError(CONNECTION, None, _clean(f"{type(refused).__name__}: {refused}", keys))
     if isinstance(exc, (openai.APITimeoutError, TimeoutError, asyncio.TimeoutError,
                         httpx2.TimeoutException)):
         return CallError(TIMEOUT, None, "no complete answer within the timeout")
@@ -103,6 +155,15 @@ def classify(exc: BaseException, keys: tuple[str, ...] = ()) -> CallError:
         return CallError(CONNECTION, None, _clean(f"{type(cause).__name__}: {cause}", keys))
     if isinstance(exc, (httpx2.TransportError, ConnectionError)):
         return CallError(CONNECTION, None, _clean(f"{type(exc).__name__}: {exc}", keys))
+    if isinstance(exc, openai.APIError):  # an error event inside a stream / a 200 body
+        found = _body_class(exc.body)
+        if found is not None:
+            cls, status = found
+            return CallError(cls, status, _clean(f"in-stream error: {exc.message}", keys))
+        return CallError(OTHER, None, _clean(f"in-stream error: {exc.message}", keys))
+    if isinstance(exc, ValueError | UnicodeDecodeError):  # JSONDecodeError, ProtocolError
+        return CallError(PROTOCOL, None, _clean(f"unreadable answer: {type(exc).__name__}: "
+                                                f"{exc}", keys))
     return CallError(OTHER, None, _clean(f"{type(exc).__name__}: {exc}", keys))
 
 

@@ -1,13 +1,13 @@
 """A gateway's API keys: which one takes the next call, and each key's health.
 
-States: active, cooling (after a 429, until a deadline that only ever extends),
+States: active, cooling (some model of the key is paced to a stop, derived),
 disabled (401/403, with the reason), retired (no new calls; calls in flight
-finish). A key leaves cooling by itself when its deadline passes.
+finish). Rate limits are kept per key *and* model (gateway/ratestate.py): one
+model's 429s never hold another model's calls.
 """
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass, field
 from typing import Literal
@@ -15,11 +15,12 @@ from typing import Literal
 import openai
 
 from swarm_tui.gateway.keys import fingerprint
+from swarm_tui.gateway.ratestate import RateState, parse_reset
 
 Strategy = Literal["least-in-flight", "round-robin", "proactive"]
 ACTIVE, COOLING, DISABLED, RETIRED = "active", "cooling", "disabled", "retired"
-BACKOFF_BASE_S = 1.0   # a 429 without Retry-After: 1, 2, 4 … s per consecutive 429
-BACKOFF_MAX_S = 60.0
+DEFAULT_RETRY_AFTER_CAP_S = 30.0
+__all__ = ["ACTIVE", "COOLING", "DISABLED", "RETIRED", "KeyPool", "KeySlot", "parse_reset"]
 
 
 @dataclass(eq=False, slots=True)
@@ -34,8 +35,6 @@ class KeySlot:
     fingerprint: str = ""
     state: str = ACTIVE             # active | disabled | retired (cooling is derived)
     reason: str | None = None       # why disabled
-    cooling_until: float = 0.0      # monotonic deadline; only ever extended
-    consecutive_429: int = 0
     in_flight: int = 0
     calls: int = 0
     rate_limited: int = 0
@@ -43,12 +42,24 @@ class KeySlot:
     tokens_in: int = 0
     tokens_out: int = 0
     last_used: float | None = None  # unix seconds
-    remaining_requests: int | None = None
-    remaining_tokens: int | None = None
-    limit_reset_at: float = 0.0     # monotonic: when the gateway's window refills
+    models: dict[str, RateState] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.fingerprint = fingerprint(self.secret)
+
+    def rate(self, model: str) -> RateState:
+        st = self.models.get(model)
+        if st is None:
+            st = self.models[model] = RateState()
+        return st
+
+    @property
+    def cooling_until(self) -> float:
+        """The latest cooldown of any of its models (monotonic), for display."""
+        return max((st.cooling_until for st in self.models.values()), default=0.0)
+
+    def cooling_models(self, now: float) -> list[str]:
+        return sorted(m for m, st in self.models.items() if st.cooling_until > now)
 
     def status(self, now: float | None = None) -> str:
         if self.state != ACTIVE:
@@ -57,131 +68,110 @@ class KeySlot:
         return COOLING if self.cooling_until > now else ACTIVE
 
     def usable(self, now: float) -> bool:
-        return self.state == ACTIVE and self.cooling_until <= now
-
-    def headroom(self, now: float) -> float:
-        """Proactive strategy: calls this key can still make in the gateway's window."""
-        if self.remaining_requests is None or now >= self.limit_reset_at:
-            return float("inf")  # unknown or refilled: worth a try
-        left = self.remaining_requests - self.in_flight
-        if self.remaining_tokens is not None and self.remaining_tokens <= 0:
-            left = 0
-        return left
-
-
-_DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m(?!s))?(?:(\d+(?:\.\d+)?)s)?"
-                       r"(?:(\d+(?:\.\d+)?)ms)?$")
-
-
-def parse_reset(value: str | None) -> float | None:
-    """x-ratelimit-reset-*: `1s`, `6m0s`, `250ms`, or plain seconds."""
-    if not value:
-        return None
-    try:
-        return float(value)
-    except ValueError:
-        pass
-    m = _DURATION.match(value.strip())
-    if not m or not any(m.groups()):
-        return None
-    h, mi, s, ms = (float(g) if g else 0.0 for g in m.groups())
-    return h * 3600 + mi * 60 + s + ms / 1000
+        """Not disabled or retired (a model of it may still be paced)."""
+        return self.state == ACTIVE
 
 
 class KeyPool:
-    def __init__(self, strategy: Strategy = "least-in-flight") -> None:
+    def __init__(self, strategy: Strategy = "least-in-flight",
+                 retry_after_cap_s: float = DEFAULT_RETRY_AFTER_CAP_S) -> None:
         self.strategy = strategy
+        self.retry_after_cap_s = retry_after_cap_s
         self.slots: list[KeySlot] = []
         self._rr = 0
 
     # -- choosing ----------------------------------------------------------------------------
-    def pick(self, now: float | None = None) -> KeySlot | None:
-        """The key for the next call, or None when none is usable right now."""
+    def pick(self, model: str = "", now: float | None = None) -> KeySlot | None:
+        """The key for the next call on `model`, or None when every key must wait (its
+        quota is spent, it is cooling, disabled or retired). Every strategy paces: the
+        difference is only which of the keys ready now takes the call."""
         now = time.monotonic() if now is None else now
-        usable = [s for s in self.slots if s.usable(now)]
-        if not usable:
+        ready = [s for s in self.slots if s.usable(now) and s.rate(model).ready_in(now) <= 0]
+        if not ready:
             return None
         if self.strategy == "round-robin":
             self._rr += 1
-            return usable[self._rr % len(usable)]
+            return ready[self._rr % len(ready)]
         if self.strategy == "proactive":
-            fresh = [s for s in usable if s.headroom(now) > 0]
-            if fresh:
-                return max(fresh, key=lambda s: (s.headroom(now), -s.in_flight, -s.calls))
-            # every key is at its limit: wait for the earliest refill rather than 429
-            return None
-        best = usable[0]
-        for s in usable:
+            return max(ready, key=lambda s: (s.rate(model).headroom(now), -s.in_flight,
+                                             -s.calls))
+        best = ready[0]
+        for s in ready:
             if (s.in_flight, s.calls) < (best.in_flight, best.calls):
                 best = s
         return best
 
-    def next_ready_in(self, now: float | None = None) -> float | None:
-        """Seconds until some key may be usable again; None if none ever will by itself."""
+    def next_ready_in(self, model: str = "", now: float | None = None) -> float | None:
+        """Seconds until some key may take a call on `model`; None if none ever will by
+        itself (every key disabled or retired)."""
         now = time.monotonic() if now is None else now
-        waits = []
-        for s in self.slots:
-            if s.state != ACTIVE:
-                continue
-            ready = s.cooling_until
-            if self.strategy == "proactive" and s.headroom(now) <= 0:
-                ready = max(ready, s.limit_reset_at)
-            waits.append(max(0.0, ready - now))
+        waits = [s.rate(model).ready_in(now) for s in self.slots if s.usable(now)]
         return min(waits) if waits else None
 
-    def any_usable(self, now: float | None = None) -> bool:
-        """Without choosing one (choosing moves round-robin on)."""
+    def ready_count(self, model: str = "", now: float | None = None) -> int:
+        """How many calls on `model` the keys could take right now (a bound, for waking
+        just that many parked tasks)."""
         now = time.monotonic() if now is None else now
-        return any(s.usable(now) for s in self.slots)
+        n = 0.0
+        for s in self.slots:
+            if s.usable(now) and s.rate(model).ready_in(now) <= 0:
+                head = s.rate(model).headroom(now)
+                n += 10_000 if head == float("inf") else max(1.0, head)
+        return int(n)
+
+    def stuck_for(self, model: str, now: float | None = None) -> float:
+        """How long every usable key has answered this model only 429s (0: some key has
+        not): past `rate_limit_max_wait_s` no key is recovering, and tasks give up."""
+        now = time.monotonic() if now is None else now
+        spans = []
+        for s in self.slots:
+            if s.usable(now):
+                since = s.rate(model).failing_since
+                spans.append(0.0 if since is None else now - since)
+        return min(spans) if spans else 0.0
+
+    def any_usable(self, model: str | None = None, now: float | None = None,
+                   besides: str | None = None) -> bool:
+        """Without choosing one (choosing moves round-robin on). `model`: ready for it now;
+        `besides`: a key other than this fingerprint."""
+        now = time.monotonic() if now is None else now
+        return any(s.usable(now) and s.fingerprint != besides
+                   and (model is None or s.rate(model).ready_in(now) <= 0) for s in self.slots)
 
     # -- what calls report ------------------------------------------------------------------
-    def begin(self, slot: KeySlot) -> None:
+    def begin(self, slot: KeySlot, model: str = "", now: float | None = None) -> None:
+        now = time.monotonic() if now is None else now
         slot.in_flight += 1
         slot.calls += 1
         slot.last_used = time.time()
+        slot.rate(model).take(now)
 
     def end(self, slot: KeySlot, *, error_class: str | None, status_code: int | None,
             message: str | None, retry_after_s: float | None, headers: dict[str, str] | None,
-            tokens_in: int = 0, tokens_out: int = 0, now: float | None = None) -> None:
+            tokens_in: int = 0, tokens_out: int = 0, now: float | None = None,
+            model: str = "", sent_at: float | None = None) -> str | None:
+        """Returns what changed for the key-model when it slowed down (for the log)."""
         now = time.monotonic() if now is None else now
+        sent = now if sent_at is None else sent_at
         slot.in_flight -= 1
-        if headers:
-            self._limits(slot, headers, now)
+        st = slot.rate(model)
+        if error_class == "cancelled":
+            st.in_flight -= 1  # a call that never ran answers nothing: still probing
+            return None
+        if status_code == 429:
+            slot.errors += 1
+            slot.rate_limited += 1
+            return st.rate_limited_call(now, sent, retry_after_s, headers,
+                                        self.retry_after_cap_s)
+        st.done(now, sent, headers, ok=error_class is None)
         if error_class is None:
-            slot.consecutive_429 = 0
             slot.tokens_in += tokens_in
             slot.tokens_out += tokens_out
-            return
-        if error_class == "cancelled":
-            return
+            return None
         slot.errors += 1
-        if status_code == 429:
-            slot.rate_limited += 1
-            slot.consecutive_429 += 1
-            wait = retry_after_s
-            if wait is None:
-                wait = min(BACKOFF_MAX_S, BACKOFF_BASE_S * 2 ** (slot.consecutive_429 - 1))
-            # Deadlines only extend: a second, shorter 429 never brings a key back early.
-            slot.cooling_until = max(slot.cooling_until, now + wait)
-        elif status_code in (401, 403) and slot.state == ACTIVE:
+        if status_code in (401, 403) and slot.state == ACTIVE:
             self.disable(slot, f"{status_code} {message or ''}".strip()[:120])
-
-    def _limits(self, slot: KeySlot, headers: dict[str, str], now: float) -> None:
-        for kind in ("requests", "tokens"):
-            raw = headers.get(f"x-ratelimit-remaining-{kind}")
-            if raw is None:
-                continue
-            try:
-                value = int(float(raw))
-            except ValueError:
-                continue
-            if kind == "requests":
-                slot.remaining_requests = value
-            else:
-                slot.remaining_tokens = value
-            reset = parse_reset(headers.get(f"x-ratelimit-reset-{kind}"))
-            if reset is not None:
-                slot.limit_reset_at = now + reset
+        return None
 
     # -- operations -------------------------------------------------------------------------
     def find(self, fp: str) -> KeySlot | None:
@@ -209,5 +199,6 @@ class KeyPool:
     def enable(self, slot: KeySlot) -> None:
         slot.state = ACTIVE
         slot.reason = None
-        slot.cooling_until = 0.0
-        slot.consecutive_429 = 0
+        for st in slot.models.values():  # an operator's word: try it again now
+            st.cooling_until = 0.0
+            st.steps = 0

@@ -18,9 +18,9 @@ Every cooldown is capped by `retry_after_cap_s`.
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
-from collections import deque
 from dataclasses import dataclass, field
 
 STORM_MIN_429 = 3
@@ -31,6 +31,8 @@ INCREASE_PER_S = 2.0      # additive increase of the allowed calls/s, per second
 MIN_RATE = 0.2            # calls/s: a cooled key-model still probes every 5 s
 RATE_WINDOW_S = 2.0       # over which the send rate is measured
 CALM_UNPACE_S = 30.0      # no storm for this long and pace far above use: unpaced again
+PROBE_POLL_S = 0.05       # parked tasks look again this often while the first call is out
+SENDS_KEPT_S = 120.0      # send times kept (to place an answer among our later sends)
 
 
 _DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m(?!s))?(?:(\d+(?:\.\d+)?)s)?"
@@ -68,8 +70,11 @@ class RateState:
     round_429: int = 0
     last_storm: float = -math.inf
     in_flight: int = 0
+    probing: bool = True          # no answer yet: one call finds out the quota first
     rate_limited: int = 0
-    sends: deque[float] = field(default_factory=deque)
+    sends: list[float] = field(default_factory=list)  # send times, oldest first
+    learned_sent: float = -math.inf  # the send time of the call whose headers we trust
+    failing_since: float | None = None  # first 429 since its last success
 
     # -- asking ------------------------------------------------------------------------------
     def _refill(self, now: float) -> None:
@@ -88,6 +93,10 @@ class RateState:
     def ready_in(self, now: float) -> float:
         """Seconds until this key may take a call on this model (0: now)."""
         wait = max(0.0, self.cooling_until - now)
+        if self.probing and self.in_flight:
+            # the first answer brings the gateway's x-ratelimit-* (or says there are none):
+            # a burst before it would spend a whole quota on 429s
+            return max(wait, PROBE_POLL_S)
         self._refill(now)
         if self.rate is not None and self.level < 1.0:
             wait = max(wait, (1.0 - self.level) / self.rate)
@@ -98,9 +107,11 @@ class RateState:
         return math.inf if self.rate is None else self.level
 
     def send_rate(self, now: float) -> float:
-        while self.sends and self.sends[0] < now - RATE_WINDOW_S:
-            self.sends.popleft()
-        return len(self.sends) / RATE_WINDOW_S
+        return (len(self.sends) - bisect.bisect_left(self.sends, now - RATE_WINDOW_S)
+                ) / RATE_WINDOW_S
+
+    def sent_since(self, t: float) -> int:
+        return len(self.sends) - bisect.bisect_right(self.sends, t)
 
     # -- telling -----------------------------------------------------------------------------
     def take(self, now: float) -> None:
@@ -109,19 +120,29 @@ class RateState:
             self.level -= 1.0
         self.in_flight += 1
         self.sends.append(now)
+        if len(self.sends) > 4096 and self.sends[0] < now - SENDS_KEPT_S:
+            del self.sends[:bisect.bisect_left(self.sends, now - SENDS_KEPT_S)]
 
     def done(self, now: float, sent_at: float, headers: dict[str, str] | None,
              ok: bool) -> None:
         self.in_flight -= 1
+        self.probing = False
         if headers:
-            self._learn(headers, now)
+            self._learn(headers, now, sent_at)
+        if ok:
+            self.failing_since = None
         if sent_at >= self.round_start:
             self.round_calls += 1
             if ok:
                 self.steps = 0
 
-    def _learn(self, headers: dict[str, str], now: float) -> None:
-        """The gateway's own count: what remains and when it refills."""
+    def _learn(self, headers: dict[str, str], now: float, sent_at: float) -> None:
+        """The gateway's own count: what remained when it admitted this call, and how fast
+        it refills. Answers arrive out of order, so an answer older than the one we
+        already learned from is ignored, and our calls sent after this one (answered or
+        not) are taken off what remained."""
+        if sent_at < self.learned_sent:
+            return
         try:
             limit = float(headers["x-ratelimit-limit-requests"])
             remaining = float(headers["x-ratelimit-remaining-requests"])
@@ -130,17 +151,15 @@ class RateState:
         if limit <= 0:
             return
         reset = parse_reset(headers.get("x-ratelimit-reset-requests"))
-        # a continuously refilling bucket (OpenAI, most proxies): reset = time to full
-        if reset and reset > 0.05 and limit > remaining:
-            rate = (limit - remaining) / reset
-        else:
-            rate = limit / 60.0  # the header's unit is per minute
+        rate = limit / 60.0  # the header's limit is per minute (OpenAI, LiteLLM, llmock)
         self._refill(now)
         self.learned = True
-        self.rate = max(rate, limit / 600.0, MIN_RATE)
-        self.capacity = limit
-        # our own calls still in flight will be counted against what remains
-        self.level = remaining - self.in_flight
+        self.rate = max(rate, MIN_RATE)
+        # the bucket's size: what remains plus what refills until it is full again
+        self.capacity = max(1.0, remaining + (reset or 0.0) * rate) if reset else limit
+        self.learned_sent = sent_at
+        self.level = min(self.capacity, remaining + self.rate * max(0.0, now - sent_at)
+                         - self.sent_since(sent_at))
         self.updated = now
 
     def rate_limited_call(self, now: float, sent_at: float, retry_after_s: float | None,
@@ -148,9 +167,12 @@ class RateState:
         """A 429 on a call of this key-model. Returns what changed (for the log) when the
         key-model itself slows down; None when only the call's task waits."""
         self.in_flight -= 1
+        self.probing = False
         self.rate_limited += 1
+        if self.failing_since is None:
+            self.failing_since = now
         if headers and "x-ratelimit-remaining-requests" in headers:
-            self._learn(headers, now)
+            self._learn(headers, now, sent_at)
             if self.level < 1.0 and self.rate:
                 wait = min(cap_s, max((1.0 - self.level) / self.rate, retry_after_s or 0.0))
                 self.cooling_until = max(self.cooling_until, now + wait)

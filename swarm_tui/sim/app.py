@@ -13,7 +13,7 @@ import math
 import random
 import time
 import uuid
-from collections import Counter, deque
+from collections import Counter
 from typing import Any
 
 from swarm_tui.sim.profiles import get_profile
@@ -43,7 +43,7 @@ class SimApp:
         self.settings = settings or SimSettings()
         self.rng = random.Random(self.settings.seed)
         self.stats: Counter[str] = Counter()
-        self._windows: dict[str, deque[float]] = {}
+        self._buckets: dict[str, tuple[float, float]] = {}  # key -> (level, updated)
 
     # -- ASGI entry ---------------------------------------------------------------------
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -68,6 +68,10 @@ class SimApp:
             self.stats["401"] += 1
             return await _send_error(send, 401, "invalid_api_key", "Incorrect API key provided.")
         if path.endswith("/models") and method == "GET":
+            if self.stats["models"] < self.settings.models_fail:
+                self.stats["models"] += 1
+                return await _send_error(send, 503, "server_error", "warming up")
+            self.stats["models"] += 1
             data = [{"id": m, "object": "model", "created": 0, "owned_by": "sim"} for m in MODELS]
             return await _send_json(send, 200, {"object": "list", "data": data})
         if path.endswith("/chat/completions") and method == "POST":
@@ -100,6 +104,11 @@ class SimApp:
             )
 
         limit_headers, wait_s = self._rate_limit(key)
+        if self.rng.random() < s.model_429.get(model, 0.0):
+            self.stats["429"] += 1
+            self.stats[f"429:{model}"] += 1
+            return await _send_error(send, 429, "rate_limit_exceeded",
+                                     f"Rate limit reached for model group {model}.")
         if wait_s is not None:
             self.stats["429"] += 1
             return await _send_error(
@@ -129,6 +138,11 @@ class SimApp:
             return await _send_error(send, 504, "timeout", "upstream timed out")
         u -= s.rate_hang
         cut = u < s.rate_cut
+        quirk = self.rng.random()
+        if s.fault_models is not None and model not in s.fault_models:
+            quirk = 1.0
+        malformed = quirk < s.rate_malformed
+        stream_error = not malformed and quirk < s.rate_malformed + s.rate_stream_error
 
         latency_s = profile.sample_ms(self.rng) / 1000.0
         prompt_tokens = sum(
@@ -142,10 +156,13 @@ class SimApp:
         ident = "chatcmpl-" + uuid.uuid4().hex[:24]
         created = int(time.time())
         text = _TEXT[: completion_tokens * 4]
-        if body.get("stream"):
+        if body.get("stream") and not s.ignore_stream:
             want_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            quirks = {"malformed": malformed, "error": stream_error}
             await self._stream(send, ident, created, model, text, usage, latency_s, want_usage,
-                               cut, limit_headers)
+                               cut, limit_headers, quirks)
+            if malformed or stream_error:
+                return
         else:
             await asyncio.sleep(latency_s)
             if cut:
@@ -158,12 +175,20 @@ class SimApp:
             }
             if s.usage_mode != "none":
                 payload["usage"] = usage
+            if malformed:  # the body stops half-way through its JSON
+                self.stats["malformed"] += 1
+                raw = json.dumps(payload).encode()
+                await send({"type": "http.response.start", "status": 200,
+                            "headers": _JSON + limit_headers})
+                await send({"type": "http.response.body", "body": raw[: len(raw) // 2]})
+                return
             await _send_json(send, 200, payload, limit_headers)
         self.stats["served"] += 1
 
     async def _stream(
         self, send: Any, ident: str, created: int, model: str, text: str, usage: dict[str, Any],
         latency_s: float, want_usage: bool, cut: bool, extra_headers: list[tuple[bytes, bytes]],
+        quirks: dict[str, bool] | None = None,
     ) -> None:
         s = self.settings
         n = min(s.chunks, max(1, len(text)))
@@ -182,6 +207,18 @@ class SimApp:
             if cut and i >= n // 2:
                 self.stats["cut"] += 1
                 raise SimulatedCut
+            if quirks and i >= n // 2 and (quirks["malformed"] or quirks["error"]):
+                if quirks["malformed"]:
+                    self.stats["malformed"] += 1
+                    bad = f'{head}[{{"index": 0, "delta": {{"content": "tru'
+                else:
+                    self.stats["stream_error"] += 1
+                    code = s.stream_error_code
+                    bad = ('data: {"error": {"message": "upstream failed mid-stream", '
+                           f'"type": "server_error", "code": "{code}"}}}}')
+                await send({"type": "http.response.body",
+                            "body": f"{bad}\n\ndata: [DONE]\n\n".encode()})
+                return
             delta = {"content": text[i * size:(i + 1) * size]}
             if i == 0:
                 delta["role"] = "assistant"
@@ -198,20 +235,24 @@ class SimApp:
         await send({"type": "http.response.body", "body": (tail + "data: [DONE]\n\n").encode()})
 
     def _rate_limit(self, key: str) -> tuple[list[tuple[bytes, bytes]], float | None]:
-        """Per-key requests-per-minute window. Returns (x-ratelimit headers, wait or None)."""
+        """Per-key request quota as a continuously refilling bucket, the way OpenAI and
+        most proxies count. Returns (x-ratelimit headers, wait or None)."""
         rpm = self.settings.rpm_per_key
         if rpm is None:
             return [], None
+        burst = float(self.settings.quota_burst or rpm)
+        rate = rpm / 60.0
         now = time.monotonic()
-        win = self._windows.setdefault(key, deque())
-        while win and win[0] <= now - 60.0:
-            win.popleft()
-        reset = (win[0] + 60.0 - now) if win else 0.0
-        if len(win) >= rpm:
-            headers = _limit_headers(rpm, 0, reset)
-            return headers, max(0.001, reset)
-        win.append(now)
-        return _limit_headers(rpm, rpm - len(win), reset or 60.0), None
+        level, updated = self._buckets.get(key, (burst, now))
+        level = min(burst, level + (now - updated) * rate)
+        if level < 1.0:
+            self._buckets[key] = (level, now)
+            wait = (1.0 - level) / rate
+            return _limit_headers(rpm, 0, (burst - level) / rate), wait
+        level -= 1.0
+        self._buckets[key] = (level, now)
+        # limit = per minute; reset = time until the bucket is full again (OpenAI's meaning)
+        return _limit_headers(rpm, int(level), (burst - level) / rate), None
 
 
 def _limit_headers(limit: int, remaining: int, reset_s: float) -> list[tuple[bytes, bytes]]:

@@ -22,7 +22,19 @@ class SimSettings(BaseModel):
     rate_hang: Rate = 0.0  # no answer for hang_s (past the client timeout)
     hang_s: Annotated[float, Field(gt=0)] = 120.0
     retry_after_s: Annotated[float, Field(ge=0)] = 1.0
+    # per-key request quota: a continuously refilling bucket (OpenAI's and most proxies'
+    # model) of `quota_burst` (default: the rpm) calls, refilled at rpm/60 per second;
+    # every answer carries x-ratelimit-* headers, a refusal a Retry-After of the real wait
     rpm_per_key: Annotated[int, Field(ge=1)] | None = None
+    quota_burst: Annotated[int, Field(ge=1)] | None = None
+    # per-model 429s without Retry-After (LiteLLM answers a model group's limit this way)
+    model_429: dict[str, Rate] = Field(default_factory=dict)
+    rate_stream_error: Rate = 0.0   # an `error` event inside the stream after some chunks
+    stream_error_code: int = 503
+    fault_models: list[str] | None = None  # stream errors / malformed only on these models
+    models_fail: Annotated[int, Field(ge=0)] = 0  # the first N GET /models answer 503
+    rate_malformed: Rate = 0.0      # a chunk that is not JSON / a truncated JSON body
+    ignore_stream: bool = False     # answer one JSON completion to `stream: true`
     keys: list[str] | None = None  # accepted bearer keys; None accepts any non-empty key
     chunks: Annotated[int, Field(ge=1, le=2000)] = 6
     ttft_fraction: Annotated[float, Field(gt=0, le=1)] = 0.35

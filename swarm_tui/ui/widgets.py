@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich.markup import escape
 from textual.content import Content
 from textual.widgets import RichLog, Static
 
@@ -30,7 +31,7 @@ class StatusBar(Static):
             badge += " [dim]read-only[/]"
         state = s.status.upper()
         if s.waiting_for_keys and s.status == "running":
-            state = f"[reverse $warning]WAITING: {s.waiting_for_keys} keys cooling[/]"
+            state = f"[reverse $warning]WAITING: {escape(s.waiting_for_keys)}[/]"
         keys = ""
         if s.keys:
             ok = sum(k.state == "active" for k in s.keys)

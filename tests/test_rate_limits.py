@@ -1,0 +1,244 @@
+"""Rate limits and gateway quirks the way real gateways send them.
+
+Against our simulator (which now speaks per-key quotas with real headers, per-model
+429s, in-stream error events, malformed chunks, ignored `stream`) and against a server
+we did not write: llmock's per-key continuously refilling quotas.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from statistics import quantiles
+
+import httpx2
+import pytest
+
+from swarm_tui.config import RetryConfig, RoutingConfig
+from swarm_tui.engine import events as ev
+from swarm_tui.gateway.client import GatewayClient
+from swarm_tui.gateway.errors import CONNECTION, PROTOCOL, RATE_LIMITED, SERVER
+from swarm_tui.workload import Task
+from tests.conftest import Recorder, client_for, free_port, make_runner, tasks
+
+KEYS = [f"sk-quota-{c * 24}" for c in "abc"]
+pytestmark = pytest.mark.timeout(120)
+
+
+def _p95(values: list[float]) -> float:
+    return quantiles(values, n=20)[-1] if len(values) > 1 else (values[0] if values else 0.0)
+
+
+# -- quotas --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("strategy", ["least-in-flight", "round-robin", "proactive"])
+async def test_per_key_quotas_fail_nothing_and_pace_near_the_quota(sim_factory, strategy):
+    # 3 keys x (5-call bucket, 600/min = 10/s refill): 30 calls/s in all, after a burst of 15
+    rpm, burst, n = 600, 5, 135
+    sim = sim_factory(profile="fixed:20", rpm_per_key=rpm, quota_burst=burst)
+    async with client_for(sim, keys=KEYS) as gw:
+        gw.pool.strategy = strategy
+        runner = make_runner(gw, tasks(n), concurrency=50)
+        t0 = time.monotonic()
+        await asyncio.wait_for(runner.run(), 90)
+        wall = time.monotonic() - t0
+    calls = sim.app.stats["requests"]
+    assert runner.counts == {"succeeded": n, "failed": 0, "cancelled": 0}
+    assert sim.app.stats["429"] <= 0.05 * calls, (sim.app.stats, strategy)
+    # the quota, not our client, bounds the wall: (tasks - burst) / (keys x refill rate)
+    ideal = (n - 3 * burst) / (3 * rpm / 60) + 0.02
+    assert wall <= 1.15 * ideal + 0.25, (wall, ideal)  # + one event-loop tick per key
+
+
+def _llmock(port: int, *args: str) -> subprocess.Popen:
+    bin_dir = os.path.dirname(sys.executable)
+    proc = subprocess.Popen([os.path.join(bin_dir, "llmock"), "serve", "--port", str(port),
+                             "--host", "127.0.0.1", "--log-level", "warning", *args],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            stdin=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            httpx2.get(f"http://127.0.0.1:{port}/v1/models", timeout=1,
+                       headers={"authorization": "Bearer sk-probe"})
+            return proc
+        except httpx2.TransportError:
+            time.sleep(0.1)
+    proc.kill()
+    pytest.fail("llmock did not start")
+
+
+async def test_a_third_party_quota_server_llmock_fails_no_task():
+    """llmock: per-key buckets of 60/min (burst 60), Retry-After = the real wait,
+    x-ratelimit-* on every answer. 3 keys, 195 tasks: 180 fit the bursts, 15 wait for
+    the refill (3 calls/s)."""
+    port = free_port()
+    proc = _llmock(port, "--rpm", "60", "--latency-ms", "20", "--tool-mode", "off")
+    try:
+        gw = GatewayClient("llmock", f"http://127.0.0.1:{port}/v1",
+                           [(k, None) for k in KEYS], pool=60, timeout_s=20)
+        rec = Recorder()
+        try:
+            runner = make_runner(gw, tasks(195, max_tokens=8), concurrency=40, consumers=[rec])
+            t0 = time.monotonic()
+            await asyncio.wait_for(runner.run(), 90)
+            wall = time.monotonic() - t0
+        finally:
+            await gw.aclose()
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    assert runner.counts == {"succeeded": 195, "failed": 0, "cancelled": 0}
+    calls = sum(len(a.attempts) for a in runner.agents)
+    r429 = sum(1 for a in runner.agents for x in a.attempts if x.status_code == 429)
+    assert r429 <= 0.05 * calls, (r429, calls)
+    assert wall <= 1.15 * (15 / 3) + 1.0, wall  # quota-bound, not a full 60 s refill
+
+
+async def test_one_models_429s_do_not_hold_another_model(sim_factory):
+    """One key; kimi answers 429 (no Retry-After) to everything, deepseek is healthy."""
+    sim = sim_factory(profile="fixed:30", model_429={"kimi-k2.5": 1.0})
+    work = ([Task(id=f"k{i}", prompt="x", model="kimi-k2.5", max_tokens=8) for i in range(30)]
+            + [Task(id=f"d{i}", prompt="x", model="deepseek-v3.2", max_tokens=8)
+               for i in range(50)])
+    async with client_for(sim) as gw:
+        runner = make_runner(gw, work, concurrency=20,
+                             retry=RetryConfig(base_backoff_s=0.05, rate_limit_max_wait_s=2.0),
+                             routing=RoutingConfig(fallback={}))
+        await asyncio.wait_for(runner.run(), 60)
+    healthy = [a for a in runner.agents if a.task.model == "deepseek-v3.2"]
+    assert all(a.state == "succeeded" for a in healthy)
+    assert _p95([a.queue_ms for a in healthy]) <= 1000.0  # was ~62 s with key-wide cooling
+    starved = [a for a in runner.agents if a.task.model == "kimi-k2.5"]
+    # they waited out rate_limit_max_wait_s, never spending an attempt on a 429
+    assert all(a.state == "failed" and a.error_class == RATE_LIMITED for a in starved)
+    key = gw.keys[0]
+    assert key.rate("deepseek-v3.2").cooling_until == 0.0
+    assert key.rate("kimi-k2.5").steps >= 1
+
+
+async def test_a_huge_retry_after_waits_no_longer_than_the_cap(sim_factory):
+    sim = sim_factory(profile="fixed:20", rate_429=1.0, retry_after_s=3600)
+    base = sim.base_url.replace("/v1", "")
+    retry = RetryConfig(retry_after_cap_s=0.3, base_backoff_s=0.01)
+    async with client_for(sim) as gw:
+        gw.pool.retry_after_cap_s = retry.retry_after_cap_s
+        runner = make_runner(gw, tasks(40), concurrency=10, retry=retry)
+        run = asyncio.create_task(runner.run())
+        while sim.app.stats["429"] < 15:
+            await asyncio.sleep(0.01)
+        longest = max(k.cooling_until for k in gw.keys) - time.monotonic()
+        httpx2.post(f"{base}/sim/settings", json={"rate_429": 0.0})
+        await asyncio.wait_for(run, 30)
+    assert longest <= retry.retry_after_cap_s
+    assert runner.counts["succeeded"] == 40
+    waits = [x.retry_wait_s for a in runner.agents for x in a.attempts if x.status_code == 429]
+    assert waits and max(waits) <= retry.retry_after_cap_s
+
+
+# -- what gateways actually send ----------------------------------------------------------------
+async def test_an_error_event_inside_the_stream_is_retried_then_falls_back(sim_factory):
+    sim = sim_factory(profile="fixed:20", rate_stream_error=1.0, stream_error_code=503,
+                      fault_models=["deepseek-v3.2"])
+    rec = Recorder()
+    async with client_for(sim) as gw:
+        runner = make_runner(gw, tasks(10), consumers=[rec],
+                             retry=RetryConfig(max_attempts=2, base_backoff_s=0.01))
+        await asyncio.wait_for(runner.run(), 30)
+    assert runner.counts["succeeded"] == 10
+    for a in runner.agents:
+        first = a.attempts[0]
+        assert first.error_class == SERVER and first.status_code == 503
+        assert "in-stream error" in (first.error_message or "")
+        assert a.model == "kimi-k2.5" and a.attempts[-1].outcome == "ok"
+    assert len(rec.kinds(ev.FALLBACK)) == 10
+
+
+async def test_malformed_chunks_are_a_retryable_protocol_error(sim_factory):
+    sim = sim_factory(profile="fixed:10", rate_malformed=0.3, seed=5)
+    async with client_for(sim) as gw:
+        runner = make_runner(gw, tasks(300), retry=RetryConfig(base_backoff_s=0.01))
+        await asyncio.wait_for(runner.run(), 60)
+    assert runner.counts["succeeded"] >= 297  # ≥ 99 %
+    classes = {x.error_class for a in runner.agents for x in a.attempts if x.error_class}
+    assert classes == {PROTOCOL}
+    assert sim.app.stats["malformed"] > 50
+
+
+async def test_a_truncated_json_body_is_retried_too(sim_factory):
+    sim = sim_factory(profile="fixed:10", rate_malformed=0.3, seed=6)
+    async with client_for(sim, stream=False) as gw:
+        runner = make_runner(gw, tasks(100), retry=RetryConfig(base_backoff_s=0.01))
+        await asyncio.wait_for(runner.run(), 60)
+    assert runner.counts["succeeded"] >= 99
+    assert any(x.error_class == PROTOCOL for a in runner.agents for x in a.attempts)
+
+
+async def test_a_gateway_that_ignores_stream_true_answers_in_one_call(sim_factory):
+    sim = sim_factory(profile="fixed:10", ignore_stream=True)
+    async with client_for(sim, stream=True) as gw:
+        runner = make_runner(gw, tasks(50))
+        await asyncio.wait_for(runner.run(), 30)
+    assert runner.counts["succeeded"] == 50
+    assert sim.app.stats["requests"] == 50  # one call each
+    assert all(a.tokens_out > 0 and not a.usage_estimated and a.response_text
+               for a in runner.agents)
+
+
+@pytest.mark.parametrize("transport", ["aiohttp", "httpx2"])
+async def test_a_refused_connection_is_connection_not_timeout(transport):
+    gw = GatewayClient("dead", f"http://127.0.0.1:{free_port()}/v1", [("sk-x-0123456789", None)],
+                       pool=2, timeout_s=5, transport=transport)
+    try:
+        runner = make_runner(gw, tasks(1), retry=RetryConfig(max_attempts=1),
+                             routing=RoutingConfig(fallback={}))
+        await asyncio.wait_for(runner.run(), 30)
+    finally:
+        await gw.aclose()
+    assert runner.agents[0].error_class == CONNECTION
+
+
+# -- keys in trouble ----------------------------------------------------------------------------
+async def test_preflight_disables_a_rejected_key_and_goes_on(sim_factory):
+    sim = sim_factory(profile="fixed:10", keys=KEYS[:2], models_fail=2)
+    async with client_for(sim, keys=KEYS) as gw:
+        warnings = await gw.preflight()
+        assert [k.state for k in gw.keys] == ["active", "active", "disabled"]
+        assert any("rejected (401" in w and gw.keys[2].fingerprint in w for w in warnings)
+        assert sim.app.stats["models"] == 4  # two 503s retried, then each good key once
+        runner = make_runner(gw, tasks(30))
+        await asyncio.wait_for(runner.run(), 30)
+    assert runner.counts["succeeded"] == 30
+
+
+async def test_preflight_fails_only_when_no_key_works(sim_factory):
+    from swarm_tui.errors import UserError
+
+    sim = sim_factory(profile="fixed:10", keys=["sk-only-this-one-works-000"])
+    async with client_for(sim, keys=KEYS) as gw:
+        with pytest.raises(UserError, match="no key works"):
+            await gw.preflight()
+
+
+async def test_retiring_the_last_usable_key_makes_dispatch_wait_not_fail(sim_factory):
+    from swarm_tui.gateway import keyops
+
+    sim = sim_factory(profile="fixed:30")
+    async with client_for(sim, keys=KEYS[:1]) as gw:
+        runner = make_runner(gw, tasks(200), concurrency=10)
+        run = asyncio.create_task(runner.run())
+        while runner.done < 20:
+            await asyncio.sleep(0.01)
+        keyops.retire({gw.name: gw}, gw.keys[0].fingerprint)
+        while runner.in_flight:
+            await asyncio.sleep(0.01)
+        waiting = runner.waiting_for_keys
+        parked_done = runner.done
+        assert runner.counts["failed"] == 0 and parked_done < 200
+        keyops.enable({gw.name: gw}, gw.keys[0].fingerprint)
+        runner.wake()
+        await asyncio.wait_for(run, 30)
+    assert waiting is not None and waiting.startswith("no usable key on sim")
+    assert runner.counts == {"succeeded": 200, "failed": 0, "cancelled": 0}
