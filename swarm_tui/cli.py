@@ -50,7 +50,13 @@ def _sim_flags(p: argparse.ArgumentParser, prefix: str = "") -> None:
     p.add_argument(f"--{prefix}rate-cut", type=float, default=0.0, help="fraction of streams cut")
     p.add_argument(f"--{prefix}rate-hang", type=float, default=0.0,
                    help="fraction that never answer (past the client timeout)")
-    p.add_argument(f"--{prefix}rpm-per-key", type=int, help="requests per minute per key")
+    p.add_argument(f"--{prefix}rpm-per-key", type=int,
+                   help="per-key quota: requests per minute (a refilling bucket; 429 + "
+                   "Retry-After + x-ratelimit-* headers)")
+    p.add_argument(f"--{prefix}quota-burst", type=int,
+                   help="the quota bucket's size (default: the rpm)")
+    p.add_argument(f"--{prefix}model-429", action="append", default=[], metavar="MODEL=RATE",
+                   help="429s without Retry-After for one model (repeatable)")
     p.add_argument(f"--{prefix}seed", type=int, help="random seed for reproducible runs")
 
 
@@ -166,6 +172,14 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--usage-style", choices=["openai", "deepseek"], default="openai",
                      help="cache hits as prompt_tokens_details.cached_tokens (openai) or "
                      "prompt_cache_hit/miss_tokens (deepseek)")
+    sim.add_argument("--rate-stream-error", type=float, default=0.0,
+                     help="fraction of streams that end in an in-stream error event")
+    sim.add_argument("--stream-error-code", type=int, default=503,
+                     help="the code the in-stream error carries")
+    sim.add_argument("--rate-malformed", type=float, default=0.0,
+                     help="fraction of answers with a malformed chunk / truncated JSON body")
+    sim.add_argument("--ignore-stream", action="store_true",
+                     help="answer one JSON completion even when asked to stream")
     sim.add_argument("--stdin-control", action="store_true", help=argparse.SUPPRESS)
     return parser
 
@@ -180,10 +194,23 @@ def _sim_settings(args: argparse.Namespace, prefix: str = ""):
         "profile": get("profile"), "rate_429": get("rate_429"), "rate_503": get("rate_503"),
         "rate_cut": get("rate_cut"), "rate_hang": get("rate_hang"),
         "rpm_per_key": get("rpm_per_key"), "seed": get("seed"),
+        "quota_burst": get("quota_burst"),
     }
+    model_429 = {}
+    for item in get("model_429"):
+        model, _, rate = item.partition("=")
+        try:
+            model_429[model] = float(rate)
+        except ValueError:
+            raise UserError(f"--{prefix.replace('_', '-')}model-429 {item}: expected "
+                            "MODEL=RATE") from None
+    fields["model_429"] = model_429
     if not prefix:
         fields.update(usage_mode=args.usage, usage_style=args.usage_style, chunks=args.chunks,
-                      cached_fraction=args.cached_fraction)
+                      cached_fraction=args.cached_fraction,
+                      rate_stream_error=args.rate_stream_error,
+                      stream_error_code=args.stream_error_code,
+                      rate_malformed=args.rate_malformed, ignore_stream=args.ignore_stream)
         if args.keys_file:
             from swarm_tui.gateway.keys import read_key_file
             fields["keys"] = [k for k, _ in read_key_file(args.keys_file, insecure=True)]

@@ -94,7 +94,8 @@ async def test_cancel_one_agent_in_flight(sim_factory):
     async with client_for(server) as gw:
         runner = make_runner(gw, tasks(5), concurrency=5)
         task = asyncio.create_task(runner.run())
-        await asyncio.sleep(0.1)
+        while not runner.agents[2].attempts:  # in flight (after the key-model's first answer)
+            await asyncio.sleep(0.01)
         runner.cancel_agent(2)
         await asyncio.wait_for(task, 5)
     assert [a.state for a in runner.agents].count("cancelled") == 1
@@ -135,15 +136,31 @@ async def test_pause_stops_dispatch_and_resume_continues(sim_factory):
     assert runner.counts["succeeded"] == 200
 
 
-async def test_auth_and_bad_request_are_never_retried(sim_factory):
+async def test_a_refused_key_is_never_retried_and_dispatch_waits_for_a_usable_one(sim_factory):
     server = sim_factory(profile="fixed:10", keys=["sk-the-only-good-key-0123456789"])
     async with client_for(server, keys=["sk-wrong-key-000000000000000000"]) as gw:
         runner = make_runner(gw, tasks(3))
+        run = asyncio.create_task(runner.run())
+        while not (runner.waiting_for_keys or "").startswith("no usable key on sim"):
+            await asyncio.sleep(0.01)
+        assert runner.in_flight == 0 and runner.counts["failed"] == 0
+        runner.cancel()  # an operator gives up: every task stays resumable
+        await asyncio.wait_for(run, 10)
+    attempts = [x for a in runner.agents for x in a.attempts]
+    assert len(attempts) == 1  # the refused key took one call, never a second
+    assert attempts[0].error_class == "auth" and attempts[0].status_code == 401
+    assert "sk-wrong-key-000000000000000000" not in (attempts[0].error_message or "")
+    assert runner.counts["cancelled"] == 3
+
+
+async def test_bad_request_is_never_retried(sim_factory):
+    server = sim_factory(profile="fixed:10")
+    async with client_for(server) as gw:
+        runner = make_runner(gw, [Task(id="t", prompt="x", max_tokens=10**6 - 1)])
+        runner.agents[0].messages = []  # the simulator answers 400: model and messages required
         await runner.run()
-    for a in runner.agents:
-        assert a.state == "failed" and a.error_class == "auth" and a.status_code == 401
-        assert len(a.attempts) == 1
-        assert "sk-wrong-key-000000000000000000" not in (a.error_message or "")
+    a = runner.agents[0]
+    assert a.state == "failed" and a.error_class == "bad_request" and len(a.attempts) == 1
 
 
 async def test_server_errors_fall_back_to_next_model(sim_factory):

@@ -242,3 +242,45 @@ async def test_retiring_the_last_usable_key_makes_dispatch_wait_not_fail(sim_fac
         await asyncio.wait_for(run, 30)
     assert waiting is not None and waiting.startswith("no usable key on sim")
     assert runner.counts == {"succeeded": 200, "failed": 0, "cancelled": 0}
+
+
+@pytest.mark.usefixtures("no_user_config")
+def test_key_state_travels_with_the_heartbeat_of_a_busy_run(tmp_path, sim_proc):
+    """Results flow every 250 ms; the keys' live state must still be written every second
+    (it used to be written once), so `keys list|retire` find the run."""
+    import json
+    import sqlite3
+
+    from tests.conftest import TEST_KEY, swarm
+
+    _port, cfg = sim_proc
+    w = tmp_path / "w.jsonl"
+    w.write_text("".join(json.dumps({"id": f"t{i}", "prompt": "x", "max_tokens": 8}) + "\n"
+                         for i in range(4000)))
+    db = os.environ["SWARM_TUI_DB"]
+    env = {**os.environ, "GW_KEY": TEST_KEY}
+    run = subprocess.Popen([sys.executable, "-m", "swarm_tui", "run", str(w), "--config",
+                            str(cfg), "--concurrency", "20", "--headless", "--quiet"],
+                           env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                           stdin=subprocess.DEVNULL)
+    seen: set[float] = set()
+    try:
+        deadline = time.monotonic() + 60
+        while len(seen) < 4 and time.monotonic() < deadline and run.poll() is None:
+            try:
+                with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as raw:
+                    seen |= {r[0] for r in raw.execute("SELECT updated_at FROM key_state")}
+            except sqlite3.OperationalError:
+                pass
+            time.sleep(0.2)
+        assert len(seen) >= 4, seen  # refreshed again and again while results flowed
+        listed = swarm("keys", "list", "--json", "--config", str(cfg), env={"GW_KEY": TEST_KEY})
+        assert listed.returncode == 0 and '"calls"' in listed.stdout
+        fp = json.loads(listed.stdout)[0]["fingerprint"]
+        retired = swarm("keys", "retire", fp, "--config", str(cfg), env={"GW_KEY": TEST_KEY})
+        assert retired.returncode == 0 and "retire sent to 1 running swarm" in retired.stdout
+        enabled = swarm("keys", "enable", fp, "--config", str(cfg), env={"GW_KEY": TEST_KEY})
+        assert enabled.returncode == 0
+    finally:
+        run.terminate()
+        run.wait(30)

@@ -498,12 +498,15 @@ class SwarmRunner:
             wait, detail = self._rate_limited(agent, attempt, err, pool)
             if wait is None:
                 return
-        elif err.error_class == AUTH and pool.any_usable(besides=attempt.key_fp):
-            # The key was refused (now disabled) and another key can take the call at
-            # once: not the task's fault, not one of its attempts.
+        elif err.error_class == AUTH and err.status_code in (401, 403):
+            # The key was refused (now disabled): not the task's fault, not one of its
+            # attempts. Another key takes the call at once; with none left the task waits
+            # (visibly, resumable) for an operator to enable or add one.
             agent.attempts_on_model -= 1
             wait = 0.0
-            detail = f"{err.error_class} {err.status_code or ''} on {attempt.key_fp}: other key"
+            other = pool.any_usable(besides=attempt.key_fp)
+            detail = (f"{err.error_class} {err.status_code} on {attempt.key_fp}: "
+                      + ("other key" if other else "no usable key left, waiting"))
         elif not err.retryable:
             self._finish(agent, FAILED, ev.FAILED)
             return

@@ -283,6 +283,7 @@ class GatewayClient:
         warnings: list[str] = []
         working = 0
         rejected: list[str] = []
+        last_reason = ""
         for slot in self.keys:
             for attempt in range(tries):
                 try:
@@ -300,6 +301,7 @@ class GatewayClient:
                 if err.error_class == AUTH:
                     self.pool.disable(slot, f"{err.status_code} {err.message}"[:120])
                     rejected.append(f"{slot.fingerprint} ({err.status_code})")
+                    last_reason = f"({err.status_code}): {err.message}"
                     warnings.append(f"{where}: key {slot.fingerprint} rejected "
                                     f"({err.status_code}: {err.message}); disabled, the run "
                                     "goes on with the other keys")
@@ -315,6 +317,8 @@ class GatewayClient:
                     break
                 raise UserError(f"{where}: preflight failed ({err.status_code}): "
                                 f"{err.message}") from None
+        if not working and len(rejected) == 1:
+            raise UserError(f"{where}: key {rejected[0].split(' ')[0]} rejected {last_reason}")
         if not working:
             raise UserError(f"{where}: no key works: every key was rejected "
                             f"({', '.join(rejected)})")

@@ -9,8 +9,8 @@ model group's 429 while the others are fine), so one model's 429s must not stop 
   for a full refill.
 - Without them, AIMD: a lone 429 (the simulator's and the team's 0.3–3 % of peak-hour
   noise) only delays its own task; a *storm* — at least 3 of the calls sent since the
-  last decrease, and 10 % of them — cools the key-model (Retry-After, or 1, 2, 4 … s),
-  halves its pace, and the pace then grows back by 2 calls/s every second.
+  last decrease, and 25 % of them — cools the key-model (Retry-After, or 1, 2, 4 … s),
+  halves its pace, and the pace then grows back by 2 calls/s (or 10 %) every second.
 - Escalation counts only 429s on calls sent after the previous cooldown began: ten
   calls that fail together are one event, not ten.
 Every cooldown is capped by `retry_after_cap_s`.
@@ -24,10 +24,11 @@ import re
 from dataclasses import dataclass, field
 
 STORM_MIN_429 = 3
-STORM_SHARE = 0.10
+STORM_SHARE = 0.25         # random 429s (≤ 3 % at peak, 10 % in the tests) stay below it
 BACKOFF_BASE_S = 1.0
 DECREASE = 0.5
-INCREASE_PER_S = 2.0      # additive increase of the allowed calls/s, per second
+INCREASE_PER_S = 2.0      # additive increase of the allowed calls/s, per second …
+INCREASE_SHARE = 0.10     # … or 10 % of the pace per second, whichever is more
 MIN_RATE = 0.2            # calls/s: a cooled key-model still probes every 5 s
 RATE_WINDOW_S = 2.0       # over which the send rate is measured
 CALM_UNPACE_S = 30.0      # no storm for this long and pace far above use: unpaced again
@@ -82,7 +83,7 @@ class RateState:
             return
         dt = max(0.0, now - self.updated)
         if not self.learned:  # AIMD: additive increase while calm
-            self.rate += INCREASE_PER_S * dt
+            self.rate += max(INCREASE_PER_S, INCREASE_SHARE * self.rate) * dt
             if now - self.last_storm > CALM_UNPACE_S and self.rate > 2 * self.send_rate(now) + 5:
                 self.rate = None
                 return
@@ -182,7 +183,10 @@ class RateState:
             return None  # part of the event already answered
         self.round_calls += 1
         self.round_429 += 1
-        if self.round_429 < STORM_MIN_429 or self.round_429 < STORM_SHARE * self.round_calls:
+        # share of the calls *sent* in this round (a 429 comes back in milliseconds, an
+        # answer in hundreds: counting only what came back would see every burst as a storm)
+        sent = max(self.round_calls, self.sent_since(self.round_start))
+        if self.round_429 < STORM_MIN_429 or self.round_429 < STORM_SHARE * sent:
             return None
         # a storm: one cooldown step for every call sent since the last one began
         self.steps += 1
