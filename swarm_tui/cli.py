@@ -37,9 +37,14 @@ def run_async(coro):
         return runner.run(coro)
 
 
-def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", metavar="PATH", help="config file (env SWARM_TUI_CONFIG)")
-    p.add_argument("--db", metavar="PATH", help="SQLite database (env SWARM_TUI_DB)")
+def _common(p: argparse.ArgumentParser, top: bool = False) -> None:
+    # On a sub-command the default is SUPPRESS: an option given before the sub-command
+    # (`swarm-tui --db X runs`) must not be overwritten by the sub-parser's default.
+    default = None if top else argparse.SUPPRESS
+    p.add_argument("--config", metavar="PATH", default=default,
+                   help="config file (env SWARM_TUI_CONFIG)")
+    p.add_argument("--db", metavar="PATH", default=default,
+                   help="SQLite database (env SWARM_TUI_DB)")
 
 
 def _sim_flags(p: argparse.ArgumentParser, prefix: str = "") -> None:
@@ -60,13 +65,16 @@ def _sim_flags(p: argparse.ArgumentParser, prefix: str = "") -> None:
     p.add_argument(f"--{prefix}seed", type=int, help="random seed for reproducible runs")
 
 
-def _console_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--theme", help="console theme (swarm-dark, swarm-light, "
+def _console_flags(p: argparse.ArgumentParser, top: bool = False) -> None:
+    default = None if top else argparse.SUPPRESS
+    p.add_argument("--theme", default=default, help="console theme (swarm-dark, swarm-light, "
                    "swarm-high-contrast, swarm-ansi, swarm-production, or your own)")
-    p.add_argument("-r", "--refresh", type=float, metavar="SECONDS",
+    p.add_argument("-r", "--refresh", type=float, metavar="SECONDS", default=default,
                    help="console refresh interval (default 0.25)")
     p.add_argument("--readonly", action="store_true",
-                   help="no action that changes a run (pause, cancel, concurrency)")
+                   default=False if top else argparse.SUPPRESS,
+                   help="no action that changes a run (pause, cancel, concurrency, keys, "
+                   "canary)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -74,8 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="swarm-tui", description="Terminal operations console for LLM agent swarms. "
         "Without a sub-command: the console (built-in simulator when nothing is configured).")
     parser.add_argument("--version", action="version", version=f"swarm-tui {__version__}")
-    _common(parser)
-    _console_flags(parser)
+    _common(parser, top=True)
+    _console_flags(parser, top=True)
     sub = parser.add_subparsers(dest="command")
 
     run = sub.add_parser("run", help="run a workload (or --demo N) against a gateway")
@@ -591,6 +599,8 @@ def cmd_keys(args: argparse.Namespace) -> int:
     if args.insecure_key_file:
         print("swarm-tui: warning: accepting key files readable by group/others",
               file=sys.stderr)
+    if args.readonly and args.verb in ("add", "retire", "enable"):
+        raise UserError(f"keys {args.verb}: refused, --readonly")
     if args.verb == "add":  # a file operation: no database needed
         if args.fingerprint is not None:  # never echo it: it may be the key itself
             raise UserError("keys add: the key is read from standard input or --from-env VAR, "

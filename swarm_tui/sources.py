@@ -181,7 +181,7 @@ class LiveSource:
         """add (ref = gateway) / retire / enable (ref = fingerprint), on the engine's loop."""
         from swarm_tui.gateway import keyops
 
-        runner, loop = self.runner, self.loop
+        runner, loop = self.runner, self._engine_loop()
         if runner is None or loop is None or not self.active:
             raise UserError(f"key {op}: no active run here")
 
@@ -204,11 +204,22 @@ class LiveSource:
     async def canary_act(self, action: str, arg: str | None, reason: str | None) -> bool:
         """Through this run's controller (on the engine's loop), so routing follows at
         once. False: no canary in this run (the caller acts on the store instead)."""
-        if self.canary is None or self.loop is None:
+        loop = self._engine_loop()
+        if self.canary is None or loop is None:
+            return False  # the run has ended: the caller acts on the stored canary
+        try:
+            fut = asyncio.run_coroutine_threadsafe(self.canary.act(action, arg, reason), loop)
+        except RuntimeError:  # the engine's loop closed between the check and the call
             return False
-        fut = asyncio.run_coroutine_threadsafe(self.canary.act(action, arg, reason), self.loop)
         await asyncio.wrap_future(fut)
         return True
+
+    def _engine_loop(self) -> asyncio.AbstractEventLoop | None:
+        """The engine's loop while it still runs; None once the run (and its loop) ended."""
+        loop = self.loop
+        if loop is None or loop.is_closed() or self._done.is_set():
+            return None
+        return loop
 
     async def detail(self, seq: int) -> AgentDetail | None:
         r = self.runner
@@ -236,9 +247,13 @@ class LiveSource:
     async def control(self, command: str, arg: str | None = None) -> bool:
         from swarm_tui.store.writer import apply_command
 
-        if self.readonly or self.runner is None or self.loop is None:
+        loop = self._engine_loop()
+        if self.readonly or self.runner is None or loop is None:
             return False
-        self.loop.call_soon_threadsafe(apply_command, self.runner, command, arg)
+        try:
+            loop.call_soon_threadsafe(apply_command, self.runner, command, arg)
+        except RuntimeError:  # closed meanwhile: the run is over
+            return False
         if command in ("pause", "resume"):
             self._want_paused = command == "pause"
         return True

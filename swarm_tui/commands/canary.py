@@ -26,7 +26,8 @@ def add_parser(sub: argparse._SubParsersAction, common) -> None:
     p.add_argument("--reason", help="why (kept in the audit log)")
     p.add_argument("--json", action="store_true", help="status / history as JSON")
     p.add_argument("--limit", type=int, default=20, help="history entries (default 20)")
-    p.add_argument("--readonly", action="store_true", help="refuse any action that changes it")
+    p.add_argument("--readonly", action="store_true", default=argparse.SUPPRESS,
+                   help="refuse any action that changes it (also before the sub-command)")
 
 
 def canary_config(cfg: LoadedConfig) -> CanaryConfig:

@@ -66,7 +66,7 @@ class Dashboard(Screen[None]):
         with Horizontal(id="bottom"):
             yield EventLog(id="log")
             yield LatencyHistogram(id="hist")
-        yield Static("", id="message")
+        yield Static("", id="message", markup=False)  # filter text, errors: never markup
         yield Input(placeholder="filter: state:failed model:kimi !bucket:candidate regex…",
                     id="filter")
         yield Footer()
@@ -93,6 +93,7 @@ class SwarmApp(App[int]):
         Binding("space", "freeze", "Freeze", id="app.freeze", show=False),
         Binding("t", "next_theme", "Theme", id="app.theme", show=False),
         Binding("q", "request_quit", "Quit", id="app.quit"),
+        Binding("ctrl+q", "request_quit", "Quit", show=False, priority=True),
         Binding("escape", "clear_filter", "Clear filter", show=False),
     ]
 
@@ -128,6 +129,7 @@ class SwarmApp(App[int]):
         self._wanted_theme = theme or "swarm-dark"
         self._keymap = keymap or {}
         self._worker = None
+        self._want_concurrency: int | None = None
 
     # -- lifecycle -----------------------------------------------------------------------
     def on_mount(self) -> None:
@@ -178,12 +180,15 @@ class SwarmApp(App[int]):
         s = self.snapshot
         idle = self.idle_message if self.source is None else "starting…"
         screen.query_one(StatusBar).show(s, idle if s is None else "")
-        screen.query_one("#message", Static).update(self.message)
+        message = self.message
+        cells = list(s.agents) if s is not None else []
+        if self._filter is not None:
+            total = len(cells)
+            cells = [c for c in cells if self._filter(c)]
+            message = f"filter: {self.filter_text} ({len(cells)} of {total} agents)"
+        screen.query_one("#message", Static).update(message)
         if s is None:
             return
-        cells = list(s.agents)
-        if self._filter is not None:
-            cells = [c for c in cells if self._filter(c)]
         cells = sort_cells(cells, self.sort_order)
         screen.query_one(AgentGrid).update_cells(tuple(cells))
         screen.query_one(EventLog).feed(s.log)
@@ -234,9 +239,15 @@ class SwarmApp(App[int]):
     async def action_concurrency(self, direction: int) -> None:
         if not self._guard("concurrency") or self.snapshot is None:
             return
-        n = max(1, self.snapshot.concurrency + direction * CONCURRENCY_STEP)
-        await self.source.control("concurrency", str(n))
-        self.notify(f"concurrency → {n}")
+        # from the latest *requested* value: ten fast presses are ten steps, though the
+        # snapshot still shows the value before the first one
+        if self._want_concurrency == self.snapshot.concurrency:
+            self._want_concurrency = None  # applied: the snapshot is current again
+        base = self._want_concurrency or self.snapshot.concurrency
+        n = max(1, base + direction * CONCURRENCY_STEP)
+        if await self.source.control("concurrency", str(n)):
+            self._want_concurrency = n
+            self.notify(f"concurrency → {n}")
 
     def action_cancel_run(self) -> None:
         if not self._guard("cancel"):
@@ -276,10 +287,10 @@ class SwarmApp(App[int]):
         event.input.remove_class("visible")
         try:
             self._filter = parse_filter(self.filter_text) if self.filter_text else None
-            self.message = f"filter: {self.filter_text}" if self.filter_text else ""
-        except FilterError as e:
+            self.message = ""
+        except FilterError as e:  # a bad pattern is said, not silently ignored
             self._filter = None
-            self.message = str(e)
+            self.message = f"filter not applied: {e}"
         self.screen.query_one(AgentGrid).focus()
         self.render_snapshot()
 
@@ -406,6 +417,10 @@ class SwarmApp(App[int]):
         finally:
             await conn.close()
         self.push_screen(TextScreen(compare_table(sa, sb)))
+
+    async def action_quit(self) -> None:
+        """Textual's own quit (ctrl+q, the palette): the same question as `q`."""
+        self.action_request_quit()
 
     def action_request_quit(self) -> None:
         # A live run cannot outlive this process, so quitting stops it: always ask first

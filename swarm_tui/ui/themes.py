@@ -21,9 +21,18 @@ def _theme(data: dict, place: str) -> Theme:
         raise UserError(f"{place}: unknown key(s) {', '.join(sorted(unknown))}")
     if not isinstance(data.get("name"), str) or not isinstance(data.get("primary"), str):
         raise UserError(f"{place}: needs string keys 'name' and 'primary'")
+    dark, ansi = bool(data.get("dark", True)), bool(data.get("ansi", False))
+    variables = {str(k): str(v) for k, v in (data.get("variables") or {}).items()}
+    if ansi:
+        # Textual's own stylesheets use $ansi-background etc., which only its built-in
+        # ANSI themes define: without them the real app dies on its first frame (a
+        # run_test() snapshot never notices). Start from those, ours on top.
+        from textual.theme import BUILTIN_THEMES
+
+        base = BUILTIN_THEMES["ansi-dark" if dark else "ansi-light"].variables
+        variables = {**base, **variables}
     return Theme(
-        name=data["name"], dark=bool(data.get("dark", True)), ansi=bool(data.get("ansi", False)),
-        variables={str(k): str(v) for k, v in (data.get("variables") or {}).items()},
+        name=data["name"], dark=dark, ansi=ansi, variables=variables,
         **{k: data[k] for k in _FIELDS if k in data},
     )
 

@@ -1,0 +1,90 @@
+"""The real binary on a pseudo-terminal (80x24 unless said), screen read through pyte.
+
+These are the scenarios `run_test()` pilots missed: a theme's stylesheet error on a real
+terminal, options given before the sub-command, markup typed into the filter, ctrl+q on a
+live run, fast key repeats.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.pty_harness import PtyApp
+
+pytestmark = pytest.mark.timeout(90)
+THEMES = ["swarm-dark", "swarm-light", "swarm-high-contrast", "swarm-ansi", "swarm-production"]
+
+
+@pytest.fixture
+def env(tmp_path):
+    return {"SWARM_TUI_DB": str(tmp_path / "runs.db"), "XDG_CONFIG_HOME": str(tmp_path / "xdg"),
+            "XDG_DATA_HOME": str(tmp_path / "data")}
+
+
+def _no_stylesheet_error(app: PtyApp) -> None:
+    assert b"Error in stylesheet" not in app.raw and b"Traceback" not in app.raw
+
+
+@pytest.mark.parametrize(("theme", "term", "no_color"), [
+    *[(t, "xterm-256color", False) for t in THEMES],
+    ("swarm-ansi", "screen", False), ("swarm-ansi", "linux", False),
+    ("swarm-ansi", "xterm-256color", True),
+])
+def test_every_theme_loads_on_a_real_terminal(env, theme, term, no_color):
+    if no_color:
+        env = {**env, "NO_COLOR": "1"}
+    app = PtyApp("--theme", theme, env=env, term=term)
+    try:
+        app.wait_for("press d to start", what="the idle console")
+        _no_stylesheet_error(app)
+        for _ in THEMES:  # `t` walks through every theme on this terminal
+            app.send("t")
+            app.wait_for("theme: ", what="the theme toast")
+        _no_stylesheet_error(app)
+        app.send("q")
+        assert app.wait() == 0
+    finally:
+        app.kill()
+
+
+def _status(app: PtyApp) -> str:
+    return app.text().splitlines()[0]
+
+
+def test_global_options_before_the_sub_command_are_obeyed(env, tmp_path):
+    app = PtyApp("--readonly", "--theme", "swarm-ansi", "run", "--demo", "3000", env=env)
+    try:
+        app.wait_for(lambda t: "RUNNING" in t, what="a running swarm")
+        app.send("p")
+        screen = app.wait_for("read-only", what="the read-only refusal")
+        assert "PAUSED" not in screen
+        app.send("\x11")  # ctrl+q on a live run: the same question as q
+        app.wait_for("Cancel it and quit?", what="the quit question")
+        app.send("y")
+        assert app.wait(60) == 130
+    finally:
+        app.kill()
+
+
+def test_filter_with_markup_fast_plus_and_quit(env):
+    app = PtyApp("run", "--demo", "30000", env=env)
+    try:
+        app.wait_for(lambda t: "RUNNING" in t, what="a running swarm")
+        app.send("/")
+        app.wait_for("filter: state:failed", what="the filter line, visible")
+        app.send("demo-0000[0-4]")  # markup-looking text is a regex here, shown as typed
+        app.send("\r")
+        app.wait_for("filter: demo-0000[0-4] (5 of ", what="the filter with its count")
+        app.send("\x1b")  # escape clears it
+        for _ in range(10):  # ten fast presses: ten steps of 10 from 100
+            app.send("+")
+        app.wait_for(lambda t: re.search(r"/200 fly", t) is not None, what="concurrency 200")
+        _no_stylesheet_error(app)
+        app.send("q")
+        app.wait_for("Cancel it and quit?", what="the quit question")
+        app.send("y")
+        assert app.wait(60) == 130
+    finally:
+        app.kill()
