@@ -88,13 +88,20 @@ class PtyApp:
         while self.poll() is None and time.monotonic() < deadline:
             self.pump(0.1)
         if self.returncode is None:
-            self.kill()
-            raise AssertionError("the app did not exit")
+            raise AssertionError(f"the app did not exit; it shows:\n{self.text()}")
         self.pump()
         return self.returncode
 
     def kill(self) -> None:
-        if self.poll() is None:
-            os.kill(self.pid, signal.SIGKILL)
-            os.waitpid(self.pid, 0)
-        os.close(self.fd)
+        """Idempotent: the end of every test, whatever happened before."""
+        if self.returncode is None:
+            try:
+                if self.poll() is None:
+                    os.kill(self.pid, signal.SIGKILL)
+                    os.waitpid(self.pid, 0)
+                    self.returncode = -signal.SIGKILL
+            except (ChildProcessError, ProcessLookupError):
+                self.returncode = -1
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1

@@ -63,13 +63,13 @@ def test_global_options_before_the_sub_command_are_obeyed(env, tmp_path):
         app.send("\x11")  # ctrl+q on a live run: the same question as q
         app.wait_for("Cancel it and quit?", what="the quit question")
         app.send("y")
-        assert app.wait(60) == 130
+        assert app.wait(90) == 130
     finally:
         app.kill()
 
 
 def test_filter_with_markup_fast_plus_and_quit(env):
-    app = PtyApp("run", "--demo", "30000", env=env)
+    app = PtyApp("run", "--demo", "8000", env=env)
     try:
         app.wait_for(lambda t: "RUNNING" in t, what="a running swarm")
         app.send("/")
@@ -85,6 +85,6 @@ def test_filter_with_markup_fast_plus_and_quit(env):
         app.send("q")
         app.wait_for("Cancel it and quit?", what="the quit question")
         app.send("y")
-        assert app.wait(60) == 130
+        assert app.wait(90) == 130
     finally:
         app.kill()
