@@ -88,3 +88,22 @@ def test_filter_with_markup_fast_plus_and_quit(env):
         assert app.wait(90) == 130
     finally:
         app.kill()
+
+
+def test_a_scrolled_grid_keeps_repainting(env):
+    """After End on a long run the visible cells must follow the run to its end (they
+    stayed `·` queued while the status said FINISHED, and an operator cancelled an agent
+    that had long succeeded)."""
+    app = PtyApp("run", "--demo", "2500", "--sim-rate-429", "0", "--sim-rate-503", "0",
+                 env=env)
+    try:
+        app.wait_for(lambda t: "RUNNING" in t, what="a running swarm")
+        app.send("\x1b[F")  # End
+        screen = app.wait_for("FINISHED", timeout=60, what="the run's end")
+        grid = screen.splitlines()[2:12]
+        assert not any(g in row for row in grid for g in "·○◐↻"), "\n".join(grid)
+        assert sum(row.count("●") for row in grid) > 100
+        app.send("q")
+        assert app.wait(30) == 0
+    finally:
+        app.kill()

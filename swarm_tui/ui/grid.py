@@ -87,9 +87,11 @@ class AgentGrid(ScrollView, can_focus=True):
         if len(rows) != len(self._rows) or (rows and self._rows and rows[0][0] != self._rows[0][0]):
             self.refresh()
         else:
-            for y, (old, new) in enumerate(zip(self._rows, rows, strict=True)):
+            for old, new in zip(self._rows, rows, strict=True):
                 if old != new:
-                    self.refresh_line(y)
+                    # ScrollView.refresh_line takes the *virtual* row (it subtracts the
+                    # scroll offset): passing the on-screen index froze a scrolled grid
+                    self.refresh_line(new[0])
         self._rows = rows
 
     @property
