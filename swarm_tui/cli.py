@@ -25,6 +25,7 @@ from swarm_tui.errors import (
 from swarm_tui.gateway.keys import redact
 
 EXIT_INTERRUPTED = 130
+EXIT_HANGUP = 129  # the console's terminal hung up (SSH dropped): run cancelled, resumable
 
 
 def run_async(coro):
@@ -367,6 +368,8 @@ def _console(args: argparse.Namespace, cfg, **kw) -> int:
     app = SwarmApp(refresh_s=args.refresh or ui.refresh_s, theme=theme, keymap=ui.keys,
                    readonly=args.readonly, canary=canary, **kw)
     code = app.run()
+    if code is None and app.return_code not in (None, 0):
+        return EXIT_INTERNAL  # Textual itself failed (it printed why)
     source = kw.get("source") or app.source
     err = getattr(source, "error", None)
     if err:
@@ -376,7 +379,11 @@ def _console(args: argparse.Namespace, cfg, **kw) -> int:
         from swarm_tui.headless import summary_text
 
         print(summary_text(outcome.summary))
-        if code == EXIT_INTERRUPTED or outcome.interrupted:
+        # One table for every way a console ends (README, Exit codes)
+        if code == EXIT_HANGUP:
+            return EXIT_HANGUP
+        if (code == EXIT_INTERRUPTED or outcome.interrupted
+                or outcome.summary.status == "cancelled"):
             return EXIT_INTERRUPTED
         if outcome.summary.status == "budget_stopped":
             return EXIT_BUDGET_STOPPED

@@ -107,3 +107,36 @@ def test_a_scrolled_grid_keeps_repainting(env):
         assert app.wait(30) == 0
     finally:
         app.kill()
+
+
+def test_a_hang_up_cancels_the_run_cleanly_and_it_stays_resumable(env, tmp_path):
+    import json
+    import os
+    import signal
+
+    from tests.conftest import swarm
+
+    app = PtyApp("run", "--demo", "8000", env=env)
+    try:
+        app.wait_for(lambda t: (m := re.search(r"(\d+)/8000", t)) is not None
+                     and int(m.group(1)) >= 100, what="some finished tasks")
+        os.kill(app.pid, signal.SIGHUP)  # what an SSH drop sends the session
+        assert app.wait(90) == 129
+    finally:
+        app.kill()
+    runs = json.loads(swarm("runs", "--json", env=env).stdout)
+    assert runs[0]["status"] == "cancelled" and 0 < runs[0]["done"] < 8000
+
+
+def test_cancel_then_quit_ends_130_like_quitting_a_live_run(env):
+    app = PtyApp("run", "--demo", "8000", env=env)
+    try:
+        app.wait_for(lambda t: "RUNNING" in t, what="a running swarm")
+        app.send("x")
+        app.wait_for("Cancel the whole run?", what="the cancel question")
+        app.send("y")
+        app.wait_for("CANCELLED", timeout=60, what="the cancelled run")
+        app.send("q")
+        assert app.wait(60) == 130
+    finally:
+        app.kill()

@@ -43,7 +43,7 @@ async def runs_listing(conn: aiosqlite.Connection, limit: int) -> list[RunListIt
         s = await run_summary(conn, run)
         items.append(RunListItem(
             id=run.id, name=run.name, started_at=run.started_at, status=run.effective_status(),
-            simulated=run.simulated, total=run.total, done=s.succeeded + s.failed + s.cancelled,
+            simulated=run.simulated, total=run.total, done=s.succeeded + s.failed,
             success_rate=s.success_rate, p95_ms=s.latency_ms.p95, cost_usd=s.cost_usd,
             unpriced_tasks=s.unpriced_tasks))
     return items

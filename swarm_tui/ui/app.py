@@ -7,6 +7,9 @@ message per engine event.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import signal
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -57,6 +60,9 @@ _KEY_NAMES = {"question_mark": "?", "slash": "/", "plus": "+", "equals_sign": "=
 
 def _key_names(keys: str) -> str:
     return " ".join(_KEY_NAMES.get(k.strip(), k.strip()) for k in keys.split(","))
+
+
+EXIT_HANGUP = 129  # 128 + SIGHUP
 
 
 class Dashboard(Screen[None]):
@@ -145,6 +151,17 @@ class SwarmApp(App[int]):
         if self.source is not None:
             self._start(self.source)
         self.set_interval(self.refresh_s, self.tick)
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            # an SSH hang-up: cancel the run cleanly (resumable) rather than die mid-write
+            asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, self._hang_up)
+
+    def _hang_up(self) -> None:
+        async def leave() -> None:
+            if self.run_active and getattr(self.source, "kind", "") == "live":
+                await self.source.shutdown()
+            self.exit(EXIT_HANGUP, return_code=EXIT_HANGUP)
+
+        self.run_worker(leave(), exclusive=True, group="hangup")
         self.call_later(self.tick)
 
     async def on_unmount(self) -> None:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from rich.markup import escape
 from textual.content import Content
+from textual.markup import escape
 from textual.widgets import RichLog, Static
 
 from swarm_tui.engine.live import HIST_EDGES_MS, Snapshot
@@ -17,18 +17,40 @@ def _k(n: int) -> str:
     return f"{n / 1000:,.1f}k" if n >= 10_000 else f"{n:,}"
 
 
+def fit_parts(parts: list[tuple[int, str]], width: int, sep: str = " │ ") -> str:
+    """Join (priority, markup) parts, dropping the least important (highest number,
+    rightmost first) until the line fits `width` cells: at 80 columns the state, done/
+    total, success, p95 and cost stay; run id, rates and tokens go first."""
+    kept = list(parts)
+
+    def plain_len(items: list[tuple[int, str]]) -> int:
+        return Content.from_markup(sep.join(t for _, t in items)).cell_length
+
+    while len(kept) > 1 and plain_len(kept) > width:
+        worst = max(range(len(kept)), key=lambda i: (kept[i][0], i))
+        if kept[worst][0] == 0:
+            break  # never drop the essentials; the line is then cut at its end
+        kept.pop(worst)
+    return sep.join(t for _, t in kept)
+
+
 class StatusBar(Static):
-    """Two lines: who/what/state, then the SLA figures (coloured and marked with ! on breach)."""
+    """Two lines: who/what/state, then the SLA figures (coloured and marked with ! on breach).
+    Parts degrade by priority to the bar's width; every name that came from a user, a
+    gateway or a run id is escaped, never markup."""
 
     def show(self, s: Snapshot | None, message: str = "") -> None:
         if s is None:
-            self.update(Content.from_markup(f"[b]swarm-tui[/]  {message}"))
+            self.update(Content.from_markup(f"[b]swarm-tui[/]  {escape(message)}"))
             return
+        width = max(20, self.size.width - 2 if self.size.width else 78)
         badge = "[reverse $warning] SIMULATED [/]" if s.simulated else "[reverse $error] LIVE [/]"
         if s.source != "live":
             badge += f" [reverse $accent] {s.source.upper()} [/]"
         if s.readonly:
             badge += " [dim]read-only[/]"
+        if self.app is not None and getattr(self.app, "frozen", False):
+            badge += " [reverse $accent] FROZEN [/]"
         state = s.status.upper()
         if s.waiting_for_keys and s.status == "running":
             state = f"[reverse $warning]WAITING: {escape(s.waiting_for_keys)}[/]"
@@ -36,8 +58,12 @@ class StatusBar(Static):
         if s.keys:
             ok = sum(k.state == "active" for k in s.keys)
             colour = "$success" if ok == len(s.keys) else ("$warning" if ok else "$error")
-            keys = f" │ [{colour}]keys {ok}/{len(s.keys)}[/]"
-        pct = f"{s.done}/{s.total}"
+            keys = f"[{colour}]keys {ok}/{len(s.keys)}[/]"
+        c = s.counts
+        ended = c.get("succeeded", 0) + c.get("failed", 0)
+        pct = f"{ended}/{s.total}"  # cancelled tasks are not done: they stay resumable
+        if c.get("cancelled"):
+            pct += f" [dim]−{c['cancelled']} cancelled[/]"
         rate = "-" if s.success_rate is None else f"{s.success_rate * 100:.1f}%"
         ok_rate = s.success_rate is None or s.success_rate >= s.sla.min_success
         p95 = s.latency_ms[1]
@@ -53,15 +79,21 @@ class StatusBar(Static):
                 "$warning" if share >= 0.8 else "$foreground")
             cost = f"[{colour}]{cost}/${s.budget_usd:,.2f}[/]"
         month = "" if s.projected_month_usd is None else f" ≈${s.projected_month_usd:,.0f}/mo"
-        # Most important first: at 80 columns the ends of the lines are cut (ellipsis).
-        line1 = (f"{badge} {','.join(s.gateways)} [b]{state}[/] {s.elapsed_s:,.1f}s │ {pct} │ "
-                 f"{s.in_flight}/{s.concurrency} fly │ {s.calls_per_s:,.0f}/s │ {s.canary}{keys} │ "
-                 f"{s.run_id}")
-        line2 = (f"{rate_txt} {p95_txt} p50 {_ms(s.latency_ms[0])} p99 {_ms(s.latency_ms[2])} ms"
-                 f" │ {cost}{month} │ ttft {_ms(s.ttft_ms[0])}/{_ms(s.ttft_ms[1])} │ tok "
-                 f"{_k(s.tokens_in)}/{_k(s.tokens_out)}")
-        if message:
-            line2 += f" │ {message}"
+        gws = escape(",".join(s.gateways))
+        line1 = fit_parts([
+            (0, f"{badge} {gws} [b]{state}[/] {s.elapsed_s:,.1f}s"), (0, pct),
+            (1, escape(s.canary)), (1, keys) if keys else (9, ""),
+            (2, f"{s.in_flight}/{s.concurrency} fly"), (3, f"{s.calls_per_s:,.0f}/s"),
+            (2, escape(s.run_id)),
+        ], width)
+        line2 = fit_parts([
+            (0, f"{rate_txt} {p95_txt}"),
+            (3, f"p50 {_ms(s.latency_ms[0])} p99 {_ms(s.latency_ms[2])} ms"),
+            (0, f"{cost}{month}"),
+            (4, f"ttft {_ms(s.ttft_ms[0])}/{_ms(s.ttft_ms[1])}"),
+            (5, f"tok {_k(s.tokens_in)}/{_k(s.tokens_out)}"),
+            *([(1, escape(message))] if message else []),
+        ], width)
         self.update(Content.from_markup(f"{line1}\n{line2}"))
 
 
@@ -76,7 +108,12 @@ class LatencyHistogram(Static):
         for label, n in zip(labels, s.histogram, strict=True):
             if n:
                 bars.append(f"{label:>6} {'█' * max(1, round(12 * n / peak)):<12} {n}")
-        lines = bars[-5:] if len(bars) > 5 else bars
+        if len(bars) > 5:  # the 4 fullest buckets and the slowest one, in order
+            counts = [int(b.rsplit(" ", 1)[1]) for b in bars]
+            keep = set(sorted(range(len(bars) - 1), key=lambda i: -counts[i])[:4])
+            keep.add(len(bars) - 1)
+            bars = [b for i, b in enumerate(bars) if i in keep]
+        lines = bars
         self.update("\n".join([f"/s {sparkline}", *lines]))
 
 
