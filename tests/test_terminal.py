@@ -54,7 +54,8 @@ def _status(app: PtyApp) -> str:
 
 
 def test_global_options_before_the_sub_command_are_obeyed(env, tmp_path):
-    app = PtyApp("--readonly", "--theme", "swarm-ansi", "run", "--demo", "3000", env=env)
+    app = PtyApp("--readonly", "--theme", "swarm-ansi", "run", "--demo", "3000",
+                 "--concurrency", "20", env=env)
     try:
         app.wait_for(lambda t: "RUNNING" in t, what="a running swarm")
         app.send("p")
@@ -69,7 +70,8 @@ def test_global_options_before_the_sub_command_are_obeyed(env, tmp_path):
 
 
 def test_filter_with_markup_fast_plus_and_quit(env):
-    app = PtyApp("run", "--demo", "8000", env=env)
+    # 20 in flight: the run outlives the test's key presses on a loaded machine
+    app = PtyApp("run", "--demo", "8000", "--concurrency", "20", env=env)
     try:
         app.wait_for(lambda t: "RUNNING" in t, what="a running swarm")
         app.send("/")
@@ -78,9 +80,9 @@ def test_filter_with_markup_fast_plus_and_quit(env):
         app.send("\r")
         app.wait_for("filter: demo-0000[0-4] (5 of ", what="the filter with its count")
         app.send("\x1b")  # escape clears it
-        for _ in range(10):  # ten fast presses: ten steps of 10 from 100
+        for _ in range(10):  # ten fast presses: ten steps of 10 from 20
             app.send("+")
-        app.wait_for(lambda t: re.search(r"/200 fly", t) is not None, what="concurrency 200")
+        app.wait_for(lambda t: re.search(r"/120 fly", t) is not None, what="concurrency 120")
         _no_stylesheet_error(app)
         app.send("q")
         app.wait_for("Cancel it and quit?", what="the quit question")
@@ -116,7 +118,7 @@ def test_a_hang_up_cancels_the_run_cleanly_and_it_stays_resumable(env, tmp_path)
 
     from tests.conftest import swarm
 
-    app = PtyApp("run", "--demo", "8000", env=env)
+    app = PtyApp("run", "--demo", "8000", "--concurrency", "20", env=env)
     try:
         app.wait_for(lambda t: (m := re.search(r"(\d+)/8000", t)) is not None
                      and int(m.group(1)) >= 100, what="some finished tasks")
@@ -129,7 +131,7 @@ def test_a_hang_up_cancels_the_run_cleanly_and_it_stays_resumable(env, tmp_path)
 
 
 def test_cancel_then_quit_ends_130_like_quitting_a_live_run(env):
-    app = PtyApp("run", "--demo", "8000", env=env)
+    app = PtyApp("run", "--demo", "8000", "--concurrency", "20", env=env)
     try:
         app.wait_for(lambda t: "RUNNING" in t, what="a running swarm")
         app.send("x")

@@ -56,3 +56,27 @@ def test_history(snap_compare, size, stored_runs_db):
 
     assert snap_compare(app(db_path=stored_runs_db), terminal_size=size,
                         run_before=open_history)
+
+
+def test_status_bar_at_80_columns_with_canary_keys_and_a_long_run_id(snap_compare):
+    """The bar degrades by priority: state, done/total, success, p95 and cost stay."""
+    import dataclasses
+
+    from swarm_tui.engine.live import KeyRow
+
+    keys = tuple(KeyRow("sim", f"sk-…{i}{i}{i}{i}#abc12{i}", None, "env:K", state, None, None,
+                        3, 120, 2, 2, 1000, 2000, None)
+                 for i, state in enumerate(("active", "cooling", "active")))
+    snap = dataclasses.replace(mid_run_snapshot(), canary="canary 25% progressing 3m/24h",
+                               keys=keys, run_id="20261203-101010-abcd [nightly/batch-7]")
+    assert snap_compare(SwarmApp(FixedSource(snap), refresh_s=10), terminal_size=(80, 24),
+                        run_before=settle)
+
+
+def test_confirm_dialog_over_the_dashboard(snap_compare):
+    async def ask(pilot):
+        await settle(pilot)
+        await pilot.press("x")
+        await pilot.pause(0.2)
+
+    assert snap_compare(app(), terminal_size=(80, 24), run_before=ask)

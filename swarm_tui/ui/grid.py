@@ -55,7 +55,9 @@ class AgentGrid(ScrollView, can_focus=True):
     # -- geometry ----------------------------------------------------------------------
     @property
     def columns(self) -> int:
-        return max(1, self.scrollable_content_region.width // CELL_W)
+        # the scrollbar's column is always reserved: the count must not depend on whether
+        # the scrollbar has appeared yet (it flipped 40 → 39 a frame after the first draw)
+        return max(1, (self.size.width - 1) // CELL_W)
 
     def _row_count(self) -> int:
         return -(-len(self.cells) // self.columns) if self.cells else 0

@@ -17,21 +17,31 @@ def _k(n: int) -> str:
     return f"{n / 1000:,.1f}k" if n >= 10_000 else f"{n:,}"
 
 
-def fit_parts(parts: list[tuple[int, str]], width: int, sep: str = " │ ") -> str:
-    """Join (priority, markup) parts, dropping the least important (highest number,
-    rightmost first) until the line fits `width` cells: at 80 columns the state, done/
-    total, success, p95 and cost stay; run id, rates and tokens go first."""
-    kept = list(parts)
+Part = tuple[int, str] | tuple[int, str, str]  # (priority, markup[, shorter markup])
 
-    def plain_len(items: list[tuple[int, str]]) -> int:
-        return Content.from_markup(sep.join(t for _, t in items)).cell_length
 
-    while len(kept) > 1 and plain_len(kept) > width:
-        worst = max(range(len(kept)), key=lambda i: (kept[i][0], i))
-        if kept[worst][0] == 0:
-            break  # never drop the essentials; the line is then cut at its end
-        kept.pop(worst)
-    return sep.join(t for _, t in kept)
+def fit_parts(parts: list[Part], width: int, sep: str = " │ ") -> str:
+    """Join parts, fitting `width` cells: first the least important parts (highest number,
+    rightmost first) take their shorter form, then they are dropped; priority 0 is never
+    dropped. At 80 columns state, done/total, success, p95 and cost stay, the canary stage
+    and key count stay short, and the run id and rates go."""
+    kept: list[list] = [[p[0], p[1], p[2] if len(p) > 2 else None] for p in parts if p[1]]
+
+    def too_long() -> bool:
+        return Content.from_markup(sep.join(p[1] for p in kept)).cell_length > width
+
+    # least important first: a part with a shorter form takes it, one without is dropped;
+    # a second pass drops the shortened ones too if that was not enough
+    order = sorted(range(len(kept)), key=lambda i: (-kept[i][0], -i))
+    for final in (False, True):
+        for i in order:
+            if not too_long():
+                break
+            if kept[i][2] and not final:
+                kept[i][1], kept[i][2] = kept[i][2], None
+            elif kept[i][0] > 0 and (final or kept[i][2] is None):
+                kept[i][1] = ""
+    return sep.join(p[1] for p in kept if p[1])
 
 
 class StatusBar(Static):
@@ -62,8 +72,10 @@ class StatusBar(Static):
         c = s.counts
         ended = c.get("succeeded", 0) + c.get("failed", 0)
         pct = f"{ended}/{s.total}"  # cancelled tasks are not done: they stay resumable
+        pct_short = pct
         if c.get("cancelled"):
             pct += f" [dim]−{c['cancelled']} cancelled[/]"
+            pct_short += f" [dim]−{c['cancelled']}[/]"
         rate = "-" if s.success_rate is None else f"{s.success_rate * 100:.1f}%"
         ok_rate = s.success_rate is None or s.success_rate >= s.sla.min_success
         p95 = s.latency_ms[1]
@@ -80,11 +92,14 @@ class StatusBar(Static):
             cost = f"[{colour}]{cost}/${s.budget_usd:,.2f}[/]"
         month = "" if s.projected_month_usd is None else f" ≈${s.projected_month_usd:,.0f}/mo"
         gws = escape(",".join(s.gateways))
+        canary_short = escape(s.canary.replace("canary ", "").replace("progressing ", "")
+                              .replace("canary: off", "no canary"))
+        keys_short = keys.replace("keys ", "k")
         line1 = fit_parts([
-            (0, f"{badge} {gws} [b]{state}[/] {s.elapsed_s:,.1f}s"), (0, pct),
-            (1, escape(s.canary)), (1, keys) if keys else (9, ""),
+            (0, f"{badge} {gws} [b]{state}[/] {s.elapsed_s:,.1f}s"), (0, pct, pct_short),
+            (1, escape(s.canary), canary_short), (1, keys, keys_short),
             (2, f"{s.in_flight}/{s.concurrency} fly"), (3, f"{s.calls_per_s:,.0f}/s"),
-            (2, escape(s.run_id)),
+            (3, escape(s.run_id)),
         ], width)
         line2 = fit_parts([
             (0, f"{rate_txt} {p95_txt}"),
