@@ -8,6 +8,7 @@ does not starve the swarm) and comes back ahead of never-tried tasks.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 from collections import deque
@@ -48,6 +49,7 @@ class RunPolicy:
 BUDGET_WARN_AT = 0.8
 BUDGET_STOPPED = "budget_stopped"
 DEFAULT_OUTPUT_ESTIMATE = 512  # tokens, for a call's cost before any call has finished
+CANCEL_GRACE_S = 5.0  # after a cancel, calls still running then are booked cancelled
 
 class SwarmRunner:
     def __init__(
@@ -254,6 +256,29 @@ class SwarmRunner:
             if not agent.final:
                 self.cancel_agent(agent.index)
         self._wake.set()
+        with contextlib.suppress(RuntimeError):  # no running loop: nothing in flight
+            asyncio.get_running_loop().call_later(CANCEL_GRACE_S, self._reap_after_cancel)
+
+    def _reap_after_cancel(self) -> None:
+        """A cancelled run must end: a call whose transport swallowed the cancellation
+        (seen once under heavy load: a cancelled console run stayed RUNNING for a minute)
+        is booked cancelled here, and its late answer, if any, is ignored."""
+        reaped = 0
+        for agent in self.agents:
+            attempt = agent.attempts[-1] if agent.attempts else None
+            if (isinstance(agent.handle, asyncio.Task) and not agent.handle.done()
+                    and attempt is not None and attempt.outcome == "running"):
+                agent.handle.cancel()
+                attempt.outcome = "cancelled"
+                attempt.latency_ms = self.now_ms() - attempt.started_ms
+                self.in_flight -= 1
+                self._settle_estimate(agent)
+                self._finish_cancelled(agent)
+                reaped += 1
+        if reaped:
+            self.emit(ev.CONTROL, detail=f"cancel: {reaped} calls did not stop within "
+                                         f"{CANCEL_GRACE_S:.0f} s; booked cancelled")
+            self._wake.set()
 
     def cancel_agent(self, index: int) -> None:
         agent = self.agents[index]
@@ -436,6 +461,8 @@ class SwarmRunner:
             res = await gw.complete(slot, agent.model, agent.messages, task.max_tokens,
                                     task.temperature, agent)
         except asyncio.CancelledError:
+            if attempt.outcome != "running":  # already reaped after a cancel
+                raise
             self.in_flight -= 1
             self._settle_estimate(agent)
             attempt.outcome = "cancelled"
@@ -444,6 +471,8 @@ class SwarmRunner:
             self._wake.set()
             if not agent.cancel_requested:
                 raise
+            return
+        if attempt.outcome != "running":  # reaped after a cancel: its answer is too late
             return
         self.in_flight -= 1
         self._settle_estimate(agent)
