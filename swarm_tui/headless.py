@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
 import signal
 import sys
 from typing import TextIO
@@ -110,7 +111,11 @@ class Progress:
 
     def _write(self) -> None:
         if self.tty:
-            self.out.write("\r\x1b[2K" + self.line())
+            # one terminal line, or every update wraps into a new one (80-column bastions)
+            width = shutil.get_terminal_size((80, 24)).columns - 1
+            line = self.line()
+            self.out.write("\r\x1b[2K" + (line if len(line) <= width else line[:width - 1]
+                                            + "…"))
         else:
             self.out.write(self.line() + "\n")
         self.out.flush()

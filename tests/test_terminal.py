@@ -142,3 +142,16 @@ def test_cancel_then_quit_ends_130_like_quitting_a_live_run(env):
         assert app.wait(60) == 130
     finally:
         app.kill()
+
+
+def test_the_headless_progress_line_stays_on_one_80_column_row(env):
+    app = PtyApp("run", "--demo", "3000", "--headless", "--concurrency", "20", env=env)
+    try:
+        screen = app.wait_for(lambda t: "in-flight" in t, what="the progress line")
+        for _ in range(3):  # several updates: each rewrites the same row
+            screen = app.wait_for(lambda t, s=screen: t != s and "in-flight" in t,
+                                  what="another update")
+            rows = [r for r in screen.splitlines() if "calls/s" in r or "in-flight" in r]
+            assert len(rows) == 1, screen
+    finally:
+        app.kill()
