@@ -101,9 +101,13 @@ def test_a_scrolled_grid_keeps_repainting(env):
     try:
         app.wait_for(lambda t: "RUNNING" in t, what="a running swarm")
         app.send("\x1b[F")  # End
-        screen = app.wait_for("FINISHED", timeout=60, what="the run's end")
+        app.wait_for("FINISHED", timeout=60, what="the run's end")
+        # the frame after FINISHED may still be arriving: wait on the grid's state (with the
+        # old refresh it never got there)
+        screen = app.wait_for(lambda t: "FINISHED" in t and not any(
+            g in row for row in t.splitlines()[2:12] for g in "·○◐↻"), timeout=15,
+            what="every visible cell finished")
         grid = screen.splitlines()[2:12]
-        assert not any(g in row for row in grid for g in "·○◐↻"), "\n".join(grid)
         assert sum(row.count("●") for row in grid) > 100
         app.send("q")
         assert app.wait(30) == 0

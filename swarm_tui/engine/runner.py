@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 import random
 import time
 from collections import deque
@@ -105,6 +106,10 @@ class SwarmRunner:
         self._unpriced_warned: set[str] = set()
         self._pending: deque[Agent] = deque()
         self._retry_ready: deque[Agent] = deque()
+        # never-sent tasks back from parking, by their place in the workload: they rejoin
+        # `_pending` in submission order (ahead of them, they once grouped a whole model
+        # or gateway first — a canary's candidate then got no traffic within its bake)
+        self._unparked: list[tuple[int, Agent]] = []
         self._wake = asyncio.Event()
 
     def _agent(self, i: int, task: Task) -> Agent:
@@ -327,6 +332,7 @@ class SwarmRunner:
                     break
                 self._launch(agent)
             if not (self.in_flight or self.retry_waiting or self._pending or self._retry_ready
+                    or self._unparked
                     or any(r or f for r, f in self._parked.values())):
                 return
             if (self.cancelled or self.stop_reason) and not (self.in_flight or self.retry_waiting):
@@ -335,11 +341,18 @@ class SwarmRunner:
             await self._wake.wait()
 
     def _next_ready(self) -> Agent | None:
-        for queue in (self._retry_ready, self._pending):
-            while queue:
-                agent = queue.popleft()
-                if agent.state == QUEUED:
-                    return agent
+        while self._retry_ready:
+            agent = self._retry_ready.popleft()
+            if agent.state == QUEUED:
+                return agent
+        while self._unparked or self._pending:
+            if self._unparked and (not self._pending
+                                   or self._unparked[0][0] < self._pending[0].index):
+                agent = heapq.heappop(self._unparked)[1]
+            else:
+                agent = self._pending.popleft()
+            if agent.state == QUEUED:
+                return agent
         return None
 
     def _launch(self, agent: Agent) -> None:
@@ -437,9 +450,13 @@ class SwarmRunner:
             return
         n = max(1, pool.ready_count(key[1]))
         batch: list[Agent] = []
-        while (retries or fresh) and len(batch) < n:
-            batch.append((retries or fresh).popleft())  # type: ignore[union-attr]
+        while retries and len(batch) < n:
+            batch.append(retries.popleft())  # type: ignore[union-attr]
         self._retry_ready.extendleft(reversed(batch))
+        while fresh and len(batch) < n:
+            agent = fresh.popleft()  # type: ignore[union-attr]
+            batch.append(agent)
+            heapq.heappush(self._unparked, (agent.index, agent))
         if retries or fresh:  # after dispatch took this batch
             asyncio.get_running_loop().call_soon(self._rearm, key)
         self._wake.set()
