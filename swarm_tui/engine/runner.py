@@ -179,15 +179,17 @@ class SwarmRunner:
 
     # -- budget -----------------------------------------------------------------------------
     def call_estimate_usd(self, agent: Agent) -> float | None:
-        """What the agent's next call may cost: the dearest call this run has finished on
-        its model (an average let the calls in flight overshoot the cap: measured 1.4 %
-        over when a batch of long-context tasks went out near it), else its prompt
-        estimate plus max_tokens (or 512) at the model's price. None: unpriced model."""
-        dearest = self._model_dearest.get(agent.model)
-        if dearest is not None:
-            return dearest
+        """What the agent's next call may cost, at most: its prompt estimate plus its
+        max_tokens (or 512) at the model's price, or the dearest call this run has
+        finished on the model if that was more. (Averages, then the dearest alone, let
+        calls in flight overshoot the cap by 1.4–2 % under load in CI: an estimate made
+        before a dearer call finished stayed low.) None: unpriced model."""
         out = agent.task.max_tokens or DEFAULT_OUTPUT_ESTIMATE
-        return self.prices.cost(agent.model, agent.task.prompt_tokens_estimate(), out)
+        bound = self.prices.cost(agent.model, agent.task.prompt_tokens_estimate(), out)
+        dearest = self._model_dearest.get(agent.model)
+        if bound is None:
+            return dearest
+        return bound if dearest is None else max(bound, dearest)
 
     def _over_budget(self, agent: Agent) -> bool:
         """True: do not send this call now. Spent + the in-flight calls' estimates + this
