@@ -117,7 +117,8 @@ async def test_every_key_cooling_makes_dispatch_wait_visibly_not_fail(sim_factor
         runner = make_runner(gw, tasks(20), concurrency=5,
                              consumers=[rec, lambda e: details.append(e.detail or "")])
         run = asyncio.create_task(runner.run())
-        await asyncio.sleep(0.2)
+        while runner.waiting_for_keys is None and not run.done():  # state, not a sleep
+            await asyncio.sleep(0.01)
         waiting = runner.waiting_for_keys
         started_early = len(rec.kinds(ev.STARTED))
         await asyncio.wait_for(run, 30)
@@ -196,11 +197,13 @@ async def test_a_cooling_gateway_does_not_hold_up_the_other(sim_factory):
                              RunPolicy(20, RetryConfig(), RoutingConfig(), "deepseek-v3.2"),
                              load_price_table(None, {}, "test"))
         run = asyncio.create_task(runner.run())
-        await asyncio.sleep(0.5)
-        by_gw = {"base": 0, "cand": 0}
-        for ag in runner.agents:
-            if ag.state == "succeeded":
-                by_gw[ag.gateway] += 1
+
+        def done_on(gw: str) -> int:
+            return sum(ag.state == "succeeded" and ag.gateway == gw for ag in runner.agents)
+
+        while done_on("cand") <= 50 and not run.done():  # state, not a sleep
+            await asyncio.sleep(0.01)
+        by_gw = {"base": done_on("base"), "cand": done_on("cand")}
         assert (runner.waiting_for_keys or "").startswith("base keys cooling")
         assert by_gw["base"] == 0 and by_gw["cand"] > 50  # the candidate kept going
         await asyncio.wait_for(run, 30)
