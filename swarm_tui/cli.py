@@ -9,6 +9,7 @@ import os
 import sqlite3
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -25,6 +26,11 @@ from swarm_tui.errors import (
 from swarm_tui.gateway.keys import redact
 
 EXIT_INTERRUPTED = 130
+# the console demo: 2,000 tasks for 100 agents paced over ~25 s, so a retry, a fallback and
+# a key cooling down happen in front of you; headless, the team's 100-task demo
+DEMO_CONSOLE_TASKS = 2000
+DEMO_CONSOLE_S = 25.0
+DEMO_HEADLESS_TASKS = 100
 EXIT_HANGUP = 129  # the console's terminal hung up (SSH dropped): run cancelled, resumable
 
 
@@ -78,6 +84,17 @@ def _console_flags(p: argparse.ArgumentParser, top: bool = False) -> None:
                    "canary)")
 
 
+def _execution_flags(p: argparse.ArgumentParser) -> None:
+    """What `run` and `resume` share: output, preflight, key-file strictness."""
+    p.add_argument("--headless", action="store_true", help="no console: progress + summary")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.add_argument("--no-preflight", action="store_true",
+                   help="skip the GET /models check of the gateway and keys")
+    p.add_argument("--insecure-key-file", action="store_true",
+                   help="accept a key file readable by group/others (warns)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="swarm-tui", description="Terminal operations console for LLM agent swarms. "
@@ -90,21 +107,21 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run a workload (or --demo N) against a gateway")
     _common(run)
     run.add_argument("workload", nargs="?", help="JSON Lines file, one task per line")
-    run.add_argument("--demo", type=int, metavar="N", help="N demo tasks (the team's shape)")
+    run.add_argument("--demo", type=int, nargs="?", const=0, metavar="N",
+                     help="N demo tasks of the team's shape on the simulator (default: "
+                     f"{DEMO_CONSOLE_TASKS:,} paced over ~{DEMO_CONSOLE_S:.0f} s with scripted "
+                     f"incidents in the console, {DEMO_HEADLESS_TASKS} at once headless)")
+    run.add_argument("--rate", type=float, metavar="CALLS_PER_S",
+                     help="open-loop pace: start at most this many calls per second "
+                     "(default: unpaced; 0 unpaces the console demo)")
     run.add_argument("--gateway", metavar="NAME", help="configured gateway, or 'sim'")
     run.add_argument("--concurrency", type=int, metavar="N", help="calls in flight (default 100)")
     run.add_argument("--model", help="model for tasks that do not name one")
     run.add_argument("--name", help="a name for the run")
-    run.add_argument("--headless", action="store_true", help="no console: progress + summary")
-    run.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
-    run.add_argument("--quiet", action="store_true", help="no progress output")
+    _execution_flags(run)
     run.add_argument("--no-stream", action="store_true", help="non-streaming calls")
-    run.add_argument("--no-preflight", action="store_true",
-                     help="skip the GET /models check of the gateway and keys")
     run.add_argument("--skip-bad-lines", action="store_true",
                      help="run the valid lines of a workload that has bad ones")
-    run.add_argument("--insecure-key-file", action="store_true",
-                     help="accept a key file readable by group/others (warns)")
     run.add_argument("--transport", choices=["aiohttp", "httpx2"], default="aiohttp",
                      help="HTTP transport under the SDK (default aiohttp: less CPU per call)")
     run.add_argument("--seed", type=int, help="seed for retry jitter")
@@ -113,6 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
                      "--sim-profile, auto mode with 30 s bakes (key g in the console)")
     run.add_argument("--budget", type=float, metavar="USD",
                      help="per-run cost cap: warn at 80 %%, stop dispatch at the cap (exit 4)")
+    run.add_argument("--sim-incidents", action="store_true",
+                     help="the demo's scripted trouble on the simulator: kimi-k2.5 streams "
+                     "break (retries, fallbacks), 429s cool a key down (on in the console demo)")
     _sim_flags(run, "sim-")
     _console_flags(run)
 
@@ -126,37 +146,36 @@ def build_parser() -> argparse.ArgumentParser:
     resume = sub.add_parser("resume", help="finish an interrupted run: re-send only tasks "
                             "without a stored result, under the same run id")
     _common(resume)
-    resume.add_argument("run_id")
-    resume.add_argument("--concurrency", type=int, metavar="N")
-    resume.add_argument("--headless", action="store_true")
-    resume.add_argument("--json", action="store_true")
-    resume.add_argument("--quiet", action="store_true")
-    resume.add_argument("--no-preflight", action="store_true")
-    resume.add_argument("--insecure-key-file", action="store_true")
+    resume.add_argument("run_id", help="the interrupted run (see `swarm-tui runs`)")
+    resume.add_argument("--concurrency", type=int, metavar="N",
+                        help="calls in flight (default: the run's own)")
+    _execution_flags(resume)
     resume.add_argument("--budget", type=float, metavar="USD",
                         help="cost cap for the whole run (what it already cost counts)")
 
     runs = sub.add_parser("runs", help="stored runs, newest first")
     _common(runs)
-    runs.add_argument("--json", action="store_true")
-    runs.add_argument("--limit", type=int, default=50)
+    runs.add_argument("--json", action="store_true", help="a JSON array instead of a table")
+    runs.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
 
     report = sub.add_parser("report", help="a stored run's summary, or two runs compared")
     _common(report)
-    report.add_argument("run_id")
+    report.add_argument("run_id", help="a stored run (see `swarm-tui runs`)")
     report.add_argument("--compare", metavar="RUN_B", help="before/after table: RUN_ID vs RUN_B")
-    report.add_argument("--json", action="store_true")
+    report.add_argument("--json", action="store_true",
+                        help="the summary object `run --json` prints")
 
     cost = sub.add_parser("cost", help="a run's cost: totals, breakdowns, projections, "
                           "what-if per model and for the routing")
     _common(cost)
-    cost.add_argument("run_id")
-    cost.add_argument("--json", action="store_true")
+    cost.add_argument("run_id", help="a stored run (see `swarm-tui runs`)")
+    cost.add_argument("--json", action="store_true", help="the breakdown as JSON")
 
     export = sub.add_parser("export", help="a run's tasks and attempts as CSV or JSON Lines")
     _common(export)
-    export.add_argument("run_id")
-    export.add_argument("--format", choices=["csv", "jsonl"], default="jsonl")
+    export.add_argument("run_id", help="a stored run (see `swarm-tui runs`)")
+    export.add_argument("--format", choices=["csv", "jsonl"], default="jsonl",
+                        help="csv: one row per attempt; jsonl (default): one task per line")
     export.add_argument("--out", metavar="FILE", help="default: standard output")
 
     from swarm_tui.commands import canary
@@ -168,8 +187,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     sim = sub.add_parser("sim", help="serve the simulator gateway for any OpenAI client")
     _common(sim)
-    sim.add_argument("--host", default="127.0.0.1")
-    sim.add_argument("--port", type=int, default=8787)
+    sim.add_argument("--host", default="127.0.0.1",
+                     help="address to listen on (default 127.0.0.1: this machine only)")
+    sim.add_argument("--port", type=int, default=8787, help="port (default 8787)")
     _sim_flags(sim)
     sim.add_argument("--keys-file", type=Path,
                      help="accept only these keys (one per line); default any Bearer key")
@@ -244,15 +264,15 @@ def cmd_sim(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _load_tasks(args: argparse.Namespace):
+def _load_tasks(args: argparse.Namespace, console: bool = False):
     from swarm_tui.workload import demo_tasks, parse_workload
 
     if (args.workload is None) == (args.demo is None):
         raise UserError("run: give a workload file or --demo N (one of them)")
     if args.demo is not None:
-        if args.demo < 1:
+        if args.demo < 0:
             raise UserError("--demo N: N must be at least 1")
-        return demo_tasks(args.demo)
+        return demo_tasks(args.demo or (DEMO_CONSOLE_TASKS if console else DEMO_HEADLESS_TASKS))
     path = Path(args.workload)
     tasks, bad = parse_workload(path)
     for b in bad[:20]:
@@ -324,14 +344,30 @@ def _finish(outcome, as_json: bool, json_text: str | None = None) -> int:
     return EXIT_OK if summary.sla is not None and summary.sla.met else EXIT_SLA_BREACHED
 
 
+def demo_pace(n_tasks: int) -> float:
+    """The console demo's pace: its tasks spread over ~DEMO_CONSOLE_S seconds, so there is
+    a swarm to watch (unpaced, 100 tasks are over in about a second)."""
+    return max(1.0, n_tasks / DEMO_CONSOLE_S)
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)
-    tasks = _load_tasks(args)
+    console = not args.headless and not args.json and _interactive()
+    tasks = _load_tasks(args, console)
+    if args.rate is not None and args.rate < 0:
+        raise UserError("--rate: calls per second, 0 or more")
+    rate = args.rate or None
+    incidents = args.sim_incidents
+    if console and args.demo is not None:
+        incidents = incidents or cfg.simulated_only or args.gateway == "sim"
+        if args.rate is None:
+            rate = demo_pace(len(tasks))
     opts = _opts_from_args(
         args, gateway=args.gateway, stream=False if args.no_stream else None, model=args.model,
         sim=_sim_settings(args, "sim_"), transport=args.transport, seed=args.seed,
-        name=args.name, canary_demo=args.canary_demo)
-    if not args.headless and not args.json and _interactive():
+        name=args.name, canary_demo=args.canary_demo, max_calls_per_s=rate,
+        incidents=incidents)
+    if console:
         from swarm_tui.sources import LiveSource
         from swarm_tui.store.db import resolve_db_path
 
@@ -402,11 +438,15 @@ def cmd_console(args: argparse.Namespace) -> int:
     opts = _opts_from_args(args, preflight_default=True)
 
     def start_demo() -> LiveSource:
-        return LiveSource(cfg, opts, demo_tasks(100), db, readonly=args.readonly)
+        demo_opts = replace(opts, max_calls_per_s=demo_pace(DEMO_CONSOLE_TASKS),
+                            incidents=cfg.simulated_only)
+        return LiveSource(cfg, demo_opts, demo_tasks(DEMO_CONSOLE_TASKS), db,
+                          readonly=args.readonly)
 
     where = "the built-in simulator (SIMULATED)" if cfg.simulated_only else "the default gateway"
     return _console(args, cfg, start_source=None if args.readonly else start_demo, db_path=db,
-                    idle_message=f"press d to start a 100-agent demo swarm on {where}; "
+                    idle_message=f"press d to start the demo swarm ({DEMO_CONSOLE_TASKS:,} "
+                    f"tasks, 100 agents, ~{DEMO_CONSOLE_S:.0f} s) on {where}; "
                     "h for stored runs, ? for help")
 
 

@@ -44,6 +44,17 @@ class RunOptions:
     budget_usd: float | None = None     # overrides the config's budget_usd
     canary_demo: bool = False           # simulated canary: direct-profile baseline → candidate
     spent_before_usd: float = 0.0       # a resumed run's cost so far
+    max_calls_per_s: float | None = None  # open-loop pace (`--rate`)
+    incidents: bool = False             # simulator only: the demo's scripted trouble
+
+
+# What the console demo shows going wrong and being handled, on the simulator: the
+# long-context model's streams break 35 % of the time (retries; 3 in a row → fallback to
+# the short model), 1 % of calls get a 429 with a 4 s Retry-After (that key cools down,
+# the other key takes the traffic).
+DEMO_INCIDENTS = {"fault_models": ["kimi-k2.5"], "rate_stream_error": 0.35, "rate_429": 0.01,
+                  "retry_after_s": 4.0}
+DEMO_KEYS = ("demo-key-a", "demo-key-b")
 
 
 def gateway_keys(name: str, gw: GatewayConfig, insecure: bool
@@ -92,6 +103,8 @@ class RunSession:
         self.gateway_name = (self.canary.baseline if self.canary
                              else pick_gateway_name(cfg, opts.gateway))
         self.simulated = self.gateway_name == SIM_GATEWAY
+        if opts.incidents and not self.simulated:
+            raise UserError("--sim-incidents: only on the built-in simulator")
         if opts.canary_demo:
             if not self.simulated:
                 raise UserError("--canary-demo: only on the built-in simulator (no gateways "
@@ -110,9 +123,18 @@ class RunSession:
         """Start the simulator if needed and build each client once."""
         s = self.cfg.settings
         if self.simulated:
-            key = "sk-sim-" + secrets.token_hex(16)  # in memory only, like any key
-            # it accepts any key, so keys added from the console work in the demo
-            self.sim = self._start_sim(self.opts.sim)
+            # in memory only, like any key; the simulator accepts any key, so keys added
+            # from the console work in the demo
+            keys = [("sk-sim-" + secrets.token_hex(16), "simulator")]
+            sim_settings = self.opts.sim
+            if self.opts.incidents:
+                # a fault the user set on the command line wins over the script's
+                fields = type(sim_settings).model_fields
+                sim_settings = sim_settings.model_copy(update={
+                    k: v for k, v in DEMO_INCIDENTS.items()
+                    if getattr(sim_settings, k) == fields[k].default})
+                keys = [("sk-sim-" + secrets.token_hex(16), label) for label in DEMO_KEYS]
+            self.sim = self._start_sim(sim_settings)
             sims = [(SIM_GATEWAY, self.sim)]
             if self.canary is not None:  # the team's move: direct provider → gateway
                 # (its 429s off: with the demo's single key each would pause the baseline
@@ -123,7 +145,7 @@ class RunSession:
                 sims = [(SIM_GATEWAY, self.sim_baseline), (SIM_CANARY_GATEWAY, self.sim)]
             for name, proc in sims:
                 self.gateways[name] = GatewayClient(
-                    name, proc.base_url, [(key, "simulator")],
+                    name, proc.base_url, keys,
                     pool=self.concurrency, timeout_s=30.0,
                     stream=True if self.opts.stream is None else self.opts.stream,
                     simulated=True, transport=self.opts.transport,
@@ -176,7 +198,7 @@ class RunSession:
             tasks = [t if t.model else t.model_copy(update=forced) for t in tasks]
         budget = self.opts.budget_usd if self.opts.budget_usd is not None else s.budget_usd
         policy = RunPolicy(self.concurrency, s.retry, s.routing, s.default_model, budget,
-                           self.opts.spent_before_usd)
+                           self.opts.spent_before_usd, self.opts.max_calls_per_s)
         self.runner = SwarmRunner(tasks, self.gateways, self.router, policy,
                                   self.cfg.prices, consumers, seed=self.opts.seed, seqs=seqs,
                                   prior_attempts=prior_attempts)

@@ -324,13 +324,7 @@ class StoreSource:
         for t in stored:
             if t.state == "succeeded" and t.latency_ms is not None:
                 hist[histogram_bucket(t.latency_ms)] += 1
-        async with self.conn.execute(
-                "SELECT sent_at, seq, number, error_class, status_code, retry_wait_s FROM attempts "
-                "WHERE run_id=? AND outcome='error' ORDER BY sent_at DESC LIMIT 100",
-                (self.run_id,)) as cur:
-            errs = list(await cur.fetchall())
-        log = tuple(f"{(a - run.started_at):8.1f}s RETRY seq {q} #{n} {c} {sc or ''} "
-                    f"wait {w or 0:.2f}s" for a, q, n, c, sc, w in reversed(errs))
+        log = await self._log_lines(run.started_at)
         keys, _ = await self.keys()
         canary = "canary: off"
         c = self.cfg.settings.canary if self.cfg is not None else None
@@ -360,6 +354,29 @@ class StoreSource:
             histogram=tuple(hist), sparkline=(), readonly=self.readonly, source=self.kind,
             errors=s.errors, keys=keys, canary=canary,
             budget_usd=run.config.get("budget_usd"))
+
+    async def _log_lines(self, started_at: float) -> tuple[str, ...]:
+        """This run's stored log — failed attempts, fallbacks, controls, key and canary
+        actions — the last 100, in the live log's format."""
+        assert self.conn is not None
+        async with self.conn.execute(
+                "SELECT sent_at, t.task_id, number, error_class, status_code, retry_wait_s, "
+                "error_message FROM attempts a JOIN tasks t ON t.run_id=a.run_id AND t.seq=a.seq "
+                "WHERE a.run_id=? AND outcome='error' ORDER BY sent_at DESC LIMIT 100",
+                (self.run_id,)) as cur:
+            errs = list(await cur.fetchall())
+        async with self.conn.execute(
+                "SELECT at, kind, detail_json FROM events WHERE run_id=? "
+                "ORDER BY at DESC LIMIT 100", (self.run_id,)) as cur:
+            events = list(await cur.fetchall())
+        lines = [(at, f"RETRY  {tid} #{n} {c} {sc or ''} +{w or 0:.2f}s" if w is not None
+                  else f"FAIL   {tid} #{n} {c} {sc or ''} {(m or '')[:60]}")
+                 for at, tid, n, c, sc, w, m in errs]
+        tags = {"control": "CTRL  ", "fallback": "FALLBK"}
+        lines += [(at, f"{tags.get(kind, kind.upper()[:6]):6} {detail or ''}")
+                  for at, kind, detail in events]
+        lines.sort(key=lambda x: x[0])
+        return tuple(f"{at - started_at:7.1f}s {text}" for at, text in lines[-100:])
 
     async def detail(self, seq: int) -> AgentDetail | None:
         assert self.conn is not None

@@ -68,10 +68,11 @@ class PtyApp:
             if check(text):
                 return text
             if self.poll() is not None:
+                self.pump(0.2)  # what it printed on the way out (an error line)
                 break
         raise AssertionError(f"screen never showed {what or pred!r}; it shows:\n"
                              f"{chr(10).join(self.screen.display)}\nraw tail: "
-                             f"{bytes(self.raw[-600:])!r}")
+                             f"{bytes(self.raw[-600:])!r}; exit {self.returncode}")
 
     def send(self, keys: str | bytes) -> None:
         os.write(self.fd, keys.encode() if isinstance(keys, str) else keys)

@@ -133,3 +133,22 @@ def test_watch_errors_are_one_line_before_the_console_starts(tmp_path):
     run_id = json.loads(swarm("runs", "--json", "--db", str(db)).stdout)[0]["id"]
     r = swarm("watch", run_id, "--theme", "nope", "--db", str(db), timeout=30)
     assert_one_line_error(r, 2, "theme nope: unknown")
+
+
+def test_every_option_and_argument_says_what_it_does():
+    import argparse
+
+    from swarm_tui.cli import build_parser
+
+    missing = []
+
+    def walk(parser: argparse.ArgumentParser, name: str) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub_name, sub in action.choices.items():
+                    walk(sub, f"{name} {sub_name}")
+            elif not action.help:
+                missing.append(f"{name} {action.option_strings or action.dest}")
+
+    walk(build_parser(), "swarm-tui")
+    assert not missing, missing

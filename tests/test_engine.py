@@ -288,3 +288,29 @@ async def test_long_streams_emit_throttled_progress_events(sim_factory):
     # ~1.7 s of streaming after the first token: one or two events each, never one per chunk
     assert set(per_agent) == {"t0", "t1", "t2"}
     assert all(1 <= n <= 2 for n in per_agent.values())
+
+
+def test_cancel_on_uvloop_stops_retry_timers_and_the_run_ends(sim_factory):
+    """The console's engine runs on uvloop, whose timer handles are not asyncio's: a
+    cancel left retry timers armed, they fired later and the run never ended."""
+    import uvloop
+
+    server = sim_factory(profile="fixed:30", rate_503=0.6)
+
+    async def scenario() -> tuple[int, dict[str, int]]:
+        async with client_for(server) as gw:
+            runner = make_runner(gw, tasks(200), concurrency=40, retry=RetryConfig(
+                base_backoff_s=2.0, max_backoff_s=4.0, max_attempts=5))
+            run = asyncio.create_task(runner.run())
+            while runner.retry_waiting < 5:  # agents sitting in their retry waits
+                await asyncio.sleep(0.01)
+            runner.cancel()
+            await asyncio.wait_for(run, 30)
+            # past every retry wait: a stale timer would have fired by now
+            await asyncio.sleep(4.5)
+            return runner.retry_waiting, runner.counts
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as r:
+        waiting, counts = r.run(scenario())
+    assert waiting == 0
+    assert counts["cancelled"] > 0 and sum(counts.values()) == 200

@@ -49,6 +49,14 @@ def test_every_theme_loads_on_a_real_terminal(env, theme, term, no_color):
         app.kill()
 
 
+def _quit_live_run(app: PtyApp) -> None:
+    """q on a live run asks first; yes cancels it cleanly and ends 130."""
+    app.send("q")
+    app.wait_for("Cancel it and quit?", what="the quit question")
+    app.send("y")
+    assert app.wait(90) == 130
+
+
 def _status(app: PtyApp) -> str:
     return app.text().splitlines()[0]
 
@@ -84,10 +92,7 @@ def test_filter_with_markup_fast_plus_and_quit(env):
             app.send("+")
         app.wait_for("concurrency → 120", what="the tenth step's toast")
         _no_stylesheet_error(app)
-        app.send("q")
-        app.wait_for("Cancel it and quit?", what="the quit question")
-        app.send("y")
-        assert app.wait(90) == 130
+        _quit_live_run(app)
     finally:
         app.kill()
 
@@ -96,8 +101,8 @@ def test_a_scrolled_grid_keeps_repainting(env):
     """After End on a long run the visible cells must follow the run to its end (they
     stayed `·` queued while the status said FINISHED, and an operator cancelled an agent
     that had long succeeded)."""
-    app = PtyApp("run", "--demo", "2500", "--sim-rate-429", "0", "--sim-rate-503", "0",
-                 env=env)
+    app = PtyApp("run", "--demo", "2500", "--rate", "0", "--sim-rate-429", "0",
+                 "--sim-rate-503", "0", env=env)
     try:
         app.wait_for(lambda t: "RUNNING" in t, what="a running swarm")
         app.send("\x1b[F")  # End
@@ -157,5 +162,60 @@ def test_the_headless_progress_line_stays_on_one_80_column_row(env):
                                   what="another update")
             rows = [r for r in screen.splitlines() if "calls/s" in r or "in-flight" in r]
             assert len(rows) == 1, screen
+    finally:
+        app.kill()
+
+
+def test_switching_theme_mid_run_keeps_the_run_going(env):
+    app = PtyApp("run", "--demo", "8000", "--concurrency", "20", env=env)
+    try:
+        app.wait_for(lambda t: "RUNNING" in t, what="a running swarm")
+        for _ in THEMES:  # every theme, the 16-colour one included, while agents stream
+            app.send("t")
+            app.wait_for("theme: ", what="the theme toast")
+        _no_stylesheet_error(app)
+        before = int(re.search(r"(\d+)/8000", app.text()).group(1))
+        app.wait_for(lambda t: (m := re.search(r"(\d+)/8000", t)) is not None
+                     and int(m.group(1)) > before and "RUNNING" in t,
+                     what="the run still moving after the theme changes")
+        _quit_live_run(app)
+    finally:
+        app.kill()
+
+
+def test_a_canary_action_after_the_run_ended_is_applied(env):
+    from tests.conftest import swarm
+
+    app = PtyApp("run", "--demo", "300", "--rate", "0", "--canary-demo", env=env,
+                 cols=100, rows=30)
+    try:
+        app.wait_for("FINISHED", timeout=60, what="the run's end")
+        app.send("g")
+        app.wait_for("canary sim->sim-canary", what="the canary panel")
+        app.send("z")  # pause, confirmed with a reason, after the run (and its loop) ended
+        app.wait_for("reason", what="the pause form")
+        app.send("after the run\r")
+        app.wait_for("canary pause done", what="the action's toast")
+        app.wait_for("PAUSED", what="the panel showing the stored, paused canary")
+        _no_stylesheet_error(app)
+        app.send("\x1b")
+        app.wait_for(lambda t: "FINISHED" in t, what="the dashboard again")
+        app.send("q")
+        assert app.wait(30) in (0, 3)
+    finally:
+        app.kill()
+    history = swarm("canary", "history", "--json", env=env)
+    assert "after the run" in history.stdout, (history.stdout, history.stderr)
+
+
+def test_the_console_demo_is_paced_with_two_keys(env):
+    """Bare `run --demo` in a terminal: 2,000 tasks paced over ~25 s on two demo keys (the
+    team's 100-task demo is over in a second: nothing to watch)."""
+    app = PtyApp("run", "--demo", env=env, cols=120, rows=30)
+    try:
+        screen = app.wait_for(lambda t: (m := re.search(r"(\d+)/2000", t)) is not None
+                              and int(m.group(1)) >= 40, what="the paced demo under way")
+        assert "RUNNING" in screen and re.search(r"keys? ?[12]/2", screen), screen
+        _quit_live_run(app)
     finally:
         app.kill()

@@ -300,3 +300,44 @@ def test_dashboard_no_color(snap_compare, monkeypatch):
     app = SwarmApp(FixedSource(mid_run_snapshot()), refresh_s=10)
     assert app.no_color
     assert snap_compare(app, terminal_size=(80, 24), run_before=settle)
+
+
+async def test_next_failed_copy_id_and_the_scrollable_log():
+    from swarm_tui.ui.widgets import EventLog
+
+    snap = mid_run_snapshot(1000)
+    failed = [i for i, c in enumerate(snap.agents) if c.state == "failed"]
+    assert len(failed) >= 2
+    app = SwarmApp(FixedSource(snap), refresh_s=10)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause(0.2)
+        await app.tick()
+        grid = app.screen.query_one(AgentGrid)
+        await pilot.press("f")
+        assert grid.cursor == failed[0] and grid.has_focus
+        await pilot.press("f")
+        assert grid.cursor == failed[1]
+        await pilot.press("y")  # OSC 52 through the driver; Textual keeps what it copied
+        assert app.clipboard == snap.agents[failed[1]].task_id
+        log = app.screen.query_one(EventLog)
+        await pilot.press("l")
+        assert log.has_focus and not log.auto_scroll  # held still to be read back
+        await pilot.press("G")
+        assert log.auto_scroll and grid.has_focus
+
+
+async def test_a_replayed_run_shows_its_own_log_not_the_previous_runs(stored_runs_db):
+    from swarm_tui.ui.widgets import EventLog
+
+    source = FixedSource(mid_run_snapshot(100))
+    app = SwarmApp(source, db_path=stored_runs_db, refresh_s=0.1)
+    async with app.run_test(size=(100, 30)) as pilot:
+        log = app.screen.query_one(EventLog)
+        await wait_for(lambda: any("RETRY  demo-" in s.text for s in log.lines))
+        source.active = False  # that run ended: replay is allowed
+        await pilot.press("h")
+        await wait_for(lambda: isinstance(app.screen, RunsScreen))
+        await pilot.press("enter")
+        await wait_for(lambda: app.snapshot is not None and app.snapshot.source == "replay")
+        await pilot.pause(0.3)
+        assert not any("RETRY  demo-" in s.text for s in log.lines)

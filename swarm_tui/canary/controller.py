@@ -36,6 +36,7 @@ class CanaryView:
     analysis: Analysis | None
     history: tuple[cs.ActionRecord, ...] = field(default_factory=tuple)
     error: str | None = None
+    started: bool = True  # False: nothing stored yet (the state shown is where it would start)
 
     def bake_s(self) -> float:
         return self.cfg.bake_s(self.state.stage_index(self.cfg.stages))
@@ -64,9 +65,10 @@ async def read_view(db_path: Path, cfg: CanaryConfig) -> CanaryView:
     """The canary as stored (for a console without a live run here); writes nothing."""
     conn = await open_db(db_path)
     try:
+        started = await cs.read_state(conn, cfg.name) is not None
         state = await cs.peek_state(conn, cfg)
         return CanaryView(cfg, state, await cs.analyze(conn, cfg, state),
-                          tuple(await cs.history(conn, cfg.name, 20)))
+                          tuple(await cs.history(conn, cfg.name, 20)), started=started)
     except sqlite3.Error as e:
         raise db_error(db_path, e) from None
     finally:

@@ -21,7 +21,8 @@ VERBS = ("status", "history", *st.ACTIONS)
 def add_parser(sub: argparse._SubParsersAction, common) -> None:
     p = sub.add_parser("canary", help="the gateway canary: status, promote, abort, history")
     common(p)
-    p.add_argument("verb", choices=VERBS, metavar="{" + ",".join(VERBS) + "}")
+    p.add_argument("verb", choices=VERBS, metavar="{" + ",".join(VERBS) + "}",
+                   help="status / history read; the rest move the canary (audited)")
     p.add_argument("pct", nargs="?", help="for `set`: the candidate's share of users, 1-100")
     p.add_argument("--reason", help="why (kept in the audit log)")
     p.add_argument("--json", action="store_true", help="status / history as JSON")

@@ -48,7 +48,9 @@ class KeyListing(BaseModel):
 def add_parser(sub: argparse._SubParsersAction, common) -> None:
     p = sub.add_parser("keys", help="API keys: list, add (stdin/env), retire, enable")
     common(p)
-    p.add_argument("verb", choices=("list", "add", "retire", "enable"))
+    p.add_argument("verb", choices=("list", "add", "retire", "enable"),
+                   help="list keys; add one (from stdin or --from-env); retire / enable one "
+                   "by fingerprint")
     p.add_argument("fingerprint", nargs="?", help="for retire / enable: the key's fingerprint "
                    "(a unique part is enough), as `keys list` shows it")
     p.add_argument("--gateway", help="the gateway (default: the only or default one)")

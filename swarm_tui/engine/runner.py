@@ -45,6 +45,8 @@ class RunPolicy:
     default_model: str
     budget_usd: float | None = None  # per-run cap: dispatch stops before it is reached
     spent_before_usd: float = 0.0    # what earlier sessions of this run already cost
+    # open-loop pace: at most this many sends per second (None: as fast as slots free up)
+    max_calls_per_s: float | None = None
 
 
 BUDGET_WARN_AT = 0.8
@@ -111,6 +113,8 @@ class SwarmRunner:
         # or gateway first — a canary's candidate then got no traffic within its bake)
         self._unparked: list[tuple[int, Agent]] = []
         self._wake = asyncio.Event()
+        self._next_send = 0.0  # perf_counter time the pace allows the next send at
+        self._pace_timer: asyncio.TimerHandle | None = None
 
     def _agent(self, i: int, task: Task) -> Agent:
         messages = [{"role": "user", "content": task.prompt}]
@@ -295,7 +299,10 @@ class SwarmRunner:
         if agent.state == QUEUED:
             self._finish_cancelled(agent)  # lazily skipped when popped from the queue
         elif agent.state == RETRYING:
-            if isinstance(agent.handle, asyncio.TimerHandle):
+            # a timer handle: uvloop's is not an asyncio.TimerHandle (an isinstance check
+            # left its retry timer armed; it fired after the cancel, counted the wait off
+            # twice, and a cancelled console run never ended)
+            if agent.handle is not None and not isinstance(agent.handle, asyncio.Task):
                 agent.handle.cancel()
             self.retry_waiting -= 1
             self._finish_cancelled(agent)
@@ -326,6 +333,8 @@ class SwarmRunner:
         while True:
             while (not self.paused and not self.cancelled and not self.stop_reason
                    and not self.holds and self.in_flight < self.limit):
+                if self._paced():
+                    break
                 agent = self._next_ready()
                 if agent is None:
                     break
@@ -341,6 +350,28 @@ class SwarmRunner:
                 return
             self._wake.clear()
             await self._wake.wait()
+
+    def _paced(self) -> bool:
+        """True when the pace allows no send yet (a timer wakes dispatch then). Up to 50 ms
+        of lateness is made up (timers fire late; without it 80/s ran at 72/s), more is
+        forgiven so a stall never turns into a burst."""
+        rate = self.policy.max_calls_per_s
+        if not rate:
+            return False
+        if not (self._retry_ready or self._pending or self._unparked):
+            return False
+        now = time.perf_counter()
+        if now < self._next_send:
+            if self._pace_timer is None:
+                self._pace_timer = asyncio.get_running_loop().call_later(
+                    self._next_send - now, self._pace_due)
+            return True
+        self._next_send = max(self._next_send, now - max(1.0 / rate, 0.05)) + 1.0 / rate
+        return False
+
+    def _pace_due(self) -> None:
+        self._pace_timer = None
+        self._wake.set()
 
     def _next_ready(self) -> Agent | None:
         while self._retry_ready:
@@ -601,9 +632,9 @@ class SwarmRunner:
         return detail
 
     def _retry_due(self, agent: Agent) -> None:
-        self.retry_waiting -= 1
-        if agent.state != RETRYING:
+        if agent.state != RETRYING:  # cancelled meanwhile (which counted the wait off)
             return
+        self.retry_waiting -= 1
         agent.state = QUEUED
         self._retry_ready.append(agent)
         self._wake.set()

@@ -120,6 +120,9 @@ class StoreWriter:
             self._attempts.append(self._attempt_row(e.agent, e.attempt))
         elif kind == ev.CONTROL:
             self._events.append((self.run_id, time.time(), "control", None, e.detail))
+        elif kind == ev.FALLBACK and e.agent is not None:  # for a watched/replayed log
+            self._events.append((self.run_id, time.time(), "fallback", None,
+                                 f"{e.agent.task.id} {e.detail}"))
         else:
             return
         pending = len(self._tasks) + len(self._attempts)

@@ -43,6 +43,10 @@ ACTIONS: list[tuple[str, str, str]] = [
     ("agent.cancel", "cancel_agent", "Cancel the selected agent (asks first)"),
     ("grid.filter", "filter", "Filter agents"),
     ("grid.sort", "sort", "Cycle sort: index / latency / state / cost"),
+    ("grid.next_failed", "next_failed", "Jump to the next failed agent"),
+    ("agent.copy", "copy_task_id", "Copy the selected task id (OSC 52: works over SSH)"),
+    ("log.focus", "focus_log", "Event log: focus it to scroll back (arrows, pgup/pgdn)"),
+    ("log.follow", "follow_log", "Event log: follow the newest lines again"),
     ("app.history", "history", "Stored runs: replay, compare"),
     ("app.canary", "canary", "Canary: stages, gates, promote / abort"),
     ("app.keys", "keys", "API keys: state, add / retire / enable"),
@@ -91,6 +95,10 @@ class SwarmApp(App[int]):
         Binding("c", "cancel_agent", "Cancel agent", id="agent.cancel", show=False),
         Binding("slash", "filter", "Filter", id="grid.filter"),
         Binding("s", "sort", "Sort", id="grid.sort"),
+        Binding("f", "next_failed", "Next failed", id="grid.next_failed", show=False),
+        Binding("y", "copy_task_id", "Copy id", id="agent.copy", show=False),
+        Binding("l", "focus_log", "Log", id="log.focus", show=False),
+        Binding("G", "follow_log", "Follow log", id="log.follow", show=False),
         Binding("h", "history", "History", id="app.history"),
         Binding("g", "canary", "Canary", id="app.canary"),
         Binding("k", "keys", "Keys", id="app.keys"),
@@ -170,6 +178,8 @@ class SwarmApp(App[int]):
 
     def _start(self, source) -> None:
         self.source = source
+        if isinstance(self.screen, Dashboard) and self.screen.query(EventLog):
+            self.screen.query_one(EventLog).reset()  # never another run's lines
         if hasattr(source, "run"):
             self._worker = self.run_worker(source.run(), name="engine", exclusive=True,
                                            exit_on_error=False)
@@ -327,6 +337,47 @@ class SwarmApp(App[int]):
         self.notify(f"sort: {self.sort_order}")
         self.render_snapshot()
 
+    def _dashboard_grid(self) -> AgentGrid | None:
+        if not isinstance(self.screen, Dashboard):
+            return None
+        return self.screen.query_one(AgentGrid)
+
+    def action_next_failed(self) -> None:
+        grid = self._dashboard_grid()
+        if grid is None:
+            return
+        if grid.next_in_state("failed"):
+            grid.focus()
+            cell = grid.selected
+            assert cell is not None
+            self.notify(f"failed: {cell.task_id} ({cell.error_class or 'error'})",
+                        markup=False)
+        else:
+            self.notify("no failed agent in view", severity="information")
+
+    def action_copy_task_id(self) -> None:
+        grid = self._dashboard_grid()
+        cell = grid.selected if grid is not None else None
+        if cell is None:
+            self.notify("no agent selected", severity="warning")
+            return
+        # OSC 52: the terminal (local, through SSH and tmux with set-clipboard on) puts it
+        # on the clipboard of the machine you sit at
+        self.copy_to_clipboard(cell.task_id)
+        self.notify(f"copied {cell.task_id}", markup=False)
+
+    def action_focus_log(self) -> None:
+        if isinstance(self.screen, Dashboard):
+            log = self.screen.query_one(EventLog)
+            log.hold()
+            log.focus()
+            self.notify("event log: arrows / pgup / pgdn scroll, G follows the newest again")
+
+    def action_follow_log(self) -> None:
+        if isinstance(self.screen, Dashboard):
+            self.screen.query_one(EventLog).follow()
+            self.screen.query_one(AgentGrid).focus()
+
     def action_freeze(self) -> None:
         self.frozen = not self.frozen
         self.notify("display frozen (space to resume)" if self.frozen else "display live")
@@ -392,8 +443,9 @@ class SwarmApp(App[int]):
         from swarm_tui.canary.controller import read_view
 
         controller = getattr(self.source, "canary", None)
-        if controller is not None and controller.view is not None:
+        if controller is not None and controller.view is not None and self.run_active:
             return controller.view  # this process's live run: its latest evaluation
+        # after the run: what is stored (actions taken since went to the store)
         assert self.canary_cfg is not None and self.db_path is not None
         return await read_view(self.db_path, self.canary_cfg)
 

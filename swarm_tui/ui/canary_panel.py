@@ -20,6 +20,7 @@ from textual.widgets import Footer, Static
 from swarm_tui.canary import report
 from swarm_tui.canary import state as st
 from swarm_tui.canary.controller import CanaryView
+from swarm_tui.config import SIM_GATEWAY
 from swarm_tui.errors import UserError
 from swarm_tui.ui.screens import Field, FormScreen
 
@@ -56,7 +57,12 @@ def panel_text(view: CanaryView, *, window: bool = False, now: float | None = No
     out.append(f"  {s.pct}% of users on {c.candidate}\n")
     out.append(f"stages {report.ladder(s, c.stages)}\n")
     now = time.time() if now is None else now
-    if s.status == st.PROGRESSING:
+    if not view.started:  # no timer runs for a canary that never started
+        out.append("not started: no run has used this canary yet\n")
+        if c.baseline == SIM_GATEWAY:
+            out.append("the simulator's demo canary starts with "
+                       "`swarm-tui run --demo --canary-demo`\n")
+    elif s.status == st.PROGRESSING:
         out.append(f"bake   {bake_bar(view, now=now)} {report.duration(view.baked_s(now))} / "
                    f"{report.duration(view.bake_s())}")
         if s.passing_since is not None:

@@ -148,6 +148,16 @@ class AgentGrid(ScrollView, can_focus=True):
     def action_jump(self, where: int) -> None:
         self._set_cursor(0 if where == 0 else len(self.cells) - 1)
 
+    def next_in_state(self, state: str) -> bool:
+        """Move the cursor to the next cell in `state` after it (wrapping); False: none."""
+        n = len(self.cells)
+        for step in range(1, n + 1):
+            i = (self.cursor + step) % n
+            if self.cells[i].state == state:
+                self._set_cursor(i)
+                return True
+        return False
+
     def action_select(self) -> None:
         if self.selected is not None:
             self.post_message(self.Selected(self.selected))

@@ -143,12 +143,26 @@ def sparkline_text(values: tuple[int, ...], width: int = 22) -> str:
     return "".join(SPARK[min(8, round(8 * v / top))] for v in values)
 
 
-class EventLog(RichLog):
-    """Append-only: each refresh writes just the lines that are new."""
+class EventLog(RichLog, can_focus=True):
+    """Append-only: each refresh writes just the lines that are new. Focused (`l`) it
+    holds still so it can be read back; `G` follows the newest lines again."""
 
     def __init__(self, **kw) -> None:
         super().__init__(max_lines=500, wrap=False, markup=False, highlight=False, **kw)
         self._last: str | None = None
+
+    def reset(self) -> None:
+        """A new source: forget the previous run's lines."""
+        self.clear()
+        self._last = None
+        self.auto_scroll = True
+
+    def hold(self) -> None:
+        self.auto_scroll = False
+
+    def follow(self) -> None:
+        self.auto_scroll = True
+        self.scroll_end(animate=False)
 
     def feed(self, lines: tuple[str, ...]) -> None:
         if not lines:
