@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import threading
 import time
 from dataclasses import dataclass, field
@@ -325,6 +326,10 @@ class StoreSource:
             if t.state == "succeeded" and t.latency_ms is not None:
                 hist[histogram_bucket(t.latency_ms)] += 1
         log = await self._log_lines(run.started_at)
+        async with self.conn.execute("SELECT live_json FROM runs WHERE id=?",
+                                     (self.run_id,)) as cur:
+            row = await cur.fetchone()
+        live = json.loads(row[0]) if row and row[0] else {}  # the executor's heartbeat
         keys, _ = await self.keys()
         canary = "canary: off"
         c = self.cfg.settings.canary if self.cfg is not None else None
@@ -342,7 +347,8 @@ class StoreSource:
             run_id=run.id, simulated=run.simulated,
             gateways=tuple(run.config.get("gateways", {}) or (run.config.get("gateway", "?"),)),
             status=status, elapsed_s=elapsed, total=run.total, counts=counts,
-            in_flight=0, concurrency=int(run.config.get("concurrency", 0)),
+            in_flight=int(live.get("in_flight", 0)) if self.active else 0,
+            concurrency=int(live.get("concurrency") or run.config.get("concurrency", 0)),
             calls_per_s=(s.succeeded + s.failed) / elapsed if elapsed > 0 else 0.0,
             success_rate=s.success_rate,
             latency_ms=(s.latency_ms.p50, s.latency_ms.p95, s.latency_ms.p99),

@@ -219,3 +219,16 @@ def test_the_console_demo_is_paced_with_two_keys(env):
         _quit_live_run(app)
     finally:
         app.kill()
+
+
+def test_a_console_run_stopped_at_the_budget_cap_ends_4(env):
+    """The console's endings follow the one exit-code table (README): budget stop → 4."""
+    app = PtyApp("run", "--demo", "400", "--rate", "0", "--concurrency", "10",
+                 "--budget", "0.02", env=env, cols=120, rows=30)
+    try:
+        app.wait_for("BUDGET_STOPPED", timeout=60, what="the budget stop")
+        app.send("q")
+        assert app.wait(30) == 4
+    finally:
+        app.kill()
+    assert "budget" in app.raw.decode(errors="replace").lower()

@@ -196,6 +196,8 @@ async def test_watch_follows_another_process_and_obeys_write(cfg, tmp_path):
             first = app.snapshot.done
             await wait_for(lambda: app.snapshot.done > first + 50)  # catching up
             assert app.snapshot.source == "watch" and app.snapshot.status == "running"
+            # the executor's real in-flight count, from its heartbeat (it used to read 0)
+            await wait_for(lambda: app.snapshot.in_flight > 0)
             await pilot.press("p")  # read-only watch: refused
             assert not isinstance(app.screen, ConfirmScreen)
         await ro.close()
@@ -204,13 +206,24 @@ async def test_watch_follows_another_process_and_obeys_write(cfg, tmp_path):
         app = SwarmApp(rw, db_path=db, refresh_s=0.2)
         async with app.run_test() as pilot:
             await wait_for(lambda: app.snapshot is not None and app.snapshot.done > 0)
+            await pilot.press("plus", "plus")  # two fast steps from 20, through the store
+            await wait_for(lambda: app.snapshot.concurrency == 40, 15)
             await pilot.press("p")  # queued for the runner through the control table
             raw = sqlite3.connect(db)
-            await wait_for(lambda: raw.execute(
-                "SELECT COUNT(*) FROM events WHERE kind='control'").fetchone()[0] >= 1, 10)
-            await asyncio.sleep(1.0)
+
+            def live() -> dict:
+                import json
+                row = raw.execute("SELECT live_json, heartbeat_at FROM runs").fetchone()
+                return {**json.loads(row[0] or "{}"), "beat": row[1]}
+
+            # paused and drained, as the executor itself reports it
+            await wait_for(lambda: live().get("paused") and live().get("in_flight") == 0, 15)
             paused_at = raw.execute("SELECT COUNT(*) FROM results").fetchone()[0]
-            await asyncio.sleep(1.0)
+            beat = live()["beat"]
+            await wait_for(lambda: live()["beat"] > beat, 10)  # two heartbeats later …
+            beat = live()["beat"]
+            await wait_for(lambda: live()["beat"] > beat, 10)
+            # … nothing more was sent
             assert raw.execute("SELECT COUNT(*) FROM results").fetchone()[0] == paused_at
             assert rw.paused
             await pilot.press("p")  # resume

@@ -220,6 +220,11 @@ MIGRATIONS: list[str] = [
     CREATE INDEX attempts_by_task ON attempts(run_id, seq, number);
     CREATE INDEX attempts_by_time ON attempts(sent_at);
     """,
+    # 5 -> 6: the executor's live figures (calls in flight, concurrency, paused), refreshed
+    # with every heartbeat, so `watch` shows the real in-flight count, not 0
+    """
+    ALTER TABLE runs ADD COLUMN live_json TEXT;
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import sqlite3
 import time
 from pathlib import Path
@@ -238,9 +239,12 @@ class StoreWriter:
         await self.conn.execute("BEGIN IMMEDIATE")
         try:
             # the fence: only the claim's holder writes into the run
+            r = self.runner
+            live = json.dumps({"in_flight": r.in_flight, "concurrency": r.limit,
+                               "paused": r.paused, "retrying": r.retry_waiting})
             cur = await self.conn.execute(
-                "UPDATE runs SET heartbeat_at=? WHERE id=? AND owner_token=?",
-                (now, self.run_id, self.claim.token))
+                "UPDATE runs SET heartbeat_at=?, live_json=? WHERE id=? AND owner_token=?",
+                (now, live, self.run_id, self.claim.token))
             if cur.rowcount != 1:
                 raise _LostClaim
             for table in TABLE_ORDER:
