@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import sqlite3
@@ -15,6 +14,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from swarm_tui import __version__
+from swarm_tui.aio import run_async
 from swarm_tui.config import format_validation_error, load_config
 from swarm_tui.errors import (
     EXIT_BUDGET_STOPPED,
@@ -32,16 +32,6 @@ DEMO_CONSOLE_TASKS = 2000
 DEMO_CONSOLE_S = 25.0
 DEMO_HEADLESS_TASKS = 100
 EXIT_HANGUP = 129  # the console's terminal hung up (SSH dropped): run cancelled, resumable
-
-
-def run_async(coro):
-    """asyncio.run on uvloop where available: less loop overhead per call on 2 cores."""
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(coro)
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        return runner.run(coro)
 
 
 def _common(p: argparse.ArgumentParser, top: bool = False) -> None:
@@ -291,7 +281,7 @@ def _load_tasks(args: argparse.Namespace, console: bool = False):
 
 
 def _opts_from_args(args: argparse.Namespace, preflight_default: bool = False, **extra):
-    from swarm_tui.session import RunOptions
+    from swarm_tui.execution.wiring import RunOptions
 
     concurrency = getattr(args, "concurrency", None)
     if concurrency is not None and concurrency < 1:
@@ -311,7 +301,7 @@ def _opts_from_args(args: argparse.Namespace, preflight_default: bool = False, *
 
 async def _summary_json(conn, path, summary, cfg) -> str:
     """The run's summary plus its cost breakdown: the same object `report --json` prints."""
-    from swarm_tui.commands.cost import stored_cost
+    from swarm_tui.report.cost import stored_cost
     from swarm_tui.store.runs import get_run
 
     data = summary.model_dump(mode="json")
@@ -327,7 +317,7 @@ async def _finish_stored(conn, path, cfg, outcome, as_json: bool) -> int:
 
 
 def _finish(outcome, as_json: bool, json_text: str | None = None) -> int:
-    from swarm_tui.headless import summary_text
+    from swarm_tui.execution.progress import summary_text
 
     summary = outcome.summary
     if as_json:
@@ -368,7 +358,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         name=args.name, canary_demo=args.canary_demo, max_calls_per_s=rate,
         incidents=incidents)
     if console:
-        from swarm_tui.sources import LiveSource
+        from swarm_tui.run_sources import LiveSource
         from swarm_tui.store.db import resolve_db_path
 
         db = resolve_db_path(args.db)
@@ -412,7 +402,7 @@ def _console(args: argparse.Namespace, cfg, **kw) -> int:
         raise UserError(err)
     outcome = getattr(source, "outcome", None)
     if outcome is not None:
-        from swarm_tui.headless import summary_text
+        from swarm_tui.execution.progress import summary_text
 
         print(summary_text(outcome.summary))
         # One table for every way a console ends (README, Exit codes)
@@ -429,7 +419,7 @@ def _console(args: argparse.Namespace, cfg, **kw) -> int:
 
 def cmd_console(args: argparse.Namespace) -> int:
     """Bare `swarm-tui`: the console; offers the demo swarm (key d) on the simulator."""
-    from swarm_tui.sources import LiveSource
+    from swarm_tui.run_sources import LiveSource
     from swarm_tui.store.db import resolve_db_path
     from swarm_tui.workload import demo_tasks
 
@@ -451,7 +441,7 @@ def cmd_console(args: argparse.Namespace) -> int:
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
-    from swarm_tui.sources import StoreSource
+    from swarm_tui.run_sources import StoreSource
     from swarm_tui.store.db import resolve_db_path
 
     cfg = load_config(args.config)
@@ -483,7 +473,7 @@ async def _with_db(args: argparse.Namespace, fn, *rest, create: bool = True):
 
 
 async def _run(conn, path, cfg, opts, tasks, args) -> int:
-    from swarm_tui.commands.execute import execute
+    from swarm_tui.execution.stored_run import execute
     from swarm_tui.store.runs import new_run_id
 
     outcome = await execute(conn, path, cfg, opts, tasks, new_run_id(),
@@ -496,10 +486,17 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 
 async def _resume(conn, path, args: argparse.Namespace) -> int:
-    from swarm_tui.commands.execute import Outcome, execute
+    from swarm_tui.execution.stored_run import Outcome, execute
     from swarm_tui.sim.settings import SimSettings
     from swarm_tui.store.ownership import take_lock
-    from swarm_tui.store.runs import claim_run, get_run, load_summary, resumable_tasks
+    from swarm_tui.store.runs import (
+        claim_run,
+        get_run,
+        load_summary,
+        release_run,
+        resumable_tasks,
+        spent_usd,
+    )
 
     run = await get_run(conn, args.run_id, path)
     status = run.effective_status()
@@ -513,10 +510,8 @@ async def _resume(conn, path, args: argparse.Namespace) -> int:
         await claim_run(conn, await get_run(conn, args.run_id, path), claim, path)
         seqs, tasks, prior = await resumable_tasks(conn, run.id)
         if not tasks:
-            await conn.execute("UPDATE runs SET status=?, owner_token=NULL WHERE id=? AND "
-                               "owner_token=?", (status if status != "interrupted"
-                                                 else "finished", run.id, claim.token))
-            claim.release()
+            await release_run(conn, run.id, status if status != "interrupted" else "finished",
+                              claim)
             print(f"run {run.id}: nothing to resume, every task has a stored result",
                   file=sys.stderr)
             run = await get_run(conn, run.id, path)
@@ -527,9 +522,7 @@ async def _resume(conn, path, args: argparse.Namespace) -> int:
         gateway = snap.get("gateway")
         sim = SimSettings.model_validate(snap["sim"]) if "sim" in snap else SimSettings()
         budget = args.budget if args.budget is not None else snap.get("budget_usd")
-        async with conn.execute("SELECT COALESCE(SUM(cost_usd), 0) FROM results WHERE run_id=? "
-                                "AND state='succeeded'", (run.id,)) as cur:
-            spent = float((await cur.fetchone())[0])
+        spent = await spent_usd(conn, run.id)
         opts = _opts_from_args(args, gateway=gateway, stream=snap.get("stream"),
                                model=snap.get("model"), sim=sim, name=run.name,
                                budget_usd=budget, spent_before_usd=spent)
@@ -555,7 +548,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 async def _runs(conn, path, args: argparse.Namespace) -> int:
-    from swarm_tui.commands.history import runs_listing, runs_table
+    from swarm_tui.report.history import runs_listing, runs_table
 
     items = await runs_listing(conn, args.limit)
     if args.json:
@@ -570,9 +563,9 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 async def _report(conn, path, args: argparse.Namespace) -> int:
-    from swarm_tui.commands.cost import cost_text, stored_cost
-    from swarm_tui.commands.history import compare_rows, compare_table, run_summary
-    from swarm_tui.headless import summary_text
+    from swarm_tui.execution.progress import summary_text
+    from swarm_tui.report.cost import cost_text, stored_cost
+    from swarm_tui.report.history import compare_rows, compare_table, run_summary
     from swarm_tui.store.runs import get_run
 
     run = await get_run(conn, args.run_id, path)
@@ -599,7 +592,7 @@ def cmd_cost(args: argparse.Namespace) -> int:
 
 
 async def _cost(conn, path, args: argparse.Namespace) -> int:
-    from swarm_tui.commands.cost import cost_text, stored_cost
+    from swarm_tui.report.cost import cost_text, stored_cost
     from swarm_tui.store.runs import get_run
 
     report = await stored_cost(conn, await get_run(conn, args.run_id, path),
@@ -613,7 +606,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 async def _export(conn, path, args: argparse.Namespace) -> int:
-    from swarm_tui.commands.history import export_run, open_out
+    from swarm_tui.report.history import export_run, open_out
     from swarm_tui.store.runs import get_run
 
     run = await get_run(conn, args.run_id, path)

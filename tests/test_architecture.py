@@ -1,30 +1,45 @@
-"""The engine never imports Textual; the core stays UI-free."""
+"""The layers, as contracts that fail the suite when broken (pyproject's
+[tool.importlinter]): engine and gateway are the core; the store records the engine and
+never drives it; the ui reads snapshots through run sources, never command handlers, SQL
+or the network; nothing imports the command line. And SQL is written only under store/."""
 
 from __future__ import annotations
 
 import pathlib
+import re
 import subprocess
 import sys
 
-CORE = ["swarm_tui.engine.runner", "swarm_tui.engine.summary", "swarm_tui.engine.cost",
-        "swarm_tui.gateway.client", "swarm_tui.gateway.keypool", "swarm_tui.gateway.keyops",
-        "swarm_tui.canary.controller", "swarm_tui.commands.canary", "swarm_tui.commands.keys",
-        "swarm_tui.commands.cost", "swarm_tui.sim.server", "swarm_tui.session",
-        "swarm_tui.sources", "swarm_tui.headless", "swarm_tui.cli"]
+ROOT = pathlib.Path(__file__).parent.parent
+SQL = re.compile(r"""\.execute(many)?\(\s*f?["'](\s*)(SELECT|INSERT|UPDATE|DELETE|BEGIN|CREATE|"""
+                 r"""ALTER|DROP|PRAGMA|WITH)""", re.I)
 
 
-def test_core_modules_do_not_import_textual():
-    code = ("import sys\n" + "".join(f"import {m}\n" for m in CORE)
+def test_the_layer_contracts_hold():
+    lint = pathlib.Path(sys.executable).parent / "lint-imports"
+    r = subprocess.run([str(lint)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    assert "0 broken" in r.stdout
+
+
+def test_sql_is_written_only_under_store():
+    offenders = []
+    for f in (ROOT / "swarm_tui").rglob("*.py"):
+        if "store" in f.relative_to(ROOT / "swarm_tui").parts[:1]:
+            continue
+        text = f.read_text()
+        offenders += [f"{f.relative_to(ROOT)}: {m.group(0)}" for m in SQL.finditer(text)]
+    assert not offenders, offenders
+
+
+def test_core_modules_do_not_load_textual_at_runtime():
+    """Beyond the import graph: importing the command line and every non-ui layer must not
+    load Textual (a lazy import inside a function would slip past the static check)."""
+    core = ["swarm_tui.cli", "swarm_tui.run_sources", "swarm_tui.execution.stored_run",
+            "swarm_tui.report.history", "swarm_tui.report.cost", "swarm_tui.commands.keys",
+            "swarm_tui.commands.canary", "swarm_tui.sim.server"]
+    code = ("import sys\n" + "".join(f"import {m}\n" for m in core)
             + "bad = [m for m in sys.modules if m == 'textual' or m.startswith('textual.')]\n"
             + "print(bad); raise SystemExit(1 if bad else 0)\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
-
-
-def test_no_textual_import_statement_in_core_packages():
-    root = pathlib.Path(__file__).parent.parent / "swarm_tui"
-    for pkg in ("engine", "gateway", "sim", "store", "canary", "commands"):
-        for f in (root / pkg).rglob("*.py"):
-            for line in f.read_text().splitlines():
-                stripped = line.strip()
-                assert not stripped.startswith(("import textual", "from textual")), f

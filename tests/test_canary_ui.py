@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from swarm_tui.canary import store as cs
 from swarm_tui.canary.controller import read_view
 from swarm_tui.config import CanaryConfig, load_config
-from swarm_tui.session import RunOptions
-from swarm_tui.sources import LiveSource
+from swarm_tui.execution.wiring import RunOptions
+from swarm_tui.run_sources import LiveSource
+from swarm_tui.store import canary as cs
 from swarm_tui.ui import canary_panel
 from swarm_tui.ui.app import SwarmApp
 from swarm_tui.ui.canary_panel import CanaryScreen
@@ -172,7 +172,7 @@ async def test_read_view_writes_nothing(tmp_path):
 
 async def test_watching_a_run_shows_the_stored_canary_stage(stored_runs_db, tmp_path):
     from swarm_tui.canary.controller import act_stored
-    from swarm_tui.sources import StoreSource
+    from swarm_tui.run_sources import StoreSource
 
     conf = tmp_path / "c.toml"
     conf.write_text('[gateways.direct]\nbase_url = "http://127.0.0.1:9/v1"\n'

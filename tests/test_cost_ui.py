@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from swarm_tui.session import RunOptions
+from swarm_tui.execution.wiring import RunOptions
+from swarm_tui.run_sources import LiveSource
 from swarm_tui.sim.settings import SimSettings
-from swarm_tui.sources import LiveSource
 from swarm_tui.ui.app import SwarmApp
 from swarm_tui.ui.cost_panel import CostScreen
 from swarm_tui.workload import demo_tasks

@@ -49,7 +49,7 @@ def test_the_demo_incidents_show_a_retry_a_fallback_and_a_key_cooling(tmp_path):
     # the replayed run's log is built from what was stored: its retries and fallbacks
     import asyncio
 
-    from swarm_tui.sources import StoreSource
+    from swarm_tui.run_sources import StoreSource
 
     async def replay_log() -> tuple[str, ...]:
         source = StoreSource(tmp_path / "runs.db", summary["run_id"], replay=True)

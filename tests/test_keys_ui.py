@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import time
 
+from swarm_tui.execution.wiring import RunOptions
 from swarm_tui.gateway.keypool import RETIRED
-from swarm_tui.session import RunOptions
+from swarm_tui.run_sources import LiveSource
 from swarm_tui.sim.settings import SimSettings
-from swarm_tui.sources import LiveSource
 from swarm_tui.ui.app import SwarmApp
 from swarm_tui.ui.keys_panel import KeysScreen
 from swarm_tui.ui.screens import ConfirmScreen, FormScreen

@@ -104,7 +104,7 @@ async def test_full_store_holds_dispatch_journals_and_resume_sends_only_unanswer
     log = _Log()
     runner.consumers.append(log)
     claim = take_lock(path, "full")
-    await create_run(conn, "full", runner, name=None, simulated=True, config={}, claim=claim)
+    await create_run(conn, "full", runner.agents, name=None, simulated=True, config={}, claim=claim)
     async with conn.execute("PRAGMA page_count") as cur:
         pages = (await cur.fetchone())[0]
     # the database may grow by ~40 pages: a few hundred results, then "database or disk is full"
@@ -313,7 +313,7 @@ async def test_an_executor_that_lost_its_claim_cannot_write(sim_factory, tmp_pat
     gw = make_client(server)
     runner = make_runner(gw, tasks(400, prefix="c"), concurrency=20)
     claim = take_lock(path, "c")
-    await create_run(conn, "c", runner, name=None, simulated=True, config={}, claim=claim)
+    await create_run(conn, "c", runner.agents, name=None, simulated=True, config={}, claim=claim)
     writer = StoreWriter(conn, path, "c", runner, claim=claim, flush_interval=0.05)
     writer.start()
     # another executor (another host) took the run over

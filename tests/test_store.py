@@ -89,7 +89,7 @@ async def _stored_run(sim_factory, tmp_path, n=400, **sim):
     async with client_for(server) as gw:
         runner = make_runner(gw, tasks(n, prefix="s"), concurrency=60)
         claim = take_lock(path, "r1")
-        await create_run(conn, "r1", runner, name="t", simulated=True,
+        await create_run(conn, "r1", runner.agents, name="t", simulated=True,
                          config={"settings": {"sla": {"p95_ms": 350, "min_success": 0.99}}},
                          claim=claim)
         writer = StoreWriter(conn, path, "r1", runner, claim=claim, flush_interval=0.05,
@@ -166,7 +166,7 @@ async def test_closing_during_a_flush_loses_nothing(tmp_path):
     runner = make_runner(gw, tasks(6000, prefix="c"))
     runner.started_wall = 1.0
     claim = take_lock(path, "c")
-    await create_run(conn, "c", runner, name=None, simulated=True, config={}, claim=claim)
+    await create_run(conn, "c", runner.agents, name=None, simulated=True, config={}, claim=claim)
     writer = StoreWriter(conn, path, "c", runner, claim=claim, max_rows=500)
     writer.start()
     for i, a in enumerate(runner.agents):

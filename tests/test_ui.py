@@ -12,9 +12,9 @@ import time
 
 import pytest
 
-from swarm_tui.session import RunOptions
+from swarm_tui.execution.wiring import RunOptions
+from swarm_tui.run_sources import LiveSource, StoreSource
 from swarm_tui.sim.settings import SimSettings
-from swarm_tui.sources import LiveSource, StoreSource
 from swarm_tui.ui.app import SwarmApp
 from swarm_tui.ui.filtering import FilterError, parse_filter, sort_cells
 from swarm_tui.ui.grid import AgentGrid

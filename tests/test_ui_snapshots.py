@@ -62,7 +62,7 @@ def test_status_bar_at_80_columns_with_canary_keys_and_a_long_run_id(snap_compar
     """The bar degrades by priority: state, done/total, success, p95 and cost stay."""
     import dataclasses
 
-    from swarm_tui.engine.live import KeyRow
+    from swarm_tui.engine.snapshot import KeyRow
 
     keys = tuple(KeyRow("sim", f"sk-…{i}{i}{i}{i}#abc12{i}", None, "env:K", state, None, None,
                         3, 120, 2, 2, 1000, 2000, None)

@@ -11,8 +11,8 @@ import dataclasses
 import random
 
 from swarm_tui.config import SlaConfig
-from swarm_tui.engine.live import AgentCell, Snapshot
-from swarm_tui.sources import AgentDetail
+from swarm_tui.engine.snapshot import AgentCell, Snapshot
+from swarm_tui.run_sources import AgentDetail
 
 STATES = ["succeeded"] * 55 + ["streaming"] * 20 + ["running"] * 8 + ["retrying"] * 4 + \
     ["failed"] * 2 + ["cancelled"] * 1 + ["queued"] * 50
@@ -99,8 +99,8 @@ def canary_view():
     from swarm_tui.canary.analysis import Analysis, evaluate, figures
     from swarm_tui.canary.controller import CanaryView
     from swarm_tui.canary.state import CanaryState
-    from swarm_tui.canary.store import ActionRecord
     from swarm_tui.config import CanaryConfig
+    from swarm_tui.store.canary import ActionRecord
 
     cfg = CanaryConfig(baseline="direct", candidate="gateway-b", mode="auto", min_samples=100)
     rows = [("baseline", "succeeded", 300.0 + (i * 37) % 450, 120.0 + (i * 13) % 90, 720, 1100,
@@ -130,7 +130,7 @@ def keys_snapshot() -> Snapshot:
     """The mid-run snapshot with four keys in every state (fixed times, UTC)."""
     import dataclasses
 
-    from swarm_tui.engine.live import KeyRow
+    from swarm_tui.engine.snapshot import KeyRow
 
     t = CANARY_NOW
     keys = (

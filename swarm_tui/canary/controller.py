@@ -17,11 +17,11 @@ from pathlib import Path
 import aiosqlite
 
 from swarm_tui.canary import state as st
-from swarm_tui.canary import store as cs
 from swarm_tui.canary.analysis import Analysis
 from swarm_tui.canary.auto import decide
 from swarm_tui.config import CanaryConfig
 from swarm_tui.engine.routing import CanaryRouter
+from swarm_tui.store import canary as cs
 from swarm_tui.store.db import db_error, open_db
 
 POLL_S = 0.5  # another process's change reaches the router within this

@@ -11,9 +11,9 @@ import aiosqlite
 
 from swarm_tui.canary import report
 from swarm_tui.canary import state as st
-from swarm_tui.canary import store as cs
 from swarm_tui.config import CanaryConfig, LoadedConfig
 from swarm_tui.errors import EXIT_OK, UserError
+from swarm_tui.store import canary as cs
 
 VERBS = ("status", "history", *st.ACTIONS)
 
@@ -34,7 +34,7 @@ def add_parser(sub: argparse._SubParsersAction, common) -> None:
 def canary_config(cfg: LoadedConfig) -> CanaryConfig:
     c = cfg.settings.canary
     if c is None and cfg.simulated_only:
-        from swarm_tui.session import SIM_CANARY
+        from swarm_tui.execution.wiring import SIM_CANARY
 
         return SIM_CANARY  # no gateways configured: the simulator's demo canary
     if c is None:

@@ -24,6 +24,7 @@ from pydantic import BaseModel
 from swarm_tui.config import LoadedConfig
 from swarm_tui.errors import EXIT_OK, UserError
 from swarm_tui.gateway.keys import fingerprint, keys_from_env, read_key_file
+from swarm_tui.store import reads
 from swarm_tui.store.control import queue_command
 from swarm_tui.store.runs import list_runs
 
@@ -93,11 +94,7 @@ def configured(cfg: LoadedConfig, insecure: bool) -> list[KeyListing]:
 
 async def _live(conn: aiosqlite.Connection) -> list[tuple]:
     """Key rows of swarms alive right now (their heartbeat refreshes them)."""
-    async with conn.execute(
-            "SELECT run_id, gateway, fingerprint, label, source, state, cooling_until, reason, "
-            "in_flight, calls, rate_limited, errors FROM key_state WHERE updated_at >= ?",
-            (time.time() - FRESH_S,)) as cur:
-        return list(await cur.fetchall())
+    return await reads.live_key_rows(conn, FRESH_S)
 
 
 async def run(conn: aiosqlite.Connection, path: Path, cfg: LoadedConfig,

@@ -8,6 +8,7 @@ import json
 import os
 import sqlite3
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ import aiosqlite
 from pydantic import BaseModel
 
 from swarm_tui.config import SlaConfig
-from swarm_tui.engine.runner import SwarmRunner
+from swarm_tui.engine.state import Agent
 from swarm_tui.engine.summary import RunSummary, summarize
 from swarm_tui.errors import UserError
 from swarm_tui.store.ownership import Claim, owner_alive, pid_alive
@@ -87,10 +88,10 @@ def _record(row: tuple) -> RunRecord:
                      owner_started=owner_started, lock_path=lock_path)
 
 
-async def create_run(conn: aiosqlite.Connection, run_id: str, runner: SwarmRunner, *,
+async def create_run(conn: aiosqlite.Connection, run_id: str, agents: Sequence[Agent], *,
                      name: str | None, simulated: bool, config: dict[str, Any],
                      claim: Claim) -> None:
-    tasks = [a.task for a in runner.agents]
+    tasks = [a.task for a in agents]
     now = time.time()
     await conn.execute("BEGIN IMMEDIATE")
     try:
@@ -103,7 +104,7 @@ async def create_run(conn: aiosqlite.Connection, run_id: str, runner: SwarmRunne
             "INSERT INTO tasks (run_id, seq, task_id, task_json, model, gateway, bucket) "
             "VALUES (?,?,?,?,?,?,?)",
             [(run_id, a.seq, a.task.id, a.task.model_dump_json(exclude_none=True),
-              a.model, a.gateway, a.bucket) for a in runner.agents])
+              a.model, a.gateway, a.bucket) for a in agents])
         await conn.execute("COMMIT")
     except BaseException:
         # SQLite rolls back by itself on a full disk; a second ROLLBACK would hide the cause
@@ -221,3 +222,20 @@ async def claim_run(conn: aiosqlite.Connection, run: RunRecord, claim: Claim,
     if cur.rowcount != 1:
         claim.release()
         raise UserError(f"run {run.id}: another process claimed it a moment ago ({path})")
+
+
+async def release_run(conn: aiosqlite.Connection, run_id: str, status: str, claim: Claim
+                      ) -> None:
+    """Give up a claimed run without executing it (nothing was left to send)."""
+    await conn.execute("UPDATE runs SET status=?, owner_token=NULL WHERE id=? AND "
+                       "owner_token=?", (status, run_id, claim.token))
+    await conn.commit()
+    claim.release()
+
+
+async def spent_usd(conn: aiosqlite.Connection, run_id: str) -> float:
+    """What the run's succeeded tasks cost so far (a resume's budget starts from it)."""
+    async with conn.execute("SELECT COALESCE(SUM(cost_usd), 0) FROM results WHERE run_id=? "
+                            "AND state='succeeded'", (run_id,)) as cur:
+        row = await cur.fetchone()
+    return float(row[0]) if row else 0.0

@@ -24,10 +24,9 @@ from pathlib import Path
 import aiosqlite
 
 from swarm_tui.engine import events as ev
-from swarm_tui.engine.live import key_rows
-from swarm_tui.engine.runner import SwarmRunner
+from swarm_tui.engine.control import Executor, apply_command
+from swarm_tui.engine.snapshot import key_rows
 from swarm_tui.engine.state import Agent, Attempt
-from swarm_tui.errors import UserError
 from swarm_tui.store.db import db_error
 from swarm_tui.store.ownership import Claim
 from swarm_tui.store.spill import SpillJournal
@@ -78,7 +77,7 @@ class WriterStats:
 
 
 class StoreWriter:
-    def __init__(self, conn: aiosqlite.Connection, path: Path, run_id: str, runner: SwarmRunner,
+    def __init__(self, conn: aiosqlite.Connection, path: Path, run_id: str, runner: Executor,
                  *, claim: Claim, flush_interval: float = 0.25, max_rows: int = 5000,
                  heartbeat_s: float = 1.0, grace_s: float = 60.0) -> None:
         self.conn = conn
@@ -343,34 +342,3 @@ class StoreWriter:
 
 class _LostClaim(Exception):
     """The run's claim token changed: another executor owns it now."""
-
-
-def apply_command(runner: SwarmRunner, command: str, arg: str | None) -> bool:
-    """pause | resume | cancel | concurrency N | cancel_agent SEQ | key_retire FP |
-    key_enable FP. False: not understood (or no such key)."""
-    from swarm_tui.gateway import keyops
-
-    try:
-        if command in ("key_retire", "key_enable") and arg:
-            op = keyops.retire if command == "key_retire" else keyops.enable
-            runner.emit(ev.CONTROL, detail=op(runner.gateways, arg))
-            runner.wake()
-            return True
-        if command == "pause":
-            runner.pause()
-        elif command == "resume":
-            runner.resume()
-        elif command == "cancel":
-            runner.cancel()
-        elif command == "concurrency" and arg:
-            runner.set_concurrency(int(arg))
-        elif command == "cancel_agent" and arg:
-            seq = int(arg)
-            for agent in runner.agents:
-                if agent.seq == seq:
-                    runner.cancel_agent(agent.index)
-        else:
-            return False
-    except (ValueError, UserError):
-        return False
-    return True

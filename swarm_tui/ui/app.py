@@ -21,7 +21,7 @@ from textual.widgets import Footer, Input, Static
 
 from swarm_tui.canary.controller import CanaryView
 from swarm_tui.config import CanaryConfig
-from swarm_tui.engine.live import AgentCell, Snapshot
+from swarm_tui.engine.snapshot import AgentCell, Snapshot
 from swarm_tui.errors import UserError
 from swarm_tui.ui.canary_panel import CanaryScreen
 from swarm_tui.ui.cost_panel import CostScreen
@@ -402,7 +402,7 @@ class SwarmApp(App[int]):
             self.push_screen(DetailScreen(detail))
 
     async def action_history(self) -> None:
-        from swarm_tui.commands.history import runs_listing
+        from swarm_tui.report.history import runs_listing
         from swarm_tui.store.db import open_db
 
         if self.db_path is None or not self.db_path.exists():
@@ -459,7 +459,7 @@ class SwarmApp(App[int]):
         await act_stored(self.db_path, self.canary_cfg, action, arg, reason)
 
     def _replay(self, run_id: str) -> None:
-        from swarm_tui.sources import StoreSource
+        from swarm_tui.run_sources import StoreSource
 
         if self.run_active:
             self.notify("a run is active here; replay it after it ends", severity="warning")
@@ -475,7 +475,7 @@ class SwarmApp(App[int]):
         self.run_worker(self._show_compare(a, b), name="compare")
 
     async def _show_compare(self, a: str, b: str) -> None:
-        from swarm_tui.commands.history import compare_table, run_summary
+        from swarm_tui.report.history import compare_table, run_summary
         from swarm_tui.store.db import open_db
         from swarm_tui.store.runs import get_run
 

@@ -13,8 +13,8 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-from swarm_tui.commands.cost import routing_line, usd, what_if_lines
 from swarm_tui.engine.cost import CostReport
+from swarm_tui.report.cost import routing_line, usd, what_if_lines
 from swarm_tui.ui.widgets import SPARK
 
 BAR = 24

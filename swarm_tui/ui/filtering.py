@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from swarm_tui.engine.live import AgentCell
+from swarm_tui.engine.snapshot import AgentCell
 
 FIELDS = {"state": "state", "model": "model", "bucket": "bucket", "error": "error_class"}
 SORTS = ("index", "latency", "state", "cost")

@@ -16,7 +16,7 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from swarm_tui.engine.live import AgentCell
+from swarm_tui.engine.snapshot import AgentCell
 
 # State → glyph: readable without colour (NO_COLOR, monochrome terminals).
 GLYPHS = {

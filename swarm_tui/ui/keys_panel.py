@@ -10,7 +10,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Label
 
-from swarm_tui.engine.live import KeyRow
+from swarm_tui.engine.snapshot import KeyRow
 from swarm_tui.errors import UserError
 from swarm_tui.ui.screens import ConfirmScreen, Field, FormScreen
 

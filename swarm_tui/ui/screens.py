@@ -10,7 +10,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, DataTable, Footer, Input, Label, Static
 
-from swarm_tui.sources import AgentDetail
+from swarm_tui.run_sources import AgentDetail
 
 
 def _ms(v: float | None) -> str:

@@ -6,7 +6,7 @@ from textual.content import Content
 from textual.markup import escape
 from textual.widgets import RichLog, Static
 
-from swarm_tui.engine.live import HIST_EDGES_MS, Snapshot
+from swarm_tui.engine.snapshot import HIST_EDGES_MS, Snapshot
 
 
 def _ms(v: float | None) -> str:

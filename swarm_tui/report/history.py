@@ -13,6 +13,7 @@ import aiosqlite
 from pydantic import BaseModel
 
 from swarm_tui.engine.summary import RunSummary
+from swarm_tui.store import reads
 from swarm_tui.store.runs import ENDED, RunRecord, list_runs, load_summary, tasks_sent_twice
 
 
@@ -134,11 +135,8 @@ async def export_run(conn: aiosqlite.Connection, run: RunRecord, fmt: str, out: 
     """JSONL: one task per line with its attempts nested. CSV: one row per attempt, with its
     task's columns (a task never sent gets one row with empty attempt columns)."""
     attempts: dict[int, list[dict[str, Any]]] = {}
-    async with conn.execute(
-            f"SELECT seq, {', '.join(_ATTEMPT_COLS)} FROM attempts WHERE run_id=? "
-            "ORDER BY seq, number, id", (run.id,)) as cur:
-        async for r in cur:
-            attempts.setdefault(r[0], []).append(dict(zip(_ATTEMPT_COLS, r[1:], strict=True)))
+    async for seq, a in reads.attempt_dicts(conn, run.id, _ATTEMPT_COLS):
+        attempts.setdefault(seq, []).append(a)
     twice = await tasks_sent_twice(conn, run.id)
     writer = None
     if fmt == "csv":
@@ -146,18 +144,15 @@ async def export_run(conn: aiosqlite.Connection, run: RunRecord, fmt: str, out: 
         writer.writerow(["run_id", *_TASK_COLS, "sent_twice",
                          *(f"attempt_{c}" for c in _ATTEMPT_COLS)])
     n = 0
-    async with conn.execute(f"SELECT {', '.join(_TASK_COLS)} FROM task_results WHERE run_id=? "
-                            "ORDER BY seq", (run.id,)) as cur:
-        async for r in cur:
-            task = dict(zip(_TASK_COLS, r, strict=True))
-            task["sent_twice"] = task["seq"] in twice
-            tries = attempts.get(task["seq"], [])
-            n += 1
-            if writer is None:
-                out.write(json.dumps({"run_id": run.id, **task, "attempts": tries}) + "\n")
-                continue
-            for a in tries or [dict.fromkeys(_ATTEMPT_COLS)]:
-                writer.writerow([run.id, *task.values(), *a.values()])
+    async for task in reads.task_dicts(conn, run.id, _TASK_COLS):
+        task["sent_twice"] = task["seq"] in twice
+        tries = attempts.get(task["seq"], [])
+        n += 1
+        if writer is None:
+            out.write(json.dumps({"run_id": run.id, **task, "attempts": tries}) + "\n")
+            continue
+        for a in tries or [dict.fromkeys(_ATTEMPT_COLS)]:
+            writer.writerow([run.id, *task.values(), *a.values()])
     return n
 
 

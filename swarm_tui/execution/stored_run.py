@@ -18,8 +18,8 @@ from swarm_tui.engine.routing import CanaryRouter
 from swarm_tui.engine.runner import SwarmRunner
 from swarm_tui.engine.summary import RunSummary
 from swarm_tui.errors import UserError
-from swarm_tui.headless import run_with_progress
-from swarm_tui.session import RunOptions, RunSession
+from swarm_tui.execution.progress import run_with_progress
+from swarm_tui.execution.wiring import RunOptions, RunSession
 from swarm_tui.store.ownership import Claim, take_lock
 from swarm_tui.store.runs import create_run, get_run, load_summary, save_summary
 from swarm_tui.store.writer import StoreWriter
@@ -81,7 +81,8 @@ async def execute(
         runner = session.make_runner(tasks, consumers, seqs=seqs, prior_attempts=prior_attempts)
         if claim is None:
             claim = take_lock(db_path, run_id)
-            await create_run(conn, run_id, runner, name=opts.name, simulated=session.simulated,
+            await create_run(conn, run_id, runner.agents, name=opts.name,
+                             simulated=session.simulated,
                              config=config_snapshot(session, opts), claim=claim)
         # Park the swarm's long-lived objects (tasks, agents, prompts) outside the GC's
         # generations for the run: measured with gc.callbacks at 1,000 streams, full

@@ -1,0 +1,91 @@
+"""The control channel the engine owns: every command an operator can send a running swarm
+(from this process's console, or through the store from `watch --write` / another
+process), and what a store writer may see of its executor.
+
+The store and the console import this module, never the runner itself (SwarmRunner
+satisfies `Executor`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from enum import StrEnum
+from typing import TYPE_CHECKING, Protocol
+
+from swarm_tui.engine import events as ev
+from swarm_tui.errors import UserError
+
+if TYPE_CHECKING:  # types only: the store must not depend on the runner's module
+    from swarm_tui.engine.state import Agent, Attempt
+    from swarm_tui.gateway.client import GatewayClient
+
+
+class Command(StrEnum):
+    PAUSE = "pause"
+    RESUME = "resume"
+    CANCEL = "cancel"
+    CONCURRENCY = "concurrency"    # arg: the new limit
+    CANCEL_AGENT = "cancel_agent"  # arg: the task's seq
+    KEY_RETIRE = "key_retire"      # arg: a key fingerprint
+    KEY_ENABLE = "key_enable"      # arg: a key fingerprint
+
+
+class Executor(Protocol):
+    """What the store's writer reads and holds of the run it records."""
+
+    agents: list[Agent]
+    consumers: list[ev.Consumer]
+    gateways: Mapping[str, GatewayClient]
+    holds: dict[str, str]
+    started_wall: float
+    wall_ms: float
+    in_flight: int
+    limit: int
+    paused: bool
+    retry_waiting: int
+
+    def hold(self, reason: str, detail: str) -> None: ...
+    def release(self, reason: str, detail: str) -> None: ...
+    def stop(self, reason: str, detail: str) -> None: ...
+    # the commands
+    def pause(self) -> None: ...
+    def resume(self) -> None: ...
+    def cancel(self) -> None: ...
+    def set_concurrency(self, n: int) -> None: ...
+    def cancel_agent(self, index: int) -> None: ...
+    def wake(self) -> None: ...
+    def emit(self, kind: str, agent: Agent | None = None, attempt: Attempt | None = None,
+             detail: str | None = None) -> None: ...
+
+
+def apply_command(runner: Executor, command: str, arg: str | None) -> bool:
+    """Apply one command on the runner's own loop. False: not understood (an unknown
+    command, a missing or bad argument, no such key)."""
+    from swarm_tui.gateway import keyops
+
+    try:
+        cmd = Command(command)
+        if cmd in (Command.KEY_RETIRE, Command.KEY_ENABLE):
+            if not arg:
+                return False
+            op = keyops.retire if cmd is Command.KEY_RETIRE else keyops.enable
+            runner.emit(ev.CONTROL, detail=op(runner.gateways, arg))
+            runner.wake()
+        elif cmd is Command.PAUSE:
+            runner.pause()
+        elif cmd is Command.RESUME:
+            runner.resume()
+        elif cmd is Command.CANCEL:
+            runner.cancel()
+        elif cmd is Command.CONCURRENCY and arg:
+            runner.set_concurrency(int(arg))
+        elif cmd is Command.CANCEL_AGENT and arg:
+            seq = int(arg)
+            for agent in runner.agents:
+                if agent.seq == seq:
+                    runner.cancel_agent(agent.index)
+        else:
+            return False
+    except (ValueError, UserError):
+        return False
+    return True

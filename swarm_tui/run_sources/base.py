@@ -1,0 +1,52 @@
+"""What the console reads a run through: one protocol for a live run in this process and
+for a run in the store (watched while another process executes it, or replayed)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from swarm_tui.engine.cost import CostReport
+from swarm_tui.engine.snapshot import KeyRow, Snapshot
+
+
+@dataclass
+class AgentDetail:
+    seq: int
+    task_id: str
+    state: str
+    model: str
+    gateway: str
+    bucket: str
+    key_fp: str | None
+    prompt: str
+    latency_ms: float | None
+    ttft_ms: float | None
+    queue_ms: float
+    tokens_in: int
+    tokens_out: int
+    cost_usd: float | None
+    error: str | None
+    response_text: str | None
+    attempts: list[dict[str, Any]] = field(default_factory=list)
+
+
+class RunSource(Protocol):
+    """Everything the console asks of a run. `kind`: live | watch | replay."""
+
+    kind: str
+    readonly: bool
+    error: str | None
+
+    @property
+    def active(self) -> bool: ...
+    @property
+    def paused(self) -> bool: ...
+    async def snapshot(self) -> Snapshot | None: ...
+    async def detail(self, seq: int) -> AgentDetail | None: ...
+    async def control(self, command: str, arg: str | None = None) -> bool: ...
+    async def keys(self) -> tuple[tuple[KeyRow, ...], str | None]: ...
+    async def cost(self) -> CostReport | None: ...
+    async def key_op(self, op: str, ref: str, secret: str | None = None,
+                     label: str | None = None) -> str: ...
+    async def shutdown(self) -> None: ...

@@ -1,0 +1,226 @@
+"""A run executed in this process, on its own thread and event loop; no Textual here."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import threading
+from pathlib import Path
+
+from swarm_tui.canary.controller import CanaryController
+from swarm_tui.config import LoadedConfig
+from swarm_tui.engine import events as ev
+from swarm_tui.engine.control import apply_command
+from swarm_tui.engine.cost import CostReport, cost_report
+from swarm_tui.engine.runner import SwarmRunner
+from swarm_tui.engine.snapshot import (
+    KeyRow,
+    LiveMetrics,
+    Snapshot,
+    key_rows,
+    live_snapshot,
+)
+from swarm_tui.errors import UserError
+from swarm_tui.execution.wiring import RunOptions, RunSession
+from swarm_tui.run_sources.base import AgentDetail
+from swarm_tui.store.db import open_db
+from swarm_tui.store.runs import new_run_id
+from swarm_tui.workload import Task
+
+
+class LiveSource:
+    """Runs the swarm in this process and stores it.
+
+    The engine gets its own event loop on one dedicated thread (not a Textual thread
+    worker, and never one per agent): measured, on the console's own loop a wave of
+    1,000 calls ending together held key presses up to a second; on its own loop
+    the GIL hands the UI a turn every few ms. Snapshots only read engine state;
+    controls are marshalled onto the engine's loop.
+    """
+
+    kind = "live"
+
+    def __init__(self, cfg: LoadedConfig, opts: RunOptions, tasks: list[Task], db_path: Path,
+                 readonly: bool = False) -> None:
+        self.cfg = cfg
+        self.opts = opts
+        self.tasks = tasks
+        self.db_path = db_path
+        self.readonly = readonly
+        self.run_id = new_run_id()
+        self.metrics = LiveMetrics()
+        self.runner: SwarmRunner | None = None
+        self.session: RunSession | None = None
+        self.canary: CanaryController | None = None
+        self.outcome = None
+        self.error: str | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._want_paused = False
+        self._done = threading.Event()
+
+    async def run(self) -> None:
+        """Awaitable from the UI's loop; the engine runs on its own thread and loop."""
+        await asyncio.to_thread(self._thread_main)
+
+    def _thread_main(self) -> None:
+        from swarm_tui.aio import run_async
+
+        try:
+            run_async(self._engine())
+        finally:
+            self._done.set()
+
+    async def shutdown(self, timeout_s: float = 30.0) -> None:
+        """The console is closing: a run cannot outlive its process, so cancel it cleanly
+        (results flushed, unsent tasks resumable) and wait for the engine thread."""
+        if self.loop is None:
+            return
+        if self.active and self.runner is not None:
+            self.loop.call_soon_threadsafe(self.runner.cancel)
+        await asyncio.to_thread(self._done.wait, timeout_s)
+
+    async def _engine(self) -> None:
+        from swarm_tui.execution.stored_run import execute
+
+        self.loop = asyncio.get_running_loop()
+
+        def attach(runner: SwarmRunner, session: RunSession,
+                   canary: CanaryController | None) -> None:
+            self.runner, self.session, self.canary = runner, session, canary
+
+        try:
+            conn = await open_db(self.db_path)
+            try:
+                self.outcome = await execute(conn, self.db_path, self.cfg, self.opts, self.tasks,
+                                             self.run_id, show_progress=False,
+                                             consumers=[self.metrics], on_start=attach)
+            finally:
+                await conn.close()
+        except UserError as e:
+            self.error = str(e)
+
+    @property
+    def active(self) -> bool:
+        r = self.runner
+        return r is not None and not r.wall_ms and self.error is None
+
+    @property
+    def paused(self) -> bool:
+        """As last commanded (the engine applies it on its own loop a moment later)."""
+        return self._want_paused
+
+    async def snapshot(self) -> Snapshot | None:
+        r = self.runner
+        if r is None or self.session is None:
+            return None
+        status = None
+        if self.outcome is not None and self.outcome.interrupted:
+            status = "cancelled"
+        snap = live_snapshot(r, self.metrics, run_id=self.run_id,
+                             simulated=self.session.simulated, sla=self.cfg.settings.sla,
+                             tasks_per_day=self.cfg.settings.tasks_per_day,
+                             readonly=self.readonly, status=status)
+        view = self.canary.view if self.canary is not None else None
+        if view is not None:
+            snap = dataclasses.replace(snap, canary=view.status_line(), canary_view=view)
+        return snap
+
+    async def keys(self) -> tuple[tuple[KeyRow, ...], str | None]:
+        """Every key's state, and a gateway whose keys are all cooling (the keys panel)."""
+        r = self.runner
+        return (key_rows(r.gateways), r.waiting_for_keys) if r is not None else ((), None)
+
+    async def cost(self) -> CostReport | None:
+        """The live run's cost from its agents (read only; a few ms at 10,000 agents)."""
+        r = self.runner
+        if r is None:
+            return None
+        s = self.cfg.settings
+        agents = list(r.agents)
+        return cost_report(
+            agents, self.cfg.prices, run_id=self.run_id,
+            wall_s=(r.wall_ms or (r.now_ms() if r.t0 else 0.0)) / 1000.0,
+            tasks_per_day=s.tasks_per_day,
+            long_model=s.routing.long_model if s.routing.enabled else None,
+            finished_s=[a.finished_ms / 1000.0 if a.finished_ms is not None else None
+                        for a in agents], budget_usd=r.policy.budget_usd)
+
+    async def key_op(self, op: str, ref: str, secret: str | None = None,
+                     label: str | None = None) -> str:
+        """add (ref = gateway) / retire / enable (ref = fingerprint), on the engine's loop."""
+        from swarm_tui.gateway import keyops
+
+        runner, loop = self.runner, self._engine_loop()
+        if runner is None or loop is None or not self.active:
+            raise UserError(f"key {op}: no active run here")
+
+        async def apply() -> str:
+            if op == "add":
+                gw = runner.gateways.get(ref)
+                if gw is None:
+                    raise UserError(f"key add: no gateway '{ref}' in this run")
+                msg = keyops.add(gw, secret or "", label)
+            elif op == "retire":
+                msg = keyops.retire(runner.gateways, ref)
+            else:
+                msg = keyops.enable(runner.gateways, ref)
+            runner.emit(ev.CONTROL, detail=msg + " (console)")
+            runner.wake()  # a key back in the pool may unblock dispatch
+            return msg
+
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(apply(), loop))
+
+    async def canary_act(self, action: str, arg: str | None, reason: str | None) -> bool:
+        """Through this run's controller (on the engine's loop), so routing follows at
+        once. False: no canary in this run (the caller acts on the store instead)."""
+        loop = self._engine_loop()
+        if self.canary is None or loop is None:
+            return False  # the run has ended: the caller acts on the stored canary
+        try:
+            fut = asyncio.run_coroutine_threadsafe(self.canary.act(action, arg, reason), loop)
+        except RuntimeError:  # the engine's loop closed between the check and the call
+            return False
+        await asyncio.wrap_future(fut)
+        return True
+
+    def _engine_loop(self) -> asyncio.AbstractEventLoop | None:
+        """The engine's loop while it still runs; None once the run (and its loop) ended."""
+        loop = self.loop
+        if loop is None or loop.is_closed() or self._done.is_set():
+            return None
+        return loop
+
+    async def detail(self, seq: int) -> AgentDetail | None:
+        r = self.runner
+        if r is None:
+            return None
+        agent = next((a for a in r.agents if a.seq == seq), None)
+        if agent is None:
+            return None
+        return AgentDetail(
+            seq=agent.seq, task_id=agent.id, state=agent.state, model=agent.model,
+            gateway=agent.gateway, bucket=agent.bucket, key_fp=agent.key_fp,
+            prompt=agent.task.prompt, latency_ms=agent.latency_ms, ttft_ms=agent.ttft_ms,
+            queue_ms=agent.queue_ms, tokens_in=agent.tokens_in, tokens_out=agent.tokens_out,
+            cost_usd=agent.cost_usd,
+            error=f"{agent.error_class}: {agent.error_message}" if agent.error_class else None,
+            response_text=agent.response_text,
+            attempts=[{"number": x.number, "model": x.model, "key_fp": x.key_fp,
+                       "queue_ms": x.queue_ms, "latency_ms": x.latency_ms, "ttft_ms": x.ttft_ms,
+                       "status_code": x.status_code, "error_class": x.error_class,
+                       "error_message": x.error_message, "retry_wait_s": x.retry_wait_s,
+                       "outcome": x.outcome} for x in agent.attempts],
+        )
+
+    # controls
+    async def control(self, command: str, arg: str | None = None) -> bool:
+        loop = self._engine_loop()
+        if self.readonly or self.runner is None or loop is None:
+            return False
+        try:
+            loop.call_soon_threadsafe(apply_command, self.runner, command, arg)
+        except RuntimeError:  # closed meanwhile: the run is over
+            return False
+        if command in ("pause", "resume"):
+            self._want_paused = command == "pause"
+        return True

@@ -1,0 +1,106 @@
+"""Read-only queries behind `watch`, replays and the detail view: the run's last pause
+command, its stored log, the executor's live figures, one task in full, its keys."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import aiosqlite
+
+from swarm_tui.engine.snapshot import KeyRow
+
+ATTEMPT_COLS = ("number", "model", "key_fp", "queue_ms", "latency_ms", "ttft_ms",
+                "status_code", "error_class", "error_message", "retry_wait_s", "outcome")
+
+
+async def last_pause_command(conn: aiosqlite.Connection, run_id: str) -> str | None:
+    """`pause` or `resume`, whichever was queued last (None: neither)."""
+    async with conn.execute(
+            "SELECT command FROM control WHERE run_id=? AND command IN ('pause', 'resume') "
+            "ORDER BY id DESC LIMIT 1", (run_id,)) as cur:
+        row = await cur.fetchone()
+    return row[0] if row else None
+
+
+async def live_figures(conn: aiosqlite.Connection, run_id: str) -> dict[str, Any]:
+    """The executor's heartbeat figures: in_flight, concurrency, paused, retrying."""
+    async with conn.execute("SELECT live_json FROM runs WHERE id=?", (run_id,)) as cur:
+        row = await cur.fetchone()
+    return json.loads(row[0]) if row and row[0] else {}
+
+
+async def log_rows(conn: aiosqlite.Connection, run_id: str, limit: int = 100
+                   ) -> tuple[list[tuple], list[tuple]]:
+    """(failed attempts: sent_at, task_id, number, error_class, status_code, retry_wait_s,
+    error_message), (events: at, kind, detail) — the newest `limit` of each."""
+    async with conn.execute(
+            "SELECT sent_at, t.task_id, number, error_class, status_code, retry_wait_s, "
+            "error_message FROM attempts a JOIN tasks t ON t.run_id=a.run_id AND t.seq=a.seq "
+            "WHERE a.run_id=? AND outcome='error' ORDER BY sent_at DESC LIMIT ?",
+            (run_id, limit)) as cur:
+        errs = [tuple(r) for r in await cur.fetchall()]
+    async with conn.execute("SELECT at, kind, detail_json FROM events WHERE run_id=? "
+                            "ORDER BY at DESC LIMIT ?", (run_id, limit)) as cur:
+        events = [tuple(r) for r in await cur.fetchall()]
+    return errs, events
+
+
+async def task_detail_row(conn: aiosqlite.Connection, run_id: str, seq: int
+                          ) -> tuple[tuple | None, list[dict[str, Any]]]:
+    """One task's stored result joined with what was asked, and its attempts in order."""
+    async with conn.execute(
+            "SELECT r.seq, r.task_id, r.state, r.model, r.gateway, r.bucket, r.key_fp, "
+            "t.task_json, r.latency_ms, r.ttft_ms, r.queue_ms, r.tokens_in, r.tokens_out, "
+            "r.cost_usd, r.error_class, r.error_message, r.response_text "
+            "FROM task_results r JOIN tasks t ON t.run_id=r.run_id AND t.seq=r.seq "
+            "WHERE r.run_id=? AND r.seq=?", (run_id, seq)) as cur:
+        row = await cur.fetchone()
+    if row is None:
+        return None, []
+    async with conn.execute(
+            f"SELECT {', '.join(ATTEMPT_COLS)} FROM attempts WHERE run_id=? AND seq=? "
+            "ORDER BY number", (run_id, seq)) as cur:
+        attempts = [dict(zip(ATTEMPT_COLS, a, strict=True)) for a in await cur.fetchall()]
+    return tuple(row), attempts
+
+
+async def stored_keys(conn: aiosqlite.Connection, run_id: str) -> tuple[KeyRow, ...]:
+    """The run's keys as its writer last stored them (with the heartbeat)."""
+    async with conn.execute(
+            "SELECT gateway, fingerprint, label, source, state, cooling_until, reason, "
+            "in_flight, calls, rate_limited, errors, tokens_in, tokens_out, last_used "
+            "FROM key_state WHERE run_id=? ORDER BY gateway, rowid", (run_id,)) as cur:
+        return tuple(KeyRow(*row) for row in await cur.fetchall())
+
+
+async def attempt_dicts(conn: aiosqlite.Connection, run_id: str, cols: Sequence[str]
+                        ) -> AsyncIterator[tuple[int, dict[str, Any]]]:
+    """(seq, attempt as a dict of `cols`) for every attempt of the run, in order."""
+    async with conn.execute(f"SELECT seq, {', '.join(cols)} FROM attempts WHERE run_id=? "
+                            "ORDER BY seq, number, id", (run_id,)) as cur:
+        async for r in cur:
+            yield r[0], dict(zip(cols, r[1:], strict=True))
+
+
+async def task_dicts(conn: aiosqlite.Connection, run_id: str, cols: Sequence[str]
+                     ) -> AsyncIterator[dict[str, Any]]:
+    """Every task of the run with its result (`task_results` columns), by seq."""
+    async with conn.execute(f"SELECT {', '.join(cols)} FROM task_results WHERE run_id=? "
+                            "ORDER BY seq", (run_id,)) as cur:
+        async for r in cur:
+            yield dict(zip(cols, r, strict=True))
+
+
+async def live_key_rows(conn: aiosqlite.Connection, fresh_s: float) -> list[tuple]:
+    """Key rows of swarms alive right now (their heartbeat refreshed them within
+    `fresh_s`): run_id, gateway, fingerprint, label, source, state, cooling_until, reason,
+    in_flight, calls, rate_limited, errors."""
+    import time
+
+    async with conn.execute(
+            "SELECT run_id, gateway, fingerprint, label, source, state, cooling_until, reason, "
+            "in_flight, calls, rate_limited, errors FROM key_state WHERE updated_at >= ?",
+            (time.time() - fresh_s,)) as cur:
+        return [tuple(r) for r in await cur.fetchall()]
