@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from swarm_tui import __version__
 from swarm_tui.aio import run_async
 from swarm_tui.config import format_validation_error, load_config
+from swarm_tui.engine.state import RunStatus
 from swarm_tui.errors import (
     EXIT_BUDGET_STOPPED,
     EXIT_INTERNAL,
@@ -409,7 +410,7 @@ def _console(args: argparse.Namespace, cfg, **kw) -> int:
         if code == EXIT_HANGUP:
             return EXIT_HANGUP
         if (code == EXIT_INTERRUPTED or outcome.interrupted
-                or outcome.summary.status == "cancelled"):
+                or outcome.summary.status == RunStatus.CANCELLED):
             return EXIT_INTERRUPTED
         if outcome.summary.status == "budget_stopped":
             return EXIT_BUDGET_STOPPED
@@ -500,7 +501,7 @@ async def _resume(conn, path, args: argparse.Namespace) -> int:
 
     run = await get_run(conn, args.run_id, path)
     status = run.effective_status()
-    if status == "running":
+    if status == RunStatus.RUNNING:
         raise UserError(f"run {run.id}: still being executed by pid {run.pid} on {run.host} "
                         "(stopped or busy processes keep their run); resume it once that "
                         "process has ended")

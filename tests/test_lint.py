@@ -18,3 +18,12 @@ def test_ruff_clean():
     r = subprocess.run([ruff, "check", "swarm_tui", "tests", "bench"], cwd=ROOT,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_the_package_type_checks():
+    """mypy over the package ([tool.mypy] in pyproject): the seams stay typed."""
+    import sys
+
+    mypy = pathlib.Path(sys.executable).parent / "mypy"
+    r = subprocess.run([str(mypy)], cwd=ROOT, capture_output=True, text=True, timeout=280)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]

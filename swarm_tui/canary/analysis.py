@@ -9,16 +9,23 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from typing import Literal
+from enum import StrEnum
 
 from pydantic import BaseModel, Field
 
 from swarm_tui.config import CanaryGates
 from swarm_tui.engine.routing import BASELINE, CANDIDATE
+from swarm_tui.engine.state import TaskState
 from swarm_tui.engine.summary import Percentiles
 
-PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
-Result = Literal["pass", "fail", "inconclusive"]
+
+class Result(StrEnum):
+    PASS = "pass"
+    FAIL = "fail"
+    INCONCLUSIVE = "inconclusive"
+
+
+PASS, FAIL, INCONCLUSIVE = Result.PASS, Result.FAIL, Result.INCONCLUSIVE
 
 # (bucket, state, latency_ms, ttft_ms, tokens_in, tokens_out, cost_usd)
 ResultRow = tuple[str, str, float | None, float | None, int, int, float | None]
@@ -77,7 +84,7 @@ def figures(results: Iterable[ResultRow], calls: Iterable[CallRow]) -> dict[str,
         a = acc.setdefault(bucket, dict.fromkeys(
             ("tasks", "ok", "tin", "tout", "cost", "priced", "unpriced"), 0.0))
         a["tasks"] += 1
-        if state != "succeeded":
+        if state != TaskState.SUCCEEDED:
             continue
         a["ok"] += 1
         a["tin"] += t_in
@@ -99,12 +106,13 @@ def figures(results: Iterable[ResultRow], calls: Iterable[CallRow]) -> dict[str,
             errs.setdefault(bucket, Counter())[error_class or "other"] += 1
     out: dict[str, BucketFigures] = {}
     for bucket in (BASELINE, CANDIDATE):
-        a = acc.get(bucket)
-        e = errs.get(bucket, Counter())
+        found = acc.get(bucket)
+        e: Counter[str] = errs.get(bucket) or Counter()
         f = BucketFigures(calls=n_calls[bucket], call_errors=sum(e.values()), errors=dict(e),
                           latency_ms=Percentiles.of(lat[bucket]),
                           ttft_ms=Percentiles.of(ttft[bucket]))
-        if a:
+        if found:
+            a = found
             ok = int(a["ok"])
             f.tasks, f.succeeded, f.unpriced = int(a["tasks"]), ok, int(a["unpriced"])
             if ok:

@@ -22,6 +22,7 @@ import aiosqlite
 from pydantic import BaseModel
 
 from swarm_tui.config import LoadedConfig
+from swarm_tui.engine.state import RunStatus
 from swarm_tui.errors import EXIT_OK, UserError
 from swarm_tui.gateway.keys import fingerprint, keys_from_env, read_key_file
 from swarm_tui.store import reads
@@ -200,7 +201,8 @@ def _ends_with_newline(path: Path) -> bool:
 async def _steer(conn: aiosqlite.Connection, args) -> int:
     """retire / enable in every running swarm that holds the key."""
     ref = args.fingerprint
-    running = {r.id for r in await list_runs(conn, 200) if r.effective_status() == "running"}
+    running = {r.id for r in await list_runs(conn, 200)
+               if r.effective_status() == RunStatus.RUNNING}
     targets: dict[str, str] = {}
     for run_id, gw, fp, *_ in await _live(conn):
         if run_id in running and (not args.gateway or gw == args.gateway) and (

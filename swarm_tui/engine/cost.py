@@ -13,6 +13,7 @@ from typing import Protocol
 
 from pydantic import BaseModel, Field
 
+from swarm_tui.engine.state import TaskState
 from swarm_tui.prices import Price, PriceTable
 
 DAYS_PER_MONTH = 30
@@ -88,7 +89,7 @@ def _line(rows: Iterable[CostRow]) -> CostLine:
     c = CostLine()
     priced = 0
     for r in rows:
-        if r.state != "succeeded":
+        if r.state != TaskState.SUCCEEDED:
             continue
         c.tasks += 1
         c.tokens_in += r.tokens_in
@@ -107,7 +108,7 @@ def _line(rows: Iterable[CostRow]) -> CostLine:
 def _group(rows: Sequence[CostRow], attr: str) -> dict[str, CostLine]:
     groups: dict[str, list[CostRow]] = {}
     for r in rows:
-        if r.state == "succeeded":
+        if r.state == TaskState.SUCCEEDED:
             groups.setdefault(getattr(r, attr) or "-", []).append(r)
     return {k: _line(groups[k]) for k in sorted(groups)}
 
@@ -129,7 +130,7 @@ def cost_report(rows: Sequence[CostRow], prices: PriceTable, *, run_id: str, wal
         month_at_volume_usd=(per_task * tasks_per_day * DAYS_PER_MONTH
                              if per_task is not None else None),
     )
-    done = [r for r in rows if r.state == "succeeded"]
+    done = [r for r in rows if r.state == TaskState.SUCCEEDED]
     report = CostReport(
         run_id=run_id, wall_s=wall_s, estimated=bool(total.estimated_tasks), total=total,
         projection=proj, by_model=_group(rows, "model"), by_gateway=_group(rows, "gateway"),
@@ -177,7 +178,7 @@ def _timeline(rows: Sequence[CostRow], finished_s: Sequence[float | None], wall_
               steps: int) -> list[float]:
     spent = [0.0] * steps
     for r, t in zip(rows, finished_s, strict=False):
-        if r.state == "succeeded" and r.cost_usd is not None and t is not None:
+        if r.state == TaskState.SUCCEEDED and r.cost_usd is not None and t is not None:
             spent[min(steps - 1, max(0, int(t / wall_s * steps)))] += r.cost_usd
     running, out = 0.0, []
     for v in spent:

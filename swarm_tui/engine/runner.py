@@ -29,6 +29,8 @@ from swarm_tui.engine.state import (
     SUCCEEDED,
     Agent,
     Attempt,
+    AttemptOutcome,
+    TaskState,
 )
 from swarm_tui.gateway.client import GatewayClient
 from swarm_tui.gateway.errors import AUTH, RATE_LIMITED, CallError
@@ -86,7 +88,7 @@ class SwarmRunner:
         self.in_flight = 0
         self.retry_waiting = 0
         self.done = 0
-        self.counts = {SUCCEEDED: 0, FAILED: 0, CANCELLED: 0}
+        self.counts: dict[str, int] = {SUCCEEDED: 0, FAILED: 0, CANCELLED: 0}
         self.consumer_errors = 0
         self.t0 = 0.0
         self.started_wall = 0.0
@@ -139,7 +141,7 @@ class SwarmRunner:
     def now_ms(self) -> float:
         return (time.perf_counter() - self.t0) * 1000.0
 
-    def emit(self, kind: str, agent: Agent | None = None, attempt: Attempt | None = None,
+    def emit(self, kind: ev.EventKind, agent: Agent | None = None, attempt: Attempt | None = None,
              detail: str | None = None) -> None:
         event = ev.Event(kind, self.now_ms(), agent, attempt, detail)
         for consumer in self.consumers:
@@ -278,9 +280,9 @@ class SwarmRunner:
         for agent in self.agents:
             attempt = agent.attempts[-1] if agent.attempts else None
             if (isinstance(agent.handle, asyncio.Task) and not agent.handle.done()
-                    and attempt is not None and attempt.outcome == "running"):
+                    and attempt is not None and attempt.outcome == AttemptOutcome.RUNNING):
                 agent.handle.cancel()
-                attempt.outcome = "cancelled"
+                attempt.outcome = AttemptOutcome.CANCELLED
                 attempt.latency_ms = self.now_ms() - attempt.started_ms
                 self.in_flight -= 1
                 self._settle_estimate(agent)
@@ -420,12 +422,12 @@ class SwarmRunner:
     def _attempt_done(self, agent: Agent, attempt: Attempt, gw: GatewayClient, slot) -> None:
         """A task cancelled before its first step never runs its body: release its slot
         and key here so the run cannot wait forever for it."""
-        if attempt.outcome != "running":
+        if attempt.outcome != AttemptOutcome.RUNNING:
             return
         gw.release(slot, attempt.model)
         self.in_flight -= 1
         self._settle_estimate(agent)
-        attempt.outcome = "cancelled"
+        attempt.outcome = AttemptOutcome.CANCELLED
         self._finish_cancelled(agent)
         self._wake.set()
 
@@ -484,10 +486,10 @@ class SwarmRunner:
         n = max(1, pool.ready_count(key[1]))
         batch: list[Agent] = []
         while retries and len(batch) < n:
-            batch.append(retries.popleft())  # type: ignore[union-attr]
+            batch.append(retries.popleft())
         self._retry_ready.extendleft(reversed(batch))
         while fresh and len(batch) < n:
-            agent = fresh.popleft()  # type: ignore[union-attr]
+            agent = fresh.popleft()
             batch.append(agent)
             heapq.heappush(self._unparked, (agent.index, agent))
         if retries or fresh:  # after dispatch took this batch
@@ -511,18 +513,18 @@ class SwarmRunner:
             res = await gw.complete(slot, agent.model, agent.messages, task.max_tokens,
                                     task.temperature, agent)
         except asyncio.CancelledError:
-            if attempt.outcome != "running":  # already reaped after a cancel
+            if attempt.outcome != AttemptOutcome.RUNNING:  # already reaped after a cancel
                 raise
             self.in_flight -= 1
             self._settle_estimate(agent)
-            attempt.outcome = "cancelled"
+            attempt.outcome = AttemptOutcome.CANCELLED
             attempt.latency_ms = self.now_ms() - attempt.started_ms
             self._finish_cancelled(agent)
             self._wake.set()
             if not agent.cancel_requested:
                 raise
             return
-        if attempt.outcome != "running":  # reaped after a cancel: its answer is too late
+        if attempt.outcome != AttemptOutcome.RUNNING:  # reaped after a cancel: too late
             return
         self.in_flight -= 1
         self._settle_estimate(agent)
@@ -543,7 +545,7 @@ class SwarmRunner:
         attempt.latency_ms = res.latency_ms
         attempt.ttft_ms = res.ttft_ms
         if res.error is None:
-            attempt.outcome = "ok"
+            attempt.outcome = AttemptOutcome.OK
             attempt.tokens_in, attempt.tokens_out = res.tokens_in, res.tokens_out
             attempt.cached_in = res.cached_in
             agent.latency_ms, agent.ttft_ms = res.latency_ms, res.ttft_ms
@@ -563,7 +565,7 @@ class SwarmRunner:
         self._failed_attempt(agent, attempt, res.error)
 
     def _failed_attempt(self, agent: Agent, attempt: Attempt, err: CallError) -> None:
-        attempt.outcome = "error"
+        attempt.outcome = AttemptOutcome.ERROR
         attempt.status_code = err.status_code
         attempt.error_class = err.error_class
         attempt.error_message = err.message
@@ -643,7 +645,7 @@ class SwarmRunner:
         if not agent.final:
             self._finish(agent, CANCELLED, ev.CANCELLED)
 
-    def _finish(self, agent: Agent, state: str, kind: str) -> None:
+    def _finish(self, agent: Agent, state: TaskState, kind: ev.EventKind) -> None:
         agent.state = state
         agent.handle = None
         agent.finished_ms = self.now_ms()

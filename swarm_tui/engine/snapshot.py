@@ -16,7 +16,7 @@ from hdrh.histogram import HdrHistogram
 
 from swarm_tui.config import SlaConfig
 from swarm_tui.engine import events as ev
-from swarm_tui.engine.state import STATES
+from swarm_tui.engine.state import STATES, RunStatus, TaskState
 
 LOG_LINES = 300
 SPARK_SECONDS = 60
@@ -112,7 +112,8 @@ class Snapshot:
     @property
     def done(self) -> int:
         c = self.counts
-        return c.get("succeeded", 0) + c.get("failed", 0) + c.get("cancelled", 0)
+        return sum(c.get(s, 0) for s in (TaskState.SUCCEEDED, TaskState.FAILED,
+                                         TaskState.CANCELLED))
 
 
 def histogram_bucket(ms: float) -> int:
@@ -238,13 +239,13 @@ def live_snapshot(runner, metrics: LiveMetrics, *, run_id: str, simulated: bool,
     per_task = m.cost_usd / priced if priced else None
     if status is None:
         if runner.cancelled:
-            status = "cancelled" if runner.wall_ms else "running"
+            status = RunStatus.CANCELLED if runner.wall_ms else RunStatus.RUNNING
         elif runner.stop_reason:
             status = runner.stop_reason  # in-flight calls may still be finishing
         elif runner.wall_ms:
-            status = "finished"
+            status = RunStatus.FINISHED
         else:
-            status = "paused" if runner.paused else "running"
+            status = RunStatus.PAUSED if runner.paused else RunStatus.RUNNING
     elapsed = (runner.wall_ms or (runner.now_ms() if runner.t0 else 0.0)) / 1000.0
     return Snapshot(
         run_id=run_id, simulated=simulated, gateways=tuple(runner.gateways), status=status,

@@ -4,22 +4,54 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from swarm_tui.workload import Task
 
-QUEUED = "queued"
-RUNNING = "running"      # request sent, no token yet
-STREAMING = "streaming"  # tokens arriving
-RETRYING = "retrying"    # waiting out a backoff / Retry-After
-SUCCEEDED = "succeeded"
-FAILED = "failed"
-CANCELLED = "cancelled"
+
+class TaskState(StrEnum):
+    """A task's state: the grid's cells, the store's `results.state`."""
+
+    QUEUED = "queued"
+    RUNNING = "running"      # request sent, no token yet
+    STREAMING = "streaming"  # tokens arriving
+    RETRYING = "retrying"    # waiting out a backoff / Retry-After
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class AttemptOutcome(StrEnum):
+    """One call's outcome (`attempts.outcome`)."""
+
+    RUNNING = "running"
+    OK = "ok"
+    ERROR = "error"
+    CANCELLED = "cancelled"
+
+
+class RunStatus(StrEnum):
+    """A run's status (`runs.status`), plus the states only ever shown: `interrupted`
+    (marked running, its executor gone), `paused`, `unsaved` (the store failed)."""
+
+    RUNNING = "running"
+    FINISHED = "finished"
+    CANCELLED = "cancelled"
+    BUDGET_STOPPED = "budget_stopped"
+    INTERRUPTED = "interrupted"
+    PAUSED = "paused"
+    UNSAVED = "unsaved"
+
+
+QUEUED, RUNNING, STREAMING, RETRYING = (TaskState.QUEUED, TaskState.RUNNING,
+                                        TaskState.STREAMING, TaskState.RETRYING)
+SUCCEEDED, FAILED, CANCELLED = TaskState.SUCCEEDED, TaskState.FAILED, TaskState.CANCELLED
 
 PROGRESS_EVERY_S = 1.0  # long streams report progress; short calls never need to
 
 FINAL_STATES = frozenset({SUCCEEDED, FAILED, CANCELLED})
-STATES = (QUEUED, RUNNING, STREAMING, RETRYING, SUCCEEDED, FAILED, CANCELLED)
+STATES = tuple(TaskState)
 
 
 @dataclass(slots=True)

@@ -17,6 +17,7 @@ from typing import Protocol
 from pydantic import BaseModel, Field
 
 from swarm_tui.config import SlaConfig
+from swarm_tui.engine.state import TaskState
 
 
 class TaskRow(Protocol):
@@ -117,7 +118,7 @@ def compute_stats(rows: Iterable[TaskRow]) -> Stats:
     unpriced: set[str] = set()
     for r in rows:
         s.total += 1
-        if r.state == "succeeded":
+        if r.state == TaskState.SUCCEEDED:
             s.succeeded += 1
             if r.latency_ms is not None:
                 lat.append(r.latency_ms)
@@ -133,10 +134,10 @@ def compute_stats(rows: Iterable[TaskRow]) -> Stats:
                 unpriced.add(r.model)
             else:
                 s.cost_usd += r.cost_usd
-        elif r.state == "failed":
+        elif r.state == TaskState.FAILED:
             s.failed += 1
             errors[r.error_class or "other"] += 1
-        elif r.state == "cancelled":
+        elif r.state == TaskState.CANCELLED:
             s.cancelled += 1
         else:
             s.unfinished += 1

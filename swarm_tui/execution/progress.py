@@ -10,6 +10,7 @@ import sys
 from typing import TextIO
 
 from swarm_tui.engine.runner import SwarmRunner
+from swarm_tui.engine.state import TaskState
 from swarm_tui.engine.summary import Percentiles, RunSummary
 
 
@@ -83,7 +84,7 @@ class Progress:
         r = self.runner
         total = len(r.agents)
         elapsed = max(1e-9, r.now_ms() / 1000.0)
-        ended = r.counts["succeeded"] + r.counts["failed"]
+        ended = r.counts[TaskState.SUCCEEDED] + r.counts[TaskState.FAILED]
         state = " PAUSED" if r.paused else ""
         waiting = r.waiting_for_keys
         if waiting:
@@ -95,7 +96,7 @@ class Progress:
             width = 24
             filled = int(width * r.done / total) if total else width
             head = f"{self.label}[{'#' * filled}{'.' * (width - filled)}] {r.done}/{total}"
-        return (f"{head} ok {r.counts['succeeded']} failed {r.counts['failed']} "
+        return (f"{head} ok {r.counts[TaskState.SUCCEEDED]} failed {r.counts[TaskState.FAILED]} "
                 f"in-flight {r.in_flight} retrying {r.retry_waiting} "
                 f"{ended / elapsed:,.0f} calls/s {elapsed:,.1f}s{state}")
 

@@ -16,6 +16,7 @@ from swarm_tui.config import LoadedConfig
 from swarm_tui.engine.events import CONTROL, Consumer
 from swarm_tui.engine.routing import CanaryRouter
 from swarm_tui.engine.runner import SwarmRunner
+from swarm_tui.engine.state import RunStatus
 from swarm_tui.engine.summary import RunSummary
 from swarm_tui.errors import UserError
 from swarm_tui.execution.progress import run_with_progress
@@ -103,16 +104,16 @@ async def execute(
             runner.wake()  # a key added or enabled may unblock parked tasks
 
         watchers = session.key_watchers(key_file_changed)
-        for w in watchers:
-            w.start()
+        for watcher in watchers:
+            watcher.start()
         if on_start is not None:
             on_start(runner, session, canary)
         try:
             interrupted = await run_with_progress(runner, show=show_progress)
         finally:
-            for w in watchers:
-                await w.stop()
-            await writer.close("cancelled" if runner.cancelled
+            for watcher in watchers:
+                await watcher.stop()
+            await writer.close(RunStatus.CANCELLED if runner.cancelled
                                else runner.stop_reason or "finished")
             gc.unfreeze()
     finally:

@@ -25,8 +25,9 @@ from swarm_tui.workload import Task
 
 SIM_CANARY_GATEWAY = "sim-canary"
 # A canary on the simulator for demos: 30 s bakes, so a few minutes show every stage.
-SIM_CANARY = CanaryConfig(baseline=SIM_GATEWAY, candidate=SIM_CANARY_GATEWAY, mode="auto",
-                          bake="30s", min_samples=100, interval="5s", window="2m")
+SIM_CANARY = CanaryConfig.model_validate(
+    {"baseline": SIM_GATEWAY, "candidate": SIM_CANARY_GATEWAY, "mode": "auto", "bake": "30s",
+     "min_samples": 100, "interval": "5s", "window": "2m"})
 
 
 @dataclass
@@ -125,7 +126,8 @@ class RunSession:
         if self.simulated:
             # in memory only, like any key; the simulator accepts any key, so keys added
             # from the console work in the demo
-            keys = [("sk-sim-" + secrets.token_hex(16), "simulator")]
+            keys: list[tuple[str, str | None]] = [("sk-sim-" + secrets.token_hex(16),
+                                                   "simulator")]
             sim_settings = self.opts.sim
             if self.opts.incidents:
                 # a fault the user set on the command line wins over the script's

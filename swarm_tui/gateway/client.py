@@ -333,8 +333,9 @@ def _take_completion(res: CallResult, completion: Any) -> None:
     if not isinstance(completion, dict):
         raise ProtocolError("completion is not a JSON object")
     if isinstance(completion.get("error"), dict):  # an error object with a 200 status
-        raise openai.APIError(str(completion["error"].get("message", "error")), None,
-                              body=completion["error"])  # type: ignore[arg-type]
+        raise openai.APIError(str(completion["error"].get("message", "error")),
+                              None,  # type: ignore[arg-type]  # no request object here
+                              body=completion["error"])
     if completion.get("usage"):
         _take_usage(res, completion["usage"])
     choices = completion.get("choices") or []

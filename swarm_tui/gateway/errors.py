@@ -6,6 +6,7 @@ import asyncio
 import email.utils
 import time
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 import httpx2
@@ -13,15 +14,26 @@ import openai
 
 from swarm_tui.gateway.keys import redact
 
-RATE_LIMITED = "rate_limited"
-SERVER = "server"
-TIMEOUT = "timeout"
-CONNECTION = "connection"
-AUTH = "auth"
-BAD_REQUEST = "bad_request"
-PROTOCOL = "protocol"   # a malformed chunk or a truncated body: the transfer, not the ask
-OTHER = "other"
-CANCELLED = "cancelled"
+
+class ErrorClass(StrEnum):
+    """Why a call failed (`attempts.error_class`, the status bar's error counts)."""
+
+    RATE_LIMITED = "rate_limited"
+    SERVER = "server"
+    TIMEOUT = "timeout"
+    CONNECTION = "connection"
+    AUTH = "auth"
+    BAD_REQUEST = "bad_request"
+    PROTOCOL = "protocol"   # a malformed chunk or a truncated body: the transfer, not the ask
+    OTHER = "other"
+    CANCELLED = "cancelled"  # the call was stopped by us (a cancel), not by the gateway
+
+
+RATE_LIMITED, SERVER, TIMEOUT, CONNECTION = (ErrorClass.RATE_LIMITED, ErrorClass.SERVER,
+                                             ErrorClass.TIMEOUT, ErrorClass.CONNECTION)
+AUTH, BAD_REQUEST, PROTOCOL, OTHER = (ErrorClass.AUTH, ErrorClass.BAD_REQUEST,
+                                      ErrorClass.PROTOCOL, ErrorClass.OTHER)
+CANCELLED = ErrorClass.CANCELLED
 
 RETRYABLE = frozenset({RATE_LIMITED, SERVER, TIMEOUT, CONNECTION, PROTOCOL})
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from swarm_tui.errors import UserError
@@ -20,7 +20,7 @@ from swarm_tui.gateway.keys import read_key_file
 FILE_POLL_S = 1.0  # an edited key file is picked up within this
 
 
-def find_key(gateways: dict[str, GatewayClient], ref: str) -> tuple[GatewayClient, KeySlot]:
+def find_key(gateways: Mapping[str, GatewayClient], ref: str) -> tuple[GatewayClient, KeySlot]:
     """`fingerprint` or `gateway:fingerprint` (a unique part of it is enough)."""
     gw_name, _, fp = ref.rpartition(":") if ref.count(":") == 1 else ("", "", ref)
     matches = [(gw, slot) for name, gw in gateways.items() if not gw_name or name == gw_name
@@ -31,7 +31,7 @@ def find_key(gateways: dict[str, GatewayClient], ref: str) -> tuple[GatewayClien
     return matches[0]
 
 
-def retire(gateways: dict[str, GatewayClient], ref: str) -> str:
+def retire(gateways: Mapping[str, GatewayClient], ref: str) -> str:
     gw, slot = find_key(gateways, ref)
     if slot.state == RETIRED:
         return f"key {slot.fingerprint} on {gw.name}: already retired"
@@ -40,7 +40,7 @@ def retire(gateways: dict[str, GatewayClient], ref: str) -> str:
             "finish on it)")
 
 
-def enable(gateways: dict[str, GatewayClient], ref: str) -> str:
+def enable(gateways: Mapping[str, GatewayClient], ref: str) -> str:
     gw, slot = find_key(gateways, ref)
     was = slot.status()
     gw.pool.enable(slot)

@@ -14,6 +14,7 @@ from typing import Literal
 
 import openai
 
+from swarm_tui.gateway.errors import ErrorClass
 from swarm_tui.gateway.keys import fingerprint
 from swarm_tui.gateway.ratestate import RateState, parse_reset
 
@@ -155,7 +156,7 @@ class KeyPool:
         sent = now if sent_at is None else sent_at
         slot.in_flight -= 1
         st = slot.rate(model)
-        if error_class == "cancelled":
+        if error_class == ErrorClass.CANCELLED:
             st.in_flight -= 1  # a call that never ran answers nothing: still probing
             return None
         if status_code == 429:

@@ -20,7 +20,9 @@ from swarm_tui.engine.snapshot import (
     key_rows,
     live_snapshot,
 )
+from swarm_tui.engine.state import RunStatus
 from swarm_tui.errors import UserError
+from swarm_tui.execution.stored_run import Outcome
 from swarm_tui.execution.wiring import RunOptions, RunSession
 from swarm_tui.run_sources.base import AgentDetail
 from swarm_tui.store.db import open_db
@@ -52,7 +54,7 @@ class LiveSource:
         self.runner: SwarmRunner | None = None
         self.session: RunSession | None = None
         self.canary: CanaryController | None = None
-        self.outcome = None
+        self.outcome: Outcome | None = None
         self.error: str | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self._want_paused = False
@@ -115,7 +117,7 @@ class LiveSource:
             return None
         status = None
         if self.outcome is not None and self.outcome.interrupted:
-            status = "cancelled"
+            status = RunStatus.CANCELLED
         snap = live_snapshot(r, self.metrics, run_id=self.run_id,
                              simulated=self.session.simulated, sla=self.cfg.settings.sla,
                              tasks_per_day=self.cfg.settings.tasks_per_day,

@@ -16,7 +16,7 @@ from swarm_tui.engine.snapshot import (
     Snapshot,
     histogram_bucket,
 )
-from swarm_tui.engine.state import STATES
+from swarm_tui.engine.state import STATES, RunStatus, TaskState
 from swarm_tui.engine.summary import summarize
 from swarm_tui.errors import UserError
 from swarm_tui.run_sources.base import AgentDetail
@@ -52,7 +52,7 @@ class StoreSource:
         try:
             if self.run_id is None:
                 runs = [r for r in await list_runs(self.conn, 20)
-                        if r.effective_status() == "running"]
+                        if r.effective_status() == RunStatus.RUNNING]
                 if not runs:
                     raise UserError(f"database {self.db_path}: no running run to watch "
                                     "(give a RUN_ID, see `swarm-tui runs`)")
@@ -76,17 +76,17 @@ class StoreSource:
         s = summarize(stored, run_id=run.id, sla=run.sla, wall_ms=run.wall_ms,
                       status=run.effective_status(), simulated=run.simulated)
         status = run.effective_status()
-        self.active = status == "running"
+        self.active = status == RunStatus.RUNNING
         self.paused = await reads.last_pause_command(self.conn, self.run_id) == "pause"
         if self.active and self.paused:
-            status = "paused"
+            status = RunStatus.PAUSED
         elapsed = (time.time() - run.started_at) if self.active else run.wall_ms / 1000
-        counts = dict.fromkeys(STATES, 0)
+        counts: dict[str, int] = dict.fromkeys(STATES, 0)
         for t in stored:
             counts[t.state] = counts.get(t.state, 0) + 1
         hist = [0] * (len(HIST_EDGES_MS) + 1)
         for t in stored:
-            if t.state == "succeeded" and t.latency_ms is not None:
+            if t.state == TaskState.SUCCEEDED and t.latency_ms is not None:
                 hist[histogram_bucket(t.latency_ms)] += 1
         log = await self._log_lines(run.started_at)
         live = await reads.live_figures(self.conn, self.run_id)  # the executor's heartbeat
@@ -179,7 +179,7 @@ class StoreSource:
 
     async def control(self, command: str, arg: str | None = None) -> bool:
         """Queue a command for the runner process (it polls the control table)."""
-        if self.readonly or self.conn is None or self.kind == "replay":
+        if self.readonly or self.conn is None or self.kind == "replay" or self.run_id is None:
             return False
         if self.record is not None and not self.record.owner_alive():
             return False  # no living executor would ever apply it (resume the run first)

@@ -153,12 +153,12 @@ async def _figures_since(conn: aiosqlite.Connection, cfg: CanaryConfig, since: f
             "FROM results WHERE finished_at >= ? AND state != 'cancelled' AND "
             "((bucket=? AND gateway=?) OR (bucket=? AND gateway=?))",
             (since, BASELINE, cfg.baseline, CANDIDATE, cfg.candidate)) as cur:
-        results = list(await cur.fetchall())
+        results = [tuple(r) for r in await cur.fetchall()]
     async with conn.execute(
             "SELECT CASE gateway WHEN ? THEN ? ELSE ? END, outcome, error_class FROM attempts "
             "WHERE sent_at >= ? AND outcome != 'cancelled' AND gateway IN (?, ?)",
             (cfg.candidate, CANDIDATE, BASELINE, since, cfg.baseline, cfg.candidate)) as cur:
-        calls = list(await cur.fetchall())
+        calls = [tuple(r) for r in await cur.fetchall()]
     return figures(results, calls)
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import aiosqlite
 
+from swarm_tui.engine.state import RunStatus
 from swarm_tui.errors import UserError
 from swarm_tui.store.ownership import take_lock
 from swarm_tui.store.runs import RunRecord, get_run
@@ -37,7 +38,7 @@ async def reconcile_runs(conn: aiosqlite.Connection, path: Path) -> list[str]:
             warnings.append(f"journal {journals[run_id][0]}: no run {run_id} in {path}; left "
                             "as it is")
             continue
-        if run.status == "running" and run.owner_alive():
+        if run.status == RunStatus.RUNNING and run.owner_alive():
             continue
         try:
             claim = take_lock(path, run_id, wait_s=0.0)
@@ -45,13 +46,13 @@ async def reconcile_runs(conn: aiosqlite.Connection, path: Path) -> list[str]:
             continue  # someone is resuming it right now: theirs to do
         try:
             run = await get_run(conn, run_id, path)
-            if run.status == "running" and run.host != claim.host and run.owner_alive():
+            if run.status == RunStatus.RUNNING and run.host != claim.host and run.owner_alive():
                 continue
             for journal in journals.get(run_id, []):
                 warning = await _import(conn, run, journal)
                 if warning:
                     warnings.append(warning)
-            if run.status == "running" and await _all_answered(conn, run_id):
+            if run.status == RunStatus.RUNNING and await _all_answered(conn, run_id):
                 await conn.execute(
                     "UPDATE runs SET status='finished', finished_at=?, owner_token=NULL "
                     "WHERE id=? AND owner_token IS ?", (time.time(), run_id, run.owner_token))

@@ -17,7 +17,7 @@ import aiosqlite
 from pydantic import BaseModel
 
 from swarm_tui.config import SlaConfig
-from swarm_tui.engine.state import Agent
+from swarm_tui.engine.state import Agent, RunStatus
 from swarm_tui.engine.summary import RunSummary, summarize
 from swarm_tui.errors import UserError
 from swarm_tui.store.ownership import Claim, owner_alive, pid_alive
@@ -64,7 +64,7 @@ class RunRecord(BaseModel):
     def effective_status(self, now: float | None = None) -> str:
         """`interrupted`: marked running, but its executor is verifiably gone (a stopped
         or busy executor still owns its run; see store/ownership.py)."""
-        if self.status == "running" and not self.owner_alive(now):
+        if self.status == RunStatus.RUNNING and not self.owner_alive(now):
             return "interrupted"
         return self.status
 
@@ -206,7 +206,7 @@ async def claim_run(conn: aiosqlite.Connection, run: RunRecord, claim: Claim,
     # On this host the lock we hold proves no other executor; an executor of an older
     # version (no lock file) is known by its pid; another host's by its heartbeat lease.
     same_host = run.host == claim.host
-    if run.status == "running" and (
+    if run.status == RunStatus.RUNNING and (
             (same_host and not run.lock_path and run.pid and run.pid != claim.pid
              and pid_alive(run.pid, run.owner_started))
             or (not same_host and run.owner_alive())):

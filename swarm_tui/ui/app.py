@@ -18,10 +18,12 @@ from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
+from textual.worker import Worker
 
 from swarm_tui.canary.controller import CanaryView
 from swarm_tui.config import CanaryConfig
 from swarm_tui.engine.snapshot import AgentCell, Snapshot
+from swarm_tui.engine.state import TaskState
 from swarm_tui.errors import UserError
 from swarm_tui.ui.canary_panel import CanaryScreen
 from swarm_tui.ui.cost_panel import CostScreen
@@ -142,7 +144,7 @@ class SwarmApp(App[int]):
         self._themes = load_themes(theme_dir)
         self._wanted_theme = theme or "swarm-dark"
         self._keymap = keymap or {}
-        self._worker = None
+        self._worker: Worker[object] | None = None
         self._want_concurrency: int | None = None
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -346,7 +348,7 @@ class SwarmApp(App[int]):
         grid = self._dashboard_grid()
         if grid is None:
             return
-        if grid.next_in_state("failed"):
+        if grid.next_in_state(TaskState.FAILED):
             grid.focus()
             cell = grid.selected
             assert cell is not None
@@ -464,6 +466,7 @@ class SwarmApp(App[int]):
         if self.run_active:
             self.notify("a run is active here; replay it after it ends", severity="warning")
             return
+        assert self.db_path is not None  # the history panel opens only with a database
         self.pop_screen()
         self.snapshot = None
         previous = self.source
@@ -479,6 +482,7 @@ class SwarmApp(App[int]):
         from swarm_tui.store.db import open_db
         from swarm_tui.store.runs import get_run
 
+        assert self.db_path is not None  # the history panel opens only with a database
         conn = await open_db(self.db_path, create=False)
         try:
             sa = await run_summary(conn, await get_run(conn, a, self.db_path))

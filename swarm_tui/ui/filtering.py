@@ -11,15 +11,33 @@ import re
 from collections.abc import Callable
 
 from swarm_tui.engine.snapshot import AgentCell
+from swarm_tui.engine.state import TaskState
 
 FIELDS = {"state": "state", "model": "model", "bucket": "bucket", "error": "error_class"}
 SORTS = ("index", "latency", "state", "cost")
-_STATE_ORDER = {s: i for i, s in enumerate(
-    ("failed", "retrying", "streaming", "running", "queued", "cancelled", "succeeded"))}
+_STATE_ORDER: dict[str, int] = {s: i for i, s in enumerate(
+    (TaskState.FAILED, TaskState.RETRYING, TaskState.STREAMING, TaskState.RUNNING,
+     TaskState.QUEUED, TaskState.CANCELLED, TaskState.SUCCEEDED))}
 
 
 class FilterError(ValueError):
     pass
+
+
+def _field_test(attr: str, needle: str) -> Callable[[AgentCell], bool]:
+    return lambda c: needle in str(getattr(c, attr) or "").lower()
+
+
+def _id_test(pattern: str) -> Callable[[AgentCell], bool]:
+    try:
+        rx = re.compile(pattern, re.IGNORECASE)
+    except re.error as e:
+        raise FilterError(f"bad regular expression {pattern!r}: {e}") from None
+    return lambda c: rx.search(c.task_id) is not None
+
+
+def _negated(test: Callable[[AgentCell], bool]) -> Callable[[AgentCell], bool]:
+    return lambda c: not test(c)
 
 
 def parse_filter(text: str) -> Callable[[AgentCell], bool]:
@@ -30,20 +48,9 @@ def parse_filter(text: str) -> Callable[[AgentCell], bool]:
         if not word:
             continue
         key, sep, value = word.partition(":")
-        if sep and key in FIELDS:
-            attr, needle = FIELDS[key], value.lower()
-
-            def test(c: AgentCell, attr=attr, needle=needle) -> bool:
-                return needle in str(getattr(c, attr) or "").lower()
-        else:
-            try:
-                rx = re.compile(word, re.IGNORECASE)
-            except re.error as e:
-                raise FilterError(f"bad regular expression {word!r}: {e}") from None
-
-            def test(c: AgentCell, rx=rx) -> bool:
-                return rx.search(c.task_id) is not None
-        tests.append((lambda c, t=test: not t(c)) if invert else test)
+        test = _field_test(FIELDS[key], value.lower()) if sep and key in FIELDS \
+            else _id_test(word)
+        tests.append(_negated(test) if invert else test)
     return lambda c: all(t(c) for t in tests)
 
 

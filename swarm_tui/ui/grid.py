@@ -17,11 +17,13 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from swarm_tui.engine.snapshot import AgentCell
+from swarm_tui.engine.state import TaskState
 
 # State → glyph: readable without colour (NO_COLOR, monochrome terminals).
-GLYPHS = {
-    "queued": "·", "running": "○", "streaming": "◐", "retrying": "↻",
-    "succeeded": "●", "failed": "✖", "cancelled": "−",
+GLYPHS: dict[str, str] = {
+    TaskState.QUEUED: "·", TaskState.RUNNING: "○", TaskState.STREAMING: "◐",
+    TaskState.RETRYING: "↻", TaskState.SUCCEEDED: "●", TaskState.FAILED: "✖",
+    TaskState.CANCELLED: "−",
 }
 CELL_W = 2
 
@@ -82,7 +84,7 @@ class AgentGrid(ScrollView, can_focus=True):
         height = max(1, self.size.height)
         rows = []
         for r in range(top, min(n_rows, top + height)):
-            sig = tuple(c.state for c in cells[r * cols:(r + 1) * cols])
+            sig: tuple[str | int, ...] = tuple(c.state for c in cells[r * cols:(r + 1) * cols])
             if r * cols <= self.cursor < (r + 1) * cols:
                 sig += (self.cursor - r * cols,)
             rows.append((r, sig))
@@ -108,8 +110,9 @@ class AgentGrid(ScrollView, can_focus=True):
         if start >= len(self.cells):
             return Strip.blank(self.size.width, self.rich_style)
         base = self.rich_style
-        styles = {s: base + self.get_component_rich_style(f"agentgrid--{s}", partial=True)
-                  for s in GLYPHS}
+        styles: dict[str, Style] = {
+            s: base + self.get_component_rich_style(f"agentgrid--{s}", partial=True)
+            for s in GLYPHS}
         cursor = base + self.get_component_rich_style("agentgrid--cursor", partial=True)
         segments = []
         for i, cell in enumerate(self.cells[start:start + cols]):

@@ -7,6 +7,7 @@ import time
 
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.coordinate import Coordinate
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Label
 
@@ -92,7 +93,7 @@ class KeysScreen(Screen[None]):
                     for col, (new_v, old_v) in enumerate(zip(row_cells(r), row_cells(old),
                                                              strict=True)):
                         if new_v != old_v:
-                            table.update_cell_at((rows.index(r), col), new_v)
+                            table.update_cell_at(Coordinate(rows.index(r), col), new_v)
         self.rows = rows
         note = "" if rows else "no keys: no run here (keys belong to a running swarm)"
         if waiting:

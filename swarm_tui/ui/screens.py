@@ -10,6 +10,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, DataTable, Footer, Input, Label, Static
 
+from swarm_tui.engine.state import TaskState
 from swarm_tui.run_sources import AgentDetail
 
 
@@ -18,7 +19,7 @@ def _ms(v: float | None) -> str:
 
 
 def detail_text(d: AgentDetail) -> str:
-    cost = "unpriced" if d.cost_usd is None and d.state == "succeeded" else (
+    cost = "unpriced" if d.cost_usd is None and d.state == TaskState.SUCCEEDED else (
         "-" if d.cost_usd is None else f"${d.cost_usd:.6f}")
     head = [
         f"task {d.task_id}  (#{d.seq})  state {d.state.upper()}",

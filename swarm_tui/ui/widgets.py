@@ -7,6 +7,7 @@ from textual.markup import escape
 from textual.widgets import RichLog, Static
 
 from swarm_tui.engine.snapshot import HIST_EDGES_MS, Snapshot
+from swarm_tui.engine.state import RunStatus, TaskState
 
 
 def _ms(v: float | None) -> str:
@@ -62,7 +63,7 @@ class StatusBar(Static):
         if self.app is not None and getattr(self.app, "frozen", False):
             badge += " [reverse $accent] FROZEN [/]"
         state = s.status.upper()
-        if s.waiting_for_keys and s.status == "running":
+        if s.waiting_for_keys and s.status == RunStatus.RUNNING:
             state = f"[reverse $warning]WAITING: {escape(s.waiting_for_keys)}[/]"
         keys = ""
         if s.keys:
@@ -70,12 +71,12 @@ class StatusBar(Static):
             colour = "$success" if ok == len(s.keys) else ("$warning" if ok else "$error")
             keys = f"[{colour}]keys {ok}/{len(s.keys)}[/]"
         c = s.counts
-        ended = c.get("succeeded", 0) + c.get("failed", 0)
+        ended = c.get(TaskState.SUCCEEDED, 0) + c.get(TaskState.FAILED, 0)
         pct = f"{ended}/{s.total}"  # cancelled tasks are not done: they stay resumable
         pct_short = pct
-        if c.get("cancelled"):
-            pct += f" [dim]−{c['cancelled']} cancelled[/]"
-            pct_short += f" [dim]−{c['cancelled']}[/]"
+        if c.get(TaskState.CANCELLED):
+            pct += f" [dim]−{c[TaskState.CANCELLED]} cancelled[/]"
+            pct_short += f" [dim]−{c[TaskState.CANCELLED]}[/]"
         rate = "-" if s.success_rate is None else f"{s.success_rate * 100:.1f}%"
         ok_rate = s.success_rate is None or s.success_rate >= s.sla.min_success
         p95 = s.latency_ms[1]
