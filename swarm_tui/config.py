@@ -12,7 +12,6 @@ import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import platformdirs
 from pydantic import (
     BaseModel,
     BeforeValidator,
@@ -25,9 +24,9 @@ from pydantic import (
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from swarm_tui.errors import UserError
+from swarm_tui.paths import default_config_path
 from swarm_tui.prices import PriceTable, load_price_table
 
-APP_NAME = "swarm-tui"
 SIM_GATEWAY = "sim"  # reserved gateway name: the built-in simulator
 
 PosFloat = Annotated[float, Field(gt=0)]
@@ -228,10 +227,6 @@ class LoadedConfig(BaseModel):
     @property
     def simulated_only(self) -> bool:
         return not self.settings.gateways
-
-
-def default_config_path() -> Path:
-    return platformdirs.user_config_path(APP_NAME) / "config.toml"
 
 
 def resolve_config_path(cli_path: str | None) -> tuple[Path | None, bool]:

@@ -8,6 +8,8 @@ EXIT_INTERNAL = 1
 EXIT_BAD_INPUT = 2
 EXIT_SLA_BREACHED = 3
 EXIT_BUDGET_STOPPED = 4
+EXIT_HANGUP = 129  # the console's terminal hung up (SSH dropped): run cancelled, resumable
+EXIT_INTERRUPTED = 130  # Ctrl-C / SIGTERM / quit or cancel in the console: resumable
 
 
 class UserError(Exception):

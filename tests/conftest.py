@@ -24,6 +24,15 @@ from swarm_tui.workload import Task
 TEST_KEY = "sk-test-0123456789abcdefghijklmnop"
 
 
+@pytest.fixture(autouse=True)
+def _never_the_users_own_dirs(tmp_path_factory, monkeypatch) -> None:
+    """No test reads the developer's config, themes or runs database."""
+    home = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / "config"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(home / "data"))
+    monkeypatch.delenv("SWARM_TUI_CONFIG", raising=False)
+
+
 @pytest.fixture
 def sim_factory() -> Iterator:
     servers: list[SimServer] = []

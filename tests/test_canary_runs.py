@@ -91,6 +91,7 @@ def _history(cfg: str, env) -> list[dict]:
     return json.loads(r.stdout)[::-1]  # oldest first
 
 
+@pytest.mark.slow
 def test_auto_canary_promotes_through_every_stage(sim_procs, tmp_path, env):
     base = sim_procs(profile="direct")
     cand = sim_procs(profile="gateway")
@@ -115,6 +116,7 @@ def test_auto_canary_promotes_through_every_stage(sim_procs, tmp_path, env):
     assert buckets["candidate"]["total"] > 0.15 * summary["total"]
 
 
+@pytest.mark.slow
 def test_auto_canary_aborts_on_candidate_503s_and_says_why(sim_procs, tmp_path, env):
     base = sim_procs(profile="fixed:150")
     cand = sim_procs(profile="fixed:150", rate_503=0.05)
@@ -145,6 +147,7 @@ def test_too_little_traffic_stays_inconclusive_pauses_and_never_promotes(sim_fac
     assert "inconclusive after the 0.5s bake time" in _history(cfg, env)[-1]["reason"]
 
 
+@pytest.mark.slow
 def test_canary_set_from_another_process_reaches_the_running_runner(sim_factory, tmp_path,
                                                                    env):
     base = sim_factory(profile="fixed:100")
@@ -215,6 +218,7 @@ def test_canary_cli_refusals_are_one_line(sim_factory, tmp_path, env):
                           "canary.candidate: no gateway named 'zz'")
 
 
+@pytest.mark.slow
 def test_canary_demo_on_the_simulator(tmp_path, env):
     r = swarm("run", "--demo", "300", "--canary-demo", "--headless", "--json", "--quiet",
               env=env)

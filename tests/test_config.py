@@ -93,3 +93,33 @@ def test_shipped_example_config_is_valid():
     cfg = load_config(str(example))
     assert set(cfg.settings.gateways) == {"prod", "direct"}
     assert cfg.prices.get("my-finetune").cached_input == 0.05
+
+
+def test_the_shipped_json_schema_is_the_settings_model_and_fits_the_example():
+    """swarm_tui/data/config.schema.json is what editors validate config.toml with: it must
+    be the model's own schema (regenerate: python -m swarm_tui.config_schema) and the
+    shipped example must validate."""
+    import json
+    import pathlib
+    import tomllib
+
+    from swarm_tui.config import Settings
+
+    root = pathlib.Path(__file__).parent.parent
+    shipped = json.loads((root / "swarm_tui" / "data" / "config.schema.json").read_text())
+    assert shipped == json.loads(json.dumps(Settings.model_json_schema())), \
+        "the shipped schema is stale: python -m swarm_tui.config_schema"
+    example = tomllib.loads((root / "examples" / "config.toml").read_text())
+    Settings.model_validate(example)  # raises on any unknown or bad key
+    # every top-level key of the example is described in the schema
+    assert set(example) <= set(shipped["properties"])
+
+
+def test_a_bad_user_theme_is_skipped_and_reported_not_fatal(tmp_path):
+    from swarm_tui.ui.themes import load_themes_reporting
+
+    (tmp_path / "broken.toml").write_text('name = "mine"\nprimary = 3\ncolour = "x"\n')
+    (tmp_path / "good.toml").write_text('name = "mine-ok"\nprimary = "#ff0000"\n')
+    themes, problems = load_themes_reporting(tmp_path)
+    assert "mine-ok" in themes and "mine" not in themes and "swarm-dark" in themes
+    assert len(problems) == 1 and "broken.toml" in problems[0] and "skipped" in problems[0]

@@ -3,6 +3,7 @@ unpriced is never $0; what-if and routing what-if; the budget stop keeps unsent 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sqlite3
 import tomllib
@@ -168,3 +169,27 @@ def test_cost_report_projection_and_timeline():
     assert rep.timeline == pytest.approx([0.0, 0.0007, 0.0014, 0.0021, 0.0021, 0.00475])
     assert set(rep.by_model) == {"deepseek-v3.2", "kimi-k2.5"}
     assert rep.by_key["sk-…abcd#000000"].tasks == 4
+
+
+async def test_a_budget_stop_does_not_wait_out_retry_backoffs(sim_factory):
+    """Stopped for good, a retry still waiting out a long backoff will never be sent: the
+    run ends when the calls in flight do, and that task stays unsent (resumable)."""
+    import asyncio
+
+    from swarm_tui.config import RetryConfig
+    from tests.conftest import client_for, make_runner, tasks
+
+    server = sim_factory(profile="fixed:30", rate_503=0.4)
+    slow_retries = RetryConfig(base_backoff_s=60.0, max_backoff_s=120.0, max_attempts=5)
+    async with client_for(server) as gw:
+        probe = make_runner(gw, tasks(60), concurrency=4, retry=slow_retries)
+        one_call = probe.call_estimate_usd(probe.agents[0])
+        assert one_call
+        runner = make_runner(gw, tasks(60), concurrency=4, retry=slow_retries)
+        runner.policy = dataclasses.replace(runner.policy, budget_usd=one_call * 12)
+        await asyncio.wait_for(runner.run(), 50)  # not the 60-120 s of a backoff
+    assert runner.stop_reason == "budget_stopped"
+    assert runner.retry_waiting == 0
+    states = {a.state for a in runner.agents}
+    assert "retrying" not in states and "queued" in states
+    assert any(a.attempts and a.state == "queued" for a in runner.agents)  # a dropped retry

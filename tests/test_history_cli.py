@@ -42,6 +42,7 @@ def test_run_and_report_print_the_same_summary():
 
 
 @pytest.mark.usefixtures("no_user_config")
+@pytest.mark.slow
 def test_readers_see_progress_while_a_run_writes(tmp_path, sim_proc):
     _port, cfg = sim_proc
     w = _workload(tmp_path, 3000)
@@ -71,6 +72,7 @@ def test_readers_see_progress_while_a_run_writes(tmp_path, sim_proc):
 
 
 @pytest.mark.usefixtures("no_user_config")
+@pytest.mark.slow
 def test_sigkill_then_resume_sends_only_what_was_not_stored(tmp_path, sim_proc):
     port, cfg = sim_proc
     n, conc = 2000, 40
@@ -176,6 +178,7 @@ def test_export_csv_and_jsonl_carry_no_key(tmp_path, sim_proc):
 
 
 @pytest.mark.usefixtures("no_user_config")
+@pytest.mark.slow
 def test_locked_database_is_one_line_exit_2():
     r = swarm("run", "--demo", "2", "--headless", "--quiet")
     assert r.returncode in (0, 3)

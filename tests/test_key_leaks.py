@@ -50,6 +50,7 @@ def setup(sim_factory, tmp_path):
     return conf, env, tmp_path
 
 
+@pytest.mark.slow
 async def test_no_key_in_any_output_file_or_screen(setup, monkeypatch):
     conf, env, tmp = setup
     outputs: dict[str, str] = {}

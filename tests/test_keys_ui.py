@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from swarm_tui.execution.wiring import RunOptions
 from swarm_tui.gateway.keypool import RETIRED
 from swarm_tui.run_sources import LiveSource
@@ -18,6 +20,7 @@ from tests.ui_fixtures import FixedSource, keys_snapshot, screen_text
 NEW_KEY = "sk-added-from-console-0123456789abcdef"
 
 
+@pytest.mark.slow
 async def test_add_retire_enable_from_the_keys_panel(cfg, tmp_path):
     opts = RunOptions(sim=SimSettings(profile="fixed:200", rate_429=0, rate_503=0),
                       concurrency=10)

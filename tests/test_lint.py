@@ -20,6 +20,7 @@ def test_ruff_clean():
     assert r.returncode == 0, r.stdout + r.stderr
 
 
+@pytest.mark.slow
 def test_the_package_type_checks():
     """mypy over the package ([tool.mypy] in pyproject): the seams stay typed."""
     import sys

@@ -72,6 +72,7 @@ def _llmock(port: int, *args: str) -> subprocess.Popen:
     pytest.fail("llmock did not start")
 
 
+@pytest.mark.slow
 async def test_a_third_party_quota_server_llmock_fails_no_task():
     """llmock: per-key buckets of 60/min (burst 60), Retry-After = the real wait,
     x-ratelimit-* on every answer. 3 keys, 195 tasks: 180 fit the bursts, 15 wait for
@@ -121,6 +122,7 @@ async def test_one_models_429s_do_not_hold_another_model(sim_factory):
     assert key.rate("kimi-k2.5").steps >= 1
 
 
+@pytest.mark.slow
 async def test_a_huge_retry_after_waits_no_longer_than_the_cap(sim_factory):
     sim = sim_factory(profile="fixed:20", rate_429=1.0, retry_after_s=3600)
     base = sim.base_url.replace("/v1", "")
@@ -247,6 +249,7 @@ async def test_retiring_the_last_usable_key_makes_dispatch_wait_not_fail(sim_fac
 
 
 @pytest.mark.usefixtures("no_user_config")
+@pytest.mark.slow
 def test_key_state_travels_with_the_heartbeat_of_a_busy_run(tmp_path, sim_proc):
     """Results flow every 250 ms; the keys' live state must still be written every second
     (it used to be written once), so `keys list|retire` find the run."""

@@ -93,6 +93,7 @@ class _Log:
         self.items.append((e.kind, e.at_ms, e.detail))
 
 
+@pytest.mark.slow
 async def test_full_store_holds_dispatch_journals_and_resume_sends_only_unanswered(
         sim_factory, tmp_path):
     server = sim_factory(profile="fixed:30")
@@ -167,6 +168,7 @@ def _mount_tmpfs(where: Path, size: str) -> bool:
 
 
 @pytest.mark.usefixtures("no_user_config")
+@pytest.mark.slow
 def test_disk_full_mid_run_exits_2_and_resume_sends_only_unanswered(tmp_path, sim_proc):
     """The real thing: a small filesystem fills up under a headless run."""
     fs = tmp_path / "small"
@@ -202,6 +204,7 @@ def test_disk_full_mid_run_exits_2_and_resume_sends_only_unanswered(tmp_path, si
 
 # -- one executor per run ---------------------------------------------------------------------
 @pytest.mark.usefixtures("no_user_config")
+@pytest.mark.slow
 def test_a_stopped_executor_keeps_its_run(tmp_path, sim_proc):
     port, cfg = sim_proc
     db = Path(os.environ["SWARM_TUI_DB"])
@@ -239,6 +242,7 @@ def _unanswered(db: Path, run_id: str) -> int:
 
 
 @pytest.mark.usefixtures("no_user_config")
+@pytest.mark.slow
 def test_two_resumes_at_once_exactly_one_runs(tmp_path, sim_proc):
     port, cfg = sim_proc
     db = Path(os.environ["SWARM_TUI_DB"])
@@ -259,6 +263,7 @@ def test_two_resumes_at_once_exactly_one_runs(tmp_path, sim_proc):
 
 
 @pytest.mark.usefixtures("no_user_config")
+@pytest.mark.slow
 def test_kill_9_at_random_points_then_resume_pays_each_task_once_but_the_window(
         tmp_path, sim_proc):
     port, cfg = sim_proc

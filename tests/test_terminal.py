@@ -97,6 +97,7 @@ def test_filter_with_markup_fast_plus_and_quit(env):
         app.kill()
 
 
+@pytest.mark.slow
 def test_a_scrolled_grid_keeps_repainting(env):
     """After End on a long run the visible cells must follow the run to its end (they
     stayed `·` queued while the status said FINISHED, and an operator cancelled an agent

@@ -38,6 +38,7 @@ async def wait_for(pred, timeout=15.0):
     raise AssertionError("condition not reached")
 
 
+@pytest.mark.slow
 async def test_every_run_binding_against_a_live_run(cfg, tmp_path):
     source = live(cfg, tmp_path)
     app = SwarmApp(source, db_path=tmp_path / "runs.db", refresh_s=0.1)
@@ -175,6 +176,7 @@ def test_filter_words():
     assert by_latency[0].latency_ms == max(c.latency_ms or 0 for c in cells)
 
 
+@pytest.mark.slow
 async def test_watch_follows_another_process_and_obeys_write(cfg, tmp_path):
     db = tmp_path / "runs.db"
     env = {**os.environ, "SWARM_TUI_DB": str(db), "XDG_CONFIG_HOME": str(tmp_path / "xdg")}

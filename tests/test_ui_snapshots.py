@@ -3,6 +3,8 @@ at 80x24 and 160x50, and the dashboard in every shipped theme."""
 
 from __future__ import annotations
 
+import pathlib
+
 import pytest
 
 from swarm_tui.ui.app import SwarmApp
@@ -27,7 +29,7 @@ def test_dashboard(snap_compare, size):
     assert snap_compare(app(), terminal_size=size, run_before=settle)
 
 
-@pytest.mark.parametrize("theme", sorted(load_themes()))
+@pytest.mark.parametrize("theme", sorted(load_themes(pathlib.Path("/nonexistent"))))
 def test_dashboard_themes(snap_compare, theme):
     assert snap_compare(app(theme), terminal_size=(80, 24), run_before=settle)
 

@@ -7,14 +7,7 @@ import dataclasses
 from swarm_tui.canary import state as st
 from swarm_tui.canary.analysis import FAIL, INCONCLUSIVE, Analysis
 from swarm_tui.config import CanaryConfig
-
-
-def _fmt_s(seconds: float) -> str:
-    if seconds >= 3600:
-        return f"{seconds / 3600:g}h"
-    if seconds >= 60:
-        return f"{seconds / 60:g}m"
-    return f"{seconds:g}s"
+from swarm_tui.report.fmt import config_duration
 
 
 def decide(state: st.CanaryState, analysis: Analysis, cfg: CanaryConfig, now: float
@@ -40,13 +33,13 @@ def decide(state: st.CanaryState, analysis: Analysis, cfg: CanaryConfig, now: fl
         if now - state.bake_started_at >= bake:
             why = "; ".join(f"{v.gate}: {v.detail}" for v in analysis.verdicts
                             if v.result == INCONCLUSIVE)
-            reason = f"inconclusive after the {_fmt_s(bake)} bake time: {why}"
+            reason = f"inconclusive after the {config_duration(bake)} bake time: {why}"
             return st.transition(kept, st.PAUSE, None, cfg.stages, now), st.PAUSE, reason
         return kept, None, None
     since = state.passing_since if state.passing_since is not None else now
     passing = dataclasses.replace(state, failures=0, passing_since=since)
     if now - since >= bake:
         shown = "; ".join(f"{v.gate} {v.detail}" for v in analysis.verdicts)
-        reason = f"every gate passed for the {_fmt_s(bake)} bake time: {shown}"
+        reason = f"every gate passed for the {config_duration(bake)} bake time: {shown}"
         return st.transition(passing, st.PROMOTE, None, cfg.stages, now), st.PROMOTE, reason
     return passing, None, None

@@ -21,6 +21,7 @@ from swarm_tui.canary.analysis import Analysis
 from swarm_tui.canary.auto import decide
 from swarm_tui.config import CanaryConfig
 from swarm_tui.engine.routing import CanaryRouter
+from swarm_tui.report.fmt import short_duration
 from swarm_tui.store import canary as cs
 from swarm_tui.store.db import db_error, open_db
 
@@ -48,17 +49,8 @@ class CanaryView:
         s = self.state
         text = f"canary {s.pct}% {s.status}"
         if s.status == st.PROGRESSING:
-            text += f" {_short(self.baked_s(now))}/{_short(self.bake_s())}"
+            text += f" {short_duration(self.baked_s(now))}/{short_duration(self.bake_s())}"
         return text
-
-
-def _short(seconds: float) -> str:
-    seconds = max(0.0, seconds)
-    if seconds >= 3600:
-        return f"{seconds / 3600:.1f}h"
-    if seconds >= 60:
-        return f"{seconds / 60:.0f}m"
-    return f"{seconds:.0f}s"
 
 
 async def read_view(db_path: Path, cfg: CanaryConfig) -> CanaryView:

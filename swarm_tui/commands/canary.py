@@ -9,10 +9,11 @@ from pathlib import Path
 
 import aiosqlite
 
-from swarm_tui.canary import report
 from swarm_tui.canary import state as st
 from swarm_tui.config import CanaryConfig, LoadedConfig
 from swarm_tui.errors import EXIT_OK, UserError
+from swarm_tui.report import canary as report
+from swarm_tui.report import fmt
 from swarm_tui.store import canary as cs
 
 VERBS = ("status", "history", *st.ACTIONS)
@@ -89,14 +90,14 @@ def status_text(c: CanaryConfig, state: st.CanaryState, analysis) -> str:
         f"canary {c.name}   mode {c.mode}   {state.status.upper()}   {state.pct}% of users "
         f"on {c.candidate}",
         f"stages  {report.ladder(state, c.stages)}",
-        f"bake    {report.duration(time.time() - state.bake_started_at)} of "
-        f"{report.duration(bake)}   stage since {since}",
+        f"bake    {fmt.duration(time.time() - state.bake_started_at)} of "
+        f"{fmt.duration(bake)}   stage since {since}",
         f"allowed {', '.join(st.allowed_actions(state.status)) or '-'}",
         "",
         "this stage:",
         report.figure_table(analysis.stage),
         "",
-        f"last {report.duration(analysis.window_s)}:",
+        f"last {fmt.duration(analysis.window_s)}:",
         report.figure_table(analysis.window),
         "",
         f"gates ({analysis.overall}):",

@@ -3,6 +3,12 @@
 Dispatch is one loop that starts an attempt whenever a slot is free. An attempt
 that fails retryably gives its slot back while it waits (so a Retry-After storm
 does not starve the swarm) and comes back ahead of never-tried tasks.
+
+Why one ~650-line module: the queue, the parking per (gateway, model), the budget, the
+pace, holds and cancellation are one set of invariants over the same counters
+(in_flight, retry_waiting, the queues); split across modules they were passed around
+and drifted (a double-counted retry wait hung cancelled runs). Helpers with no state of
+their own live elsewhere: retry waits (retry.py), routing (routing.py), records (state.py).
 """
 
 from __future__ import annotations
@@ -181,7 +187,20 @@ class SwarmRunner:
         if self.stop_reason is None:
             self.stop_reason = reason
             self.emit(ev.CONTROL, detail=detail)
+            self._drop_retry_waits()
         self._wake.set()
+
+    def _drop_retry_waits(self) -> None:
+        """Dispatch stopped for good: a retry still waiting out its backoff will never be
+        sent, so it stops waiting now and stays unsent (resumable) — the run ends when
+        the calls in flight do, not a Retry-After later."""
+        for agent in self.agents:
+            if agent.state == RETRYING:
+                if agent.handle is not None and not isinstance(agent.handle, asyncio.Task):
+                    agent.handle.cancel()
+                agent.handle = None
+                agent.state = QUEUED
+                self.retry_waiting -= 1
 
     # -- budget -----------------------------------------------------------------------------
     def call_estimate_usd(self, agent: Agent) -> float | None:
@@ -221,8 +240,9 @@ class SwarmRunner:
             return False
         if self.in_flight:
             return True
-        unsent = sum(1 for a in self.agents if a.state == QUEUED)
         self.stop_reason = BUDGET_STOPPED
+        self._drop_retry_waits()
+        unsent = sum(1 for a in self.agents if a.state == QUEUED)
         self.emit(ev.CONTROL, detail=f"budget cap ${cap:.4f} reached (${self.spent_usd:.4f} "
                                      f"spent; the next call ≈ ${est:.4f}): dispatch stopped, "
                                      f"{unsent} tasks unsent (resumable)")

@@ -12,18 +12,11 @@ from typing import TextIO
 from swarm_tui.engine.runner import SwarmRunner
 from swarm_tui.engine.state import TaskState
 from swarm_tui.engine.summary import Percentiles, RunSummary
-
-
-def _ms(v: float | None) -> str:
-    return "-" if v is None else f"{v:,.0f}"
-
-
-def _usd(v: float) -> str:
-    return f"${v:,.4f}" if v < 100 else f"${v:,.2f}"
+from swarm_tui.report import fmt
 
 
 def cost_text(s: RunSummary) -> str:
-    text = _usd(s.cost_usd)
+    text = fmt.usd(s.cost_usd)
     if s.unpriced_tasks:
         text += f" + unpriced ({', '.join(s.unpriced_models)}: {s.unpriced_tasks} tasks)"
     if s.tokens.estimated_tasks:
@@ -32,8 +25,8 @@ def cost_text(s: RunSummary) -> str:
 
 
 def _pcts(p: Percentiles, with_p99: bool = True) -> str:
-    tail = f" / p99 {_ms(p.p99)}" if with_p99 else ""
-    return f"p50 {_ms(p.p50)} / p95 {_ms(p.p95)}{tail} ms"
+    tail = f" / p99 {fmt.ms(p.p99)}" if with_p99 else ""
+    return f"p50 {fmt.ms(p.p50)} / p95 {fmt.ms(p.p95)}{tail} ms"
 
 
 def summary_text(s: RunSummary) -> str:
@@ -57,8 +50,8 @@ def summary_text(s: RunSummary) -> str:
     if s.queue_ms.p95 is not None:
         extra.append(f"queue (not latency) {_pcts(s.queue_ms, False)}")
     for model, m in s.by_model.items():
-        extra.append(f"{model}: {m.succeeded}/{m.total} ok, p95 {_ms(m.latency_ms.p95)} ms, "
-                     f"{_usd(m.cost_usd)}")
+        extra.append(f"{model}: {m.succeeded}/{m.total} ok, p95 {fmt.ms(m.latency_ms.p95)} ms, "
+                     f"{fmt.usd(m.cost_usd)}")
     if extra:
         lines.append("  " + "; ".join(extra))
     if s.sla is not None:

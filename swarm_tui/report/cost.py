@@ -6,15 +6,8 @@ import aiosqlite
 
 from swarm_tui.config import LoadedConfig
 from swarm_tui.engine.cost import CostLine, CostReport, cost_report
+from swarm_tui.report.fmt import usd
 from swarm_tui.store.runs import RunRecord, task_rows
-
-
-def usd(v: float | None, digits: int = 4) -> str:
-    if v is None:
-        return "-"
-    if abs(v) >= 100:
-        return f"${v:,.0f}"
-    return f"${v:,.{digits}f}"
 
 
 def long_model_of(run: RunRecord, cfg: LoadedConfig) -> str | None:

@@ -10,16 +10,12 @@ from pathlib import Path
 from urllib.parse import quote
 
 import aiosqlite
-import platformdirs
 
 from swarm_tui.errors import UserError
+from swarm_tui.paths import default_db_path
 from swarm_tui.store.schema import MIGRATIONS, SCHEMA_VERSION
 
 BUSY_TIMEOUT_MS = 5000
-
-
-def default_db_path() -> Path:
-    return platformdirs.user_data_path("swarm-tui") / "runs.db"
 
 
 def resolve_db_path(cli_path: str | None) -> Path:

@@ -1,8 +1,12 @@
 """The console: a dashboard over a snapshot source, refreshed at a fixed rate.
 
-The engine (when the run is live) is async work on this app's loop, never a
-thread worker; the UI reads a snapshot every `refresh_s` and never receives one
-message per engine event.
+The engine (when the run is live) runs on its own thread and loop (run_sources/live.py),
+never a Textual thread worker; the UI reads a snapshot every `refresh_s` and never
+receives one message per engine event.
+
+Why ~500 lines: it is the console's action table — one short method per key binding
+(pause, concurrency, cancel, filter, sort, f/y/l/G, history, canary, keys, cost, quit)
+and their guards. Screens, panels and widgets are in their own modules.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from swarm_tui.canary.controller import CanaryView
 from swarm_tui.config import CanaryConfig
 from swarm_tui.engine.snapshot import AgentCell, Snapshot
 from swarm_tui.engine.state import TaskState
-from swarm_tui.errors import UserError
+from swarm_tui.errors import EXIT_HANGUP, UserError
 from swarm_tui.ui.canary_panel import CanaryScreen
 from swarm_tui.ui.cost_panel import CostScreen
 from swarm_tui.ui.filtering import SORTS, FilterError, parse_filter, sort_cells
@@ -68,7 +72,6 @@ def _key_names(keys: str) -> str:
     return " ".join(_KEY_NAMES.get(k.strip(), k.strip()) for k in keys.split(","))
 
 
-EXIT_HANGUP = 129  # 128 + SIGHUP
 
 
 class Dashboard(Screen[None]):

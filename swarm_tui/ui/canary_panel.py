@@ -17,11 +17,12 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-from swarm_tui.canary import report
 from swarm_tui.canary import state as st
 from swarm_tui.canary.controller import CanaryView
 from swarm_tui.config import SIM_GATEWAY
 from swarm_tui.errors import UserError
+from swarm_tui.report import canary as report
+from swarm_tui.report import fmt
 from swarm_tui.ui.screens import Field, FormScreen
 
 RESULT_STYLE = {"pass": "bold $success", "fail": "bold $error", "inconclusive": "bold $warning"}
@@ -63,10 +64,10 @@ def panel_text(view: CanaryView, *, window: bool = False, now: float | None = No
             out.append("the simulator's demo canary starts with "
                        "`swarm-tui run --demo --canary-demo`\n")
     elif s.status == st.PROGRESSING:
-        out.append(f"bake   {bake_bar(view, now=now)} {report.duration(view.baked_s(now))} / "
-                   f"{report.duration(view.bake_s())}")
+        out.append(f"bake   {bake_bar(view, now=now)} {fmt.duration(view.baked_s(now))} / "
+                   f"{fmt.duration(view.bake_s())}")
         if s.passing_since is not None:
-            out.append(f"   passing {report.duration(now - s.passing_since)}")
+            out.append(f"   passing {fmt.duration(now - s.passing_since)}")
         if s.failures:
             out.append(f"   failed {s.failures}/{c.failure_limit}", style=styles.get("fail"))
         out.append("\n")
@@ -77,7 +78,7 @@ def panel_text(view: CanaryView, *, window: bool = False, now: float | None = No
         out.append("\n(no figures yet)\n")
     else:
         figs = a.window if window else a.stage
-        title = f"last {report.duration(a.window_s)}" if window else "this stage"
+        title = f"last {fmt.duration(a.window_s)}" if window else "this stage"
         out.append(f"\n{title} (w: {'stage' if window else 'window'})\n", style="bold")
         out.append(report.figure_table(figs) + "\n")
         out.append(f"\ngates: {a.overall}\n", style=styles.get(a.overall, "bold"))

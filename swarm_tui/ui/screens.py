@@ -11,11 +11,8 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, DataTable, Footer, Input, Label, Static
 
 from swarm_tui.engine.state import TaskState
+from swarm_tui.report import fmt
 from swarm_tui.run_sources import AgentDetail
-
-
-def _ms(v: float | None) -> str:
-    return "-" if v is None else f"{v:,.0f} ms"
 
 
 def detail_text(d: AgentDetail) -> str:
@@ -24,7 +21,8 @@ def detail_text(d: AgentDetail) -> str:
     head = [
         f"task {d.task_id}  (#{d.seq})  state {d.state.upper()}",
         f"model {d.model}  gateway {d.gateway}  bucket {d.bucket}  key {d.key_fp or '-'}",
-        f"latency {_ms(d.latency_ms)}  ttft {_ms(d.ttft_ms)}  queue {_ms(d.queue_ms)}  "
+        f"latency {fmt.ms(d.latency_ms, unit=True)}  ttft {fmt.ms(d.ttft_ms, unit=True)}  "
+        f"queue {fmt.ms(d.queue_ms, unit=True)}  "
         f"tokens {d.tokens_in}/{d.tokens_out}  cost {cost}",
     ]
     if d.error:
@@ -38,8 +36,8 @@ def detail_text(d: AgentDetail) -> str:
             detail += f" retry in {a['retry_wait_s']:.2f}s"
         if a.get("error_message"):
             detail += f" — {a['error_message'][:60]}"
-        head.append(f"{a['number']:>2} {a['model'][:16]:<16} {_ms(a['queue_ms']):>8} "
-                    f"{_ms(a['latency_ms']):>8} {_ms(a['ttft_ms']):>7} "
+        head.append(f"{a['number']:>2} {a['model'][:16]:<16} {fmt.ms(a['queue_ms'], unit=True):>8} "
+                    f"{fmt.ms(a['latency_ms'], unit=True):>8} {fmt.ms(a['ttft_ms'], unit=True):>7} "
                     f"{a.get('status_code') or '-':>6} {a['outcome']:<8} {detail}")
     head += ["", "prompt:", d.prompt[:400] + ("…" if len(d.prompt) > 400 else ""), "",
              "response:", d.response_text or "(none yet)"]

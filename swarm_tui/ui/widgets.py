@@ -8,15 +8,7 @@ from textual.widgets import RichLog, Static
 
 from swarm_tui.engine.snapshot import HIST_EDGES_MS, Snapshot
 from swarm_tui.engine.state import RunStatus, TaskState
-
-
-def _ms(v: float | None) -> str:
-    return "-" if v is None else f"{v:,.0f}"
-
-
-def _k(n: int) -> str:
-    return f"{n / 1000:,.1f}k" if n >= 10_000 else f"{n:,}"
-
+from swarm_tui.report import fmt
 
 Part = tuple[int, str] | tuple[int, str, str]  # (priority, markup[, shorter markup])
 
@@ -82,7 +74,7 @@ class StatusBar(Static):
         p95 = s.latency_ms[1]
         ok_p95 = p95 is None or p95 <= s.sla.p95_ms
         good, bad = "$success", "$error"
-        p95_txt = f"[{good if ok_p95 else bad}]p95 {_ms(p95)}{'' if ok_p95 else '!'}[/]"
+        p95_txt = f"[{good if ok_p95 else bad}]p95 {fmt.ms(p95)}{'' if ok_p95 else '!'}[/]"
         rate_txt = f"[{good if ok_rate else bad}]ok {rate}{'' if ok_rate else '!'}[/]"
         cost = f"${s.cost_usd:,.4f}" + ("+?" if s.unpriced_tasks else "") + \
             ("~" if s.usage_estimated else "")
@@ -104,10 +96,10 @@ class StatusBar(Static):
         ], width)
         line2 = fit_parts([
             (0, f"{rate_txt} {p95_txt}"),
-            (3, f"p50 {_ms(s.latency_ms[0])} p99 {_ms(s.latency_ms[2])} ms"),
+            (3, f"p50 {fmt.ms(s.latency_ms[0])} p99 {fmt.ms(s.latency_ms[2])} ms"),
             (0, f"{cost}{month}"),
-            (4, f"ttft {_ms(s.ttft_ms[0])}/{_ms(s.ttft_ms[1])}"),
-            (5, f"tok {_k(s.tokens_in)}/{_k(s.tokens_out)}"),
+            (4, f"ttft {fmt.ms(s.ttft_ms[0])}/{fmt.ms(s.ttft_ms[1])}"),
+            (5, f"tok {fmt.thousands(s.tokens_in)}/{fmt.thousands(s.tokens_out)}"),
             *([(1, escape(message))] if message else []),
         ], width)
         self.update(Content.from_markup(f"{line1}\n{line2}"))

@@ -75,15 +75,6 @@ def ladder(state: CanaryState, stages: list[int]) -> str:
     return " ─ ".join(f"[{p}]" if p == state.pct else str(p) for p in steps)
 
 
-def duration(seconds: float) -> str:
-    if seconds < 10 and seconds != int(seconds):
-        return f"{max(0.0, seconds):.1f}s"
-    seconds = max(0, int(seconds))
-    h, rest = divmod(seconds, 3600)
-    m, s = divmod(rest, 60)
-    return f"{h}h{m:02d}m" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
-
-
 def history_line(r: ActionRecord) -> str:
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.at))
     move = f"{r.from_pct}%→{r.to_pct}%" if r.from_pct is not None else f"{r.to_pct}%"

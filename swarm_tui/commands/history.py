@@ -1,0 +1,93 @@
+"""`runs`, `report`, `cost`, `export`: the stored-run verbs of the command line (the text
+they print is report/'s, the queries store/'s)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import aiosqlite
+
+from swarm_tui.config import LoadedConfig, load_config
+from swarm_tui.engine.summary import RunSummary
+from swarm_tui.errors import EXIT_OK, UserError
+
+
+async def summary_json(conn: aiosqlite.Connection, path: Path, summary: RunSummary,
+                       cfg: LoadedConfig) -> str:
+    """The run's summary plus its cost breakdown: the same object `report --json` prints."""
+    from swarm_tui.report.cost import stored_cost
+    from swarm_tui.store.runs import get_run
+
+    data = summary.model_dump(mode="json")
+    if summary.status != "unsaved":
+        cost = await stored_cost(conn, await get_run(conn, summary.run_id, path), cfg)
+        data["cost"] = cost.model_dump(mode="json")
+    return json.dumps(data, indent=2)
+
+
+async def runs(conn: aiosqlite.Connection, path: Path, args: argparse.Namespace) -> int:
+    from swarm_tui.report.history import runs_listing, runs_table
+
+    items = await runs_listing(conn, args.limit)
+    if args.json:
+        print(json.dumps([i.model_dump() for i in items], indent=2))
+    else:
+        print(runs_table(items))
+    return EXIT_OK
+
+
+async def report(conn: aiosqlite.Connection, path: Path, args: argparse.Namespace) -> int:
+    from swarm_tui.execution.progress import summary_text
+    from swarm_tui.report.cost import cost_text, stored_cost
+    from swarm_tui.report.history import compare_rows, compare_table, run_summary
+    from swarm_tui.store.runs import get_run
+
+    run = await get_run(conn, args.run_id, path)
+    a = await run_summary(conn, run)
+    if args.compare:
+        b = await run_summary(conn, await get_run(conn, args.compare, path))
+        if args.json:
+            print(json.dumps({"a": a.run_id, "b": b.run_id, "rows": compare_rows(a, b)},
+                             indent=2))
+        else:
+            print(compare_table(a, b))
+        return EXIT_OK
+    cfg = load_config(args.config)
+    cost = await stored_cost(conn, run, cfg)
+    if args.json:
+        print(await summary_json(conn, path, a, cfg))
+    else:
+        print(summary_text(a) + "\n\n" + cost_text(cost))
+    return EXIT_OK
+
+
+async def cost(conn: aiosqlite.Connection, path: Path, args: argparse.Namespace) -> int:
+    from swarm_tui.report.cost import cost_text, stored_cost
+    from swarm_tui.store.runs import get_run
+
+    report = await stored_cost(conn, await get_run(conn, args.run_id, path),
+                               load_config(args.config))
+    print(report.model_dump_json(indent=2) if args.json else cost_text(report))
+    return EXIT_OK
+
+
+async def export(conn: aiosqlite.Connection, path: Path, args: argparse.Namespace) -> int:
+    from swarm_tui.report.history import export_run, open_out
+    from swarm_tui.store.runs import get_run
+
+    run = await get_run(conn, args.run_id, path)
+    try:
+        out, close = open_out(args.out)
+    except OSError as e:
+        raise UserError(f"--out {args.out}: cannot write ({e.strerror})") from None
+    try:
+        n = await export_run(conn, run, args.format, out)
+    finally:
+        if close:
+            out.close()
+    if close:
+        print(f"exported {n} tasks of run {run.id} to {args.out}", file=sys.stderr)
+    return EXIT_OK
