@@ -14,6 +14,7 @@ from enum import StrEnum
 from pydantic import BaseModel, Field
 
 from swarm_tui.config import CanaryGates
+from swarm_tui.engine.aggregate import Usage
 from swarm_tui.engine.routing import BASELINE, CANDIDATE
 from swarm_tui.engine.state import TaskState
 from swarm_tui.engine.summary import Percentiles
@@ -79,25 +80,17 @@ class Analysis(BaseModel):
 def figures(results: Iterable[ResultRow], calls: Iterable[CallRow]) -> dict[str, BucketFigures]:
     lat: dict[str, list[float]] = {BASELINE: [], CANDIDATE: []}
     ttft: dict[str, list[float]] = {BASELINE: [], CANDIDATE: []}
-    acc: dict[str, dict[str, float]] = {}
+    tasks: Counter[str] = Counter()
+    used: dict[str, Usage] = {}
     for bucket, state, latency, first, t_in, t_out, cost in results:
-        a = acc.setdefault(bucket, dict.fromkeys(
-            ("tasks", "ok", "tin", "tout", "cost", "priced", "unpriced"), 0.0))
-        a["tasks"] += 1
+        tasks[bucket] += 1
         if state != TaskState.SUCCEEDED:
             continue
-        a["ok"] += 1
-        a["tin"] += t_in
-        a["tout"] += t_out
+        used.setdefault(bucket, Usage()).add(t_in, t_out, cost)
         if latency is not None:
             lat.setdefault(bucket, []).append(latency)
         if first is not None:
             ttft.setdefault(bucket, []).append(first)
-        if cost is None:
-            a["unpriced"] += 1
-        else:
-            a["cost"] += cost
-            a["priced"] += 1
     errs: dict[str, Counter[str]] = {}
     n_calls: Counter[str] = Counter()
     for bucket, outcome, error_class in calls:
@@ -106,20 +99,17 @@ def figures(results: Iterable[ResultRow], calls: Iterable[CallRow]) -> dict[str,
             errs.setdefault(bucket, Counter())[error_class or "other"] += 1
     out: dict[str, BucketFigures] = {}
     for bucket in (BASELINE, CANDIDATE):
-        found = acc.get(bucket)
+        u = used.get(bucket, Usage())
         e: Counter[str] = errs.get(bucket) or Counter()
         f = BucketFigures(calls=n_calls[bucket], call_errors=sum(e.values()), errors=dict(e),
                           latency_ms=Percentiles.of(lat[bucket]),
                           ttft_ms=Percentiles.of(ttft[bucket]))
-        if found:
-            a = found
-            ok = int(a["ok"])
-            f.tasks, f.succeeded, f.unpriced = int(a["tasks"]), ok, int(a["unpriced"])
-            if ok:
-                f.tokens_in_per_task = a["tin"] / ok
-                f.tokens_out_per_task = a["tout"] / ok
-                if not a["unpriced"]:
-                    f.cost_per_task_usd = a["cost"] / ok
+        f.tasks, f.succeeded, f.unpriced = tasks[bucket], u.tasks, u.unpriced_tasks
+        if u.tasks:
+            f.tokens_in_per_task = u.tokens_in / u.tasks
+            f.tokens_out_per_task = u.tokens_out / u.tasks
+            if not u.unpriced_tasks:  # one unpriced task and the bucket's cost is unknown
+                f.cost_per_task_usd = u.cost_per_task_usd
         out[bucket] = f
     return out
 

@@ -13,6 +13,7 @@ from typing import Protocol
 
 from pydantic import BaseModel, Field
 
+from swarm_tui.engine.aggregate import Usage
 from swarm_tui.engine.state import TaskState
 from swarm_tui.prices import Price, PriceTable
 
@@ -86,23 +87,15 @@ class CostReport(BaseModel):
 
 
 def _line(rows: Iterable[CostRow]) -> CostLine:
-    c = CostLine()
-    priced = 0
+    u = Usage()
     for r in rows:
-        if r.state != TaskState.SUCCEEDED:
-            continue
-        c.tasks += 1
-        c.tokens_in += r.tokens_in
-        c.tokens_out += r.tokens_out
-        c.cached_in += r.cached_in
-        c.estimated_tasks += bool(r.usage_estimated)
-        if r.cost_usd is None:
-            c.unpriced_tasks += 1
-        else:
-            c.cost_usd += r.cost_usd
-            priced += 1
-    c.cost_per_task_usd = c.cost_usd / priced if priced else None
-    return c
+        if r.state == TaskState.SUCCEEDED:
+            u.add(r.tokens_in, r.tokens_out, r.cost_usd, cached_in=r.cached_in,
+                  estimated=r.usage_estimated)
+    return CostLine(tasks=u.tasks, tokens_in=u.tokens_in, tokens_out=u.tokens_out,
+                    cached_in=u.cached_in, cost_usd=u.cost_usd,
+                    cost_per_task_usd=u.cost_per_task_usd, unpriced_tasks=u.unpriced_tasks,
+                    estimated_tasks=u.estimated_tasks)
 
 
 def _group(rows: Sequence[CostRow], attr: str) -> dict[str, CostLine]:

@@ -17,6 +17,7 @@ from typing import Protocol
 from pydantic import BaseModel, Field
 
 from swarm_tui.config import SlaConfig
+from swarm_tui.engine.aggregate import Usage
 from swarm_tui.engine.state import TaskState
 
 
@@ -115,7 +116,7 @@ def compute_stats(rows: Iterable[TaskRow]) -> Stats:
     ttft: list[float] = []
     queue: list[float] = []
     errors: Counter[str] = Counter()
-    unpriced: set[str] = set()
+    used = Usage()
     for r in rows:
         s.total += 1
         if r.state == TaskState.SUCCEEDED:
@@ -125,15 +126,8 @@ def compute_stats(rows: Iterable[TaskRow]) -> Stats:
             if r.ttft_ms is not None:
                 ttft.append(r.ttft_ms)
             queue.append(r.queue_ms)
-            s.tokens.input += r.tokens_in
-            s.tokens.output += r.tokens_out
-            s.tokens.cached_input += r.cached_in
-            s.tokens.estimated_tasks += bool(r.usage_estimated)
-            if r.cost_usd is None:
-                s.unpriced_tasks += 1
-                unpriced.add(r.model)
-            else:
-                s.cost_usd += r.cost_usd
+            used.add(r.tokens_in, r.tokens_out, r.cost_usd, cached_in=r.cached_in,
+                     estimated=r.usage_estimated, model=r.model)
         elif r.state == TaskState.FAILED:
             s.failed += 1
             errors[r.error_class or "other"] += 1
@@ -146,9 +140,11 @@ def compute_stats(rows: Iterable[TaskRow]) -> Stats:
     s.latency_ms = Percentiles.of(lat)
     s.ttft_ms = Percentiles.of(ttft)
     s.queue_ms = Percentiles.of(queue)
-    priced = s.succeeded - s.unpriced_tasks
-    s.cost_per_task_usd = s.cost_usd / priced if priced else None
-    s.unpriced_models = sorted(unpriced)
+    s.tokens.input, s.tokens.output = used.tokens_in, used.tokens_out
+    s.tokens.cached_input, s.tokens.estimated_tasks = used.cached_in, used.estimated_tasks
+    s.unpriced_tasks, s.cost_usd = used.unpriced_tasks, used.cost_usd
+    s.cost_per_task_usd = used.cost_per_task_usd
+    s.unpriced_models = sorted(used.unpriced_models)
     s.errors = dict(errors)
     return s
 
