@@ -100,7 +100,14 @@ def test_unpriced_model_is_never_zero(sim_factory, cfg_for):
     assert "20 tasks on unpriced models (not $0: unknown)" in rc.stdout
     report = json.loads(swarm("cost", summary["run_id"], "--json", env=env).stdout)
     assert report["projection"]["month_at_volume_usd"] is None
+    # no rate and no projection from an all-unpriced run: null plus a count, never $0
+    proj = report["projection"]
+    assert proj["usd_per_min"] is None and proj["month_at_rate_usd"] is None
+    assert proj["unpriced_tasks"] == 20
+    assert "rate  unpriced: 20 tasks" in rc.stdout and "$0.00/day" not in rc.stdout
     assert all(w["vs_actual"] is None for w in report["what_if"])
+    # the headless per-model line says unpriced, not $0.0000
+    assert "house-llm-7b: 5/5 ok" in text and "unpriced" in text.split("house-llm-7b: 5/5")[1]
 
 
 def test_budget_stop_stops_dispatch_and_keeps_unsent_tasks(sim_factory, cfg_for):

@@ -171,6 +171,23 @@ def test_export_csv_and_jsonl_carry_no_key(tmp_path, sim_proc):
     assert len(rows) == 20 and all(len(x["attempts"]) == 1 for x in rows)
     assert rows[0]["key_fp"].startswith("sk-…")
     db = os.environ["SWARM_TUI_DB"]
+    # every task input travels with the export: a bucket can be re-derived from it alone
+    w2 = tmp_path / "w2.jsonl"
+    w2.write_text(json.dumps({"id": "u1", "prompt": "line one\nline two", "user_id": "user-7",
+                              "model": "kimi-k2.5", "max_tokens": 8,
+                              "metadata": {"team": "ops"}}) + "\n")
+    r2 = swarm("run", str(w2), "--config", str(cfg), "--headless", "--json", "--quiet",
+               env={"GW_KEY": TEST_KEY})
+    run2 = json.loads(r2.stdout)["run_id"]
+    row = json.loads(swarm("export", run2, "--format", "jsonl").stdout)
+    assert row["input"]["user_id"] == "user-7" and row["input"]["model"] == "kimi-k2.5"
+    assert row["input"]["metadata"] == {"team": "ops"}
+    import csv
+    import io
+    recs = list(csv.DictReader(io.StringIO(swarm("export", run2, "--format", "csv").stdout)))
+    assert len(recs) == 1 and recs[0]["input_user_id"] == "user-7"
+    assert json.loads(recs[0]["input_metadata"]) == {"team": "ops"}
+    assert recs[0]["input_prompt"] == "line one\nline two"
     files = [pathlib.Path(db), pathlib.Path(db + "-wal"), out_csv]
     blobs = [f.read_bytes() for f in files if f.exists()] + [j.stdout.encode(), r.stdout.encode()]
     for blob in blobs:

@@ -51,6 +51,9 @@ class Projection(BaseModel):
     tasks_per_day: int
     day_at_volume_usd: float | None = None  # cost per task × tasks per day
     month_at_volume_usd: float | None = None
+    # tasks on models with no price: every figure above is over priced tasks only, and
+    # null (never $0) when none was priced
+    unpriced_tasks: int = 0
 
 
 class WhatIf(BaseModel):
@@ -112,7 +115,9 @@ def cost_report(rows: Sequence[CostRow], prices: PriceTable, *, run_id: str, wal
                 budget_usd: float | None = None, steps: int = 30) -> CostReport:
     """`finished_s`: each row's end, seconds since the run started (for the timeline)."""
     total = _line(rows)
-    per_min = total.cost_usd / (wall_s / 60.0) if wall_s > 0 and total.tasks else None
+    priced = total.tasks - total.unpriced_tasks
+    # an all-unpriced run has no rate: null, not $0.00/min
+    per_min = total.cost_usd / (wall_s / 60.0) if wall_s > 0 and priced else None
     per_task = total.cost_per_task_usd
     proj = Projection(
         usd_per_min=per_min,
@@ -122,6 +127,7 @@ def cost_report(rows: Sequence[CostRow], prices: PriceTable, *, run_id: str, wal
         day_at_volume_usd=per_task * tasks_per_day if per_task is not None else None,
         month_at_volume_usd=(per_task * tasks_per_day * DAYS_PER_MONTH
                              if per_task is not None else None),
+        unpriced_tasks=total.unpriced_tasks,
     )
     done = [r for r in rows if r.state == TaskState.SUCCEEDED]
     report = CostReport(

@@ -50,8 +50,10 @@ def summary_text(s: RunSummary) -> str:
     if s.queue_ms.p95 is not None:
         extra.append(f"queue (not latency) {_pcts(s.queue_ms, False)}")
     for model, m in s.by_model.items():
+        cost = "unpriced" if m.unpriced_tasks and not m.cost_usd else (
+            fmt.usd(m.cost_usd) + (f" + {m.unpriced_tasks} unpriced" if m.unpriced_tasks else ""))
         extra.append(f"{model}: {m.succeeded}/{m.total} ok, p95 {fmt.ms(m.latency_ms.p95)} ms, "
-                     f"{fmt.usd(m.cost_usd)}")
+                     f"{cost}")
     if extra:
         lines.append("  " + "; ".join(extra))
     if s.sla is not None:

@@ -29,7 +29,9 @@ async def stored_cost(conn: aiosqlite.Connection, run: RunRecord, cfg: LoadedCon
 
 
 def _line_row(name: str, c: CostLine) -> str:
-    cost = usd(c.cost_usd) + ("+unpriced" if c.unpriced_tasks else "") + \
+    all_unpriced = c.unpriced_tasks and c.unpriced_tasks == c.tasks
+    cost = ("unpriced" if all_unpriced else
+            usd(c.cost_usd) + ("+unpriced" if c.unpriced_tasks else "")) + \
         ("~" if c.estimated_tasks else "")
     tokens = f"{c.tokens_in:,}/{c.tokens_out:,} ({c.cached_in:,})"
     return f"  {name[:22]:<22} {c.tasks:>7,} {tokens:>28} {cost:>16} " \
@@ -44,6 +46,9 @@ def cost_text(r: CostReport) -> str:
         if t.unpriced_tasks else ""
     lines.append(f"total {usd(t.cost_usd)} for {t.tasks:,} tasks = "
                  f"{usd(t.cost_per_task_usd, 6)}/task{unpriced}")
+    if p.usd_per_min is None and t.unpriced_tasks:
+        lines.append(f"rate  unpriced: {t.unpriced_tasks} tasks on models with no price "
+                     "(no projection; add [prices] to the config)")
     lines.append(f"rate  {usd(p.usd_per_min)}/min → {usd(p.day_at_rate_usd, 2)}/day, "
                  f"{usd(p.month_at_rate_usd, 2)}/month if it ran around the clock")
     lines.append(f"at {p.tasks_per_day:,} tasks/day: {usd(p.day_at_volume_usd, 2)}/day, "

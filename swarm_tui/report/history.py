@@ -126,6 +126,8 @@ _TASK_COLS = ("seq", "task_id", "state", "model", "gateway", "bucket", "key_fp",
               "tokens_in", "tokens_out", "cached_in", "usage_estimated", "cost_usd",
               "latency_ms", "ttft_ms", "queue_ms", "status_code", "error_class", "error_message",
               "finished_at", "response_text")
+# what was asked, as the workload line gave it (the export alone re-derives a bucket)
+_INPUT_COLS = ("user_id", "model", "max_tokens", "temperature", "metadata", "system", "prompt")
 _ATTEMPT_COLS = ("number", "model", "gateway", "key_fp", "sent_at", "queue_ms", "latency_ms",
                  "ttft_ms", "status_code", "error_class", "error_message", "retry_wait_s",
                  "tokens_in", "tokens_out", "cached_in", "outcome", "id")
@@ -142,17 +144,21 @@ async def export_run(conn: aiosqlite.Connection, run: RunRecord, fmt: str, out: 
     if fmt == "csv":
         writer = csv.writer(out)
         writer.writerow(["run_id", *_TASK_COLS, "sent_twice",
+                         *(f"input_{c}" for c in _INPUT_COLS),
                          *(f"attempt_{c}" for c in _ATTEMPT_COLS)])
     n = 0
-    async for task in reads.task_dicts(conn, run.id, _TASK_COLS):
+    async for task, asked in reads.task_dicts(conn, run.id, _TASK_COLS):
         task["sent_twice"] = task["seq"] in twice
         tries = attempts.get(task["seq"], [])
         n += 1
         if writer is None:
-            out.write(json.dumps({"run_id": run.id, **task, "attempts": tries}) + "\n")
+            out.write(json.dumps({"run_id": run.id, **task, "input": asked, "attempts": tries})
+                      + "\n")
             continue
+        inputs = [json.dumps(v) if isinstance(v, dict) else v
+                  for v in (asked.get(k) for k in _INPUT_COLS)]
         for a in tries or [dict.fromkeys(_ATTEMPT_COLS)]:
-            writer.writerow([run.id, *task.values(), *a.values()])
+            writer.writerow([run.id, *task.values(), *inputs, *a.values()])
     return n
 
 

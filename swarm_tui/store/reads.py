@@ -85,12 +85,15 @@ async def attempt_dicts(conn: aiosqlite.Connection, run_id: str, cols: Sequence[
 
 
 async def task_dicts(conn: aiosqlite.Connection, run_id: str, cols: Sequence[str]
-                     ) -> AsyncIterator[dict[str, Any]]:
-    """Every task of the run with its result (`task_results` columns), by seq."""
-    async with conn.execute(f"SELECT {', '.join(cols)} FROM task_results WHERE run_id=? "
-                            "ORDER BY seq", (run_id,)) as cur:
+                     ) -> AsyncIterator[tuple[dict[str, Any], dict[str, Any]]]:
+    """Every task of the run, by seq: its result (`task_results` columns) and what was
+    asked (the workload line as stored: prompt, user_id, model, metadata, …)."""
+    select = ", ".join(f"r.{c}" for c in cols)
+    async with conn.execute(f"SELECT {select}, t.task_json FROM task_results r JOIN tasks t "
+                            "ON t.run_id = r.run_id AND t.seq = r.seq WHERE r.run_id=? "
+                            "ORDER BY r.seq", (run_id,)) as cur:
         async for r in cur:
-            yield dict(zip(cols, r, strict=True))
+            yield dict(zip(cols, r[:-1], strict=True)), json.loads(r[-1])
 
 
 async def live_key_rows(conn: aiosqlite.Connection, fresh_s: float) -> list[tuple]:
