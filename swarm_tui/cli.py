@@ -56,7 +56,9 @@ def exit_code(outcome: Outcome, console_code: int | None = None) -> int:
         return EXIT_INTERRUPTED
     if summary.status == RunStatus.BUDGET_STOPPED:
         return EXIT_BUDGET_STOPPED
-    return EXIT_OK if summary.sla is not None and summary.sla.met else EXIT_SLA_BREACHED
+    if summary.sla is not None and (summary.sla.met or summary.sla.inconclusive):
+        return EXIT_OK  # inconclusive: latency over the SLA while the client was the limit
+    return EXIT_SLA_BREACHED
 
 
 def _sim_settings(args: argparse.Namespace, prefix: str = ""):
@@ -189,9 +191,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.rate is not None and args.rate < 0:
         raise UserError("--rate: calls per second, 0 or more")
     rate = args.rate or None
-    incidents = args.sim_incidents
-    if console and args.demo is not None:
-        incidents = incidents or cfg.simulated_only or args.gateway == "sim"
+    incidents = bool(args.sim_incidents)
+    if console and args.demo is not None and args.sim_incidents is None:
+        incidents = cfg.simulated_only or args.gateway == "sim"
         if args.rate is None:
             rate = demo_pace(len(tasks))
     opts = _opts_from_args(

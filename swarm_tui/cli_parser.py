@@ -103,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
                      "--sim-profile, auto mode with 30 s bakes (key g in the console)")
     run.add_argument("--budget", type=float, metavar="USD",
                      help="per-run cost cap: warn at 80 %%, stop dispatch at the cap (exit 4)")
-    run.add_argument("--sim-incidents", action="store_true",
+    run.add_argument("--sim-incidents", action=argparse.BooleanOptionalAction, default=None,
                      help="the demo's scripted trouble on the simulator: kimi-k2.5 streams "
                      "break (retries, fallbacks), 429s cool a key down (on in the console demo)")
     _sim_flags(run, "sim-")

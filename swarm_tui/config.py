@@ -81,6 +81,9 @@ class RetryConfig(_Strict):
 class SlaConfig(_Strict):
     p95_ms: PosFloat = 350.0
     min_success: Annotated[float, Field(ge=0, le=1)] = 0.99
+    # which success rate the SLA judges: per call (as the team measured its gateways: every
+    # answered call, retries and 429s included) or per task (after retries and fallbacks)
+    success_basis: Literal["call", "task"] = "call"
 
 
 class PriceOverride(_Strict):

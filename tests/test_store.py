@@ -147,7 +147,8 @@ async def test_report_equals_independent_recomputation_from_raw_rows(sim_factory
             assert summary.by_model[model].latency_ms.p95 == _nearest_rank(values, 95)
     # the summary computed live from the engine's records equals the stored one
     live = summarize(runner.agents, run_id="r1", sla=SlaConfig(), wall_ms=runner.wall_ms,
-                     name="t", status="finished", simulated=True, started_at=summary.started_at)
+                     name="t", status="finished", simulated=True, started_at=summary.started_at,
+                     client_lag=(runner.loop_lag.run_p95_ms(), runner.loop_lag.run_max_ms()))
     assert live == summary and summary.succeeded == 300
     raw.close()
     await conn.close()

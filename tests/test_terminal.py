@@ -102,8 +102,8 @@ def test_a_scrolled_grid_keeps_repainting(env):
     """After End on a long run the visible cells must follow the run to its end (they
     stayed `·` queued while the status said FINISHED, and an operator cancelled an agent
     that had long succeeded)."""
-    app = PtyApp("run", "--demo", "2500", "--rate", "0", "--sim-rate-429", "0",
-                 "--sim-rate-503", "0", env=env)
+    app = PtyApp("run", "--demo", "2500", "--rate", "0", "--no-sim-incidents",
+                 "--sim-rate-429", "0", "--sim-rate-503", "0", env=env)
     try:
         app.wait_for(lambda t: "RUNNING" in t, what="a running swarm")
         app.send("\x1b[F")  # End

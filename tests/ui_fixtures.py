@@ -36,7 +36,8 @@ def mid_run_snapshot(n: int = 140) -> Snapshot:
     return Snapshot(
         run_id="20261202-093000-abcd", simulated=True, gateways=("sim",), status="running",
         elapsed_s=1.8, total=n, counts=counts, in_flight=32, concurrency=100, calls_per_s=412.0,
-        success_rate=55 / 57, latency_ms=(182.0, 281.0, 402.0), ttft_ms=(64.0, 99.0),
+        success_rate=55 / 57, call_success_rate=55 / 64, calls=64,
+        latency_ms=(182.0, 281.0, 402.0), ttft_ms=(64.0, 99.0),
         tokens_in=39_600, tokens_out=66_000, cost_usd=0.0358, unpriced_tasks=0,
         usage_estimated=False, projected_month_usd=234.0, sla=SlaConfig(), agents=tuple(cells),
         log=log, histogram=(0, 0, 4, 20, 18, 9, 3, 1, 0, 0, 0, 0),

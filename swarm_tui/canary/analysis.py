@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field
 
 from swarm_tui.config import CanaryGates
 from swarm_tui.engine.aggregate import Usage
+from swarm_tui.engine.looplag import CLIENT_BOUND_MS
 from swarm_tui.engine.routing import BASELINE, CANDIDATE
 from swarm_tui.engine.state import TaskState
 from swarm_tui.engine.summary import Percentiles
@@ -114,15 +115,25 @@ def figures(results: Iterable[ResultRow], calls: Iterable[CallRow]) -> dict[str,
     return out
 
 
-def evaluate(stage: dict[str, BucketFigures], gates: CanaryGates, min_samples: int
-             ) -> list[Verdict]:
-    """The candidate's figures for this stage against each gate."""
+def evaluate(stage: dict[str, BucketFigures], gates: CanaryGates, min_samples: int,
+             client_lag_ms: float | None = None) -> list[Verdict]:
+    """The candidate's figures for this stage against each gate. `client_lag_ms`: the
+    executor's scheduling delay (p95) over the stage — past CLIENT_BOUND_MS the latency
+    gates are inconclusive: a canary is never aborted for the client's own load."""
     cand, base = stage[CANDIDATE], stage[BASELINE]
     few = f"candidate has {{n}} < {min_samples} samples"
     verdicts: list[Verdict] = []
+    bound = client_lag_ms is not None and client_lag_ms >= CLIENT_BOUND_MS
+    bound_detail = (f"client-bound: this process ran its work {client_lag_ms or 0:.0f} ms late "
+                    f"(p95 ≥ {CLIENT_BOUND_MS:.0f}): latency says more about it than the "
+                    "gateway")
 
     p95 = cand.latency_ms.p95
-    if cand.succeeded < min_samples or p95 is None:
+    if bound and p95 is not None and p95 > gates.p95_ms:
+        verdicts.append(Verdict(gate="p95", result=INCONCLUSIVE,
+                                detail=f"{p95:.0f} ms vs ≤ {gates.p95_ms:.0f} ms, but "
+                                       + bound_detail))
+    elif cand.succeeded < min_samples or p95 is None:
         verdicts.append(Verdict(gate="p95", result=INCONCLUSIVE,
                                 detail=few.format(n=cand.succeeded)))
     else:
@@ -144,7 +155,9 @@ def evaluate(stage: dict[str, BucketFigures], gates: CanaryGates, min_samples: i
         "cost", cand.cost_per_task_usd, base.cost_per_task_usd, 1 + gates.cost_tolerance,
         cand, base, min_samples, lambda c, b: f"${c:.5f}/task vs baseline ${b:.5f} "
                                               f"× {1 + gates.cost_tolerance:.2f}"))
-    if gates.max_p95_ratio is not None:
+    if gates.max_p95_ratio is not None and bound:
+        verdicts.append(Verdict(gate="p95-ratio", result=INCONCLUSIVE, detail=bound_detail))
+    elif gates.max_p95_ratio is not None:
         verdicts.append(_vs_baseline(
             "p95-ratio", cand.latency_ms.p95, base.latency_ms.p95, gates.max_p95_ratio,
             cand, base, min_samples,

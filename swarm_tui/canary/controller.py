@@ -20,6 +20,7 @@ from swarm_tui.canary import state as st
 from swarm_tui.canary.analysis import Analysis
 from swarm_tui.canary.auto import decide
 from swarm_tui.config import CanaryConfig
+from swarm_tui.engine.looplag import LoopLag
 from swarm_tui.engine.routing import CanaryRouter
 from swarm_tui.report.fmt import short_duration
 from swarm_tui.store import canary as cs
@@ -90,6 +91,9 @@ class CanaryController:
         self.error: str | None = None
         self._task: asyncio.Task[None] | None = None
         self._last_eval = 0.0
+        # the executor's loop-lag monitor (set once its runner exists): latency gates are
+        # inconclusive while the client is the bottleneck
+        self.client_lag: LoopLag | None = None
         # One connection, two callers (the loop and a console action): a transaction of one
         # must not interleave with the other's at an await.
         self._lock = asyncio.Lock()
@@ -139,7 +143,9 @@ class CanaryController:
         self._last_eval = time.monotonic()
         state = self.state
         now = time.time()
-        analysis = await cs.analyze(self.conn, self.cfg, state, now)
+        lag = (self.client_lag.p95_since_ms(state.stage_started_at)
+               if self.client_lag is not None else None)
+        analysis = await cs.analyze(self.conn, self.cfg, state, now, lag)
         if self.cfg.mode == "auto":
             after, action, reason = decide(state, analysis, self.cfg, now)
             if after != state:
@@ -147,7 +153,8 @@ class CanaryController:
                               source="auto", reason=reason, analysis=analysis)
                 await self.poll()  # won or lost the race: follow what is stored
                 if action is not None:
-                    analysis = await cs.analyze(self.conn, self.cfg, self.state)
+                    analysis = await cs.analyze(self.conn, self.cfg, self.state,
+                                                client_lag_ms=lag)
         self.view = CanaryView(self.cfg, self.state, analysis,
                                tuple(await cs.history(self.conn, self.cfg.name, 20)),
                                self.error)

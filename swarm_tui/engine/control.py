@@ -13,6 +13,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol
 
 from swarm_tui.engine import events as ev
+from swarm_tui.engine.looplag import LoopLag
 from swarm_tui.errors import UserError
 
 if TYPE_CHECKING:  # types only: the store must not depend on the runner's module
@@ -42,6 +43,7 @@ class Executor(Protocol):
     limit: int
     paused: bool
     retry_waiting: int
+    loop_lag: LoopLag
 
     @property
     def gateways(self) -> Mapping[str, GatewayClient]: ...

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from swarm_tui.config import RetryConfig, RoutingConfig
 from swarm_tui.engine import events as ev
+from swarm_tui.engine.looplag import LoopLag
 from swarm_tui.engine.retry import retry_wait_s
 from swarm_tui.engine.routing import Router, choose_model, fallback_chain
 from swarm_tui.engine.state import (
@@ -121,6 +122,7 @@ class SwarmRunner:
         # or gateway first — a canary's candidate then got no traffic within its bake)
         self._unparked: list[tuple[int, Agent]] = []
         self._wake = asyncio.Event()
+        self.loop_lag = LoopLag()  # the client's own scheduling delay (client-bound mark)
         self._next_send = 0.0  # perf_counter time the pace allows the next send at
         self._pace_timer: asyncio.TimerHandle | None = None
 
@@ -341,9 +343,11 @@ class SwarmRunner:
             self._pending.append(agent)
             self.emit(ev.QUEUED, agent)
         self.emit(ev.RUN_STARTED)
+        self.loop_lag.start()
         try:
             await self._dispatch()
         finally:
+            self.loop_lag.stop()
             if self.in_flight or self.retry_waiting:  # we were cancelled from outside
                 self.cancel()
                 tasks = [a.handle for a in self.agents if isinstance(a.handle, asyncio.Task)]

@@ -108,6 +108,9 @@ class Snapshot:
     readonly: bool = False
     source: str = "live"            # live | watch | replay
     errors: dict[str, int] = field(default_factory=dict)
+    call_success_rate: float | None = None  # per answered call (retries and 429s count)
+    calls: int = 0
+    client_bound: bool = False      # the engine's loop runs late: latency is partly ours
 
     @property
     def done(self) -> int:
@@ -147,6 +150,8 @@ class LiveMetrics:
         self.ttft = HdrHistogram(1, 3_600_000, 2)
         self.succeeded = 0
         self.failed = 0
+        self.calls_ok = 0      # answered calls: per-call success, as the team measures it
+        self.calls_failed = 0
         self.tokens_in = 0
         self.tokens_out = 0
         self.cost_usd = 0.0
@@ -177,7 +182,13 @@ class LiveMetrics:
                 self.counts[old.state] -= 1
             cells[a.index] = cell = _cell(a)
             self.counts[cell.state] += 1
+        if kind == ev.RETRY_SCHEDULED or (kind == ev.FAILED and e.attempt is not None
+                                          and e.attempt.retry_wait_s is None):
+            # every failed call ends in a retry or the task's failure (a task failed while
+            # parked shows an attempt already counted at its retry)
+            self.calls_failed += 1
         if kind == ev.SUCCEEDED and a is not None:
+            self.calls_ok += 1
             self.succeeded += 1
             self._tick()
             if a.latency_ms is not None:
@@ -252,6 +263,8 @@ def live_snapshot(runner, metrics: LiveMetrics, *, run_id: str, simulated: bool,
         elapsed_s=elapsed, total=len(runner.agents), counts={s: counts.get(s, 0) for s in STATES},
         in_flight=runner.in_flight, concurrency=runner.limit, calls_per_s=m.calls_per_s(),
         success_rate=m.succeeded / ended if ended else None,
+        call_success_rate=m.calls_ok / calls if (calls := m.calls_ok + m.calls_failed) else None,
+        calls=m.calls_ok + m.calls_failed,
         latency_ms=(m.pct(m.latency, 50), m.pct(m.latency, 95), m.pct(m.latency, 99)),
         ttft_ms=(m.pct(m.ttft, 50), m.pct(m.ttft, 95)),
         tokens_in=m.tokens_in, tokens_out=m.tokens_out, cost_usd=m.cost_usd,
@@ -260,5 +273,6 @@ def live_snapshot(runner, metrics: LiveMetrics, *, run_id: str, simulated: bool,
         sla=sla, agents=cells, log=tuple(m.log), histogram=tuple(m.hist),
         sparkline=m.sparkline(), readonly=readonly, errors=dict(m.errors),
         keys=key_rows(runner.gateways), waiting_for_keys=runner.waiting_for_keys,
+        client_bound=runner.loop_lag.client_bound(),
         budget_usd=runner.policy.budget_usd,
     )

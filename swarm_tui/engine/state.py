@@ -121,6 +121,16 @@ class Agent:
     def final(self) -> bool:
         return self.state in FINAL_STATES
 
+    @property
+    def calls_ok(self) -> int:
+        """Calls of this session the gateway answered successfully."""
+        return sum(1 for a in self.attempts if a.outcome == AttemptOutcome.OK)
+
+    @property
+    def calls_failed(self) -> int:
+        """Calls that failed (429s, 5xx, timeouts, refusals…); cancelled ones are neither."""
+        return sum(1 for a in self.attempts if a.outcome == AttemptOutcome.ERROR)
+
     def on_first_token(self, at: float) -> None:
         self.state = STREAMING
         self.progress_at = at

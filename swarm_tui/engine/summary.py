@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field
 
 from swarm_tui.config import SlaConfig
 from swarm_tui.engine.aggregate import Usage
+from swarm_tui.engine.looplag import CLIENT_BOUND_MS
 from swarm_tui.engine.state import TaskState
 
 
@@ -35,6 +36,10 @@ class TaskRow(Protocol):
     usage_estimated: bool
     cost_usd: float | None
     error_class: str | None
+    @property
+    def calls_ok(self) -> int: ...       # answered calls of the task (its retries included)
+    @property
+    def calls_failed(self) -> int: ...
 
 
 def nearest_rank(sorted_values: Sequence[float], p: float) -> float | None:
@@ -74,7 +79,11 @@ class Stats(BaseModel):
     failed: int = 0
     cancelled: int = 0
     unfinished: int = 0
-    success_rate: float | None = None  # succeeded / (succeeded + failed); None if none ended
+    success_rate: float | None = None  # per task: succeeded / (succeeded + failed)
+    # per call, as the team measures a gateway: answered calls that succeeded, retries and
+    # 429s counted (a task rescued by a retry is one success and one failure here)
+    calls: int = 0
+    call_success_rate: float | None = None
     latency_ms: Percentiles = Field(default_factory=Percentiles)
     ttft_ms: Percentiles = Field(default_factory=Percentiles)
     queue_ms: Percentiles = Field(default_factory=Percentiles)
@@ -91,6 +100,10 @@ class SlaVerdict(BaseModel):
     min_success: float
     met: bool
     breaches: list[str]
+    success_basis: str = "call"  # which success rate was judged: call | task
+    # the only breach was latency while the client was the bottleneck: neither met nor
+    # breached (exit 0, said on the SLA line)
+    inconclusive: str | None = None
 
 
 class RunSummary(Stats):
@@ -108,6 +121,11 @@ class RunSummary(Stats):
     # tasks whose stored attempts show them sent more than once (two executors, or a result
     # lost in a crash window): each such send was paid
     sent_twice: int = 0
+    # the engine's own scheduling delay over the run (engine/looplag.py): when its p95
+    # passes the threshold the latency figures are the client's, marked client-bound
+    client_lag_p95_ms: float | None = None
+    client_lag_max_ms: float | None = None
+    client_bound: bool = False
 
 
 def compute_stats(rows: Iterable[TaskRow]) -> Stats:
@@ -117,8 +135,11 @@ def compute_stats(rows: Iterable[TaskRow]) -> Stats:
     queue: list[float] = []
     errors: Counter[str] = Counter()
     used = Usage()
+    calls_ok = 0
     for r in rows:
         s.total += 1
+        calls_ok += r.calls_ok
+        s.calls += r.calls_ok + r.calls_failed
         if r.state == TaskState.SUCCEEDED:
             s.succeeded += 1
             if r.latency_ms is not None:
@@ -137,6 +158,7 @@ def compute_stats(rows: Iterable[TaskRow]) -> Stats:
             s.unfinished += 1
     ended = s.succeeded + s.failed
     s.success_rate = s.succeeded / ended if ended else None
+    s.call_success_rate = calls_ok / s.calls if s.calls else None
     s.latency_ms = Percentiles.of(lat)
     s.ttft_ms = Percentiles.of(ttft)
     s.queue_ms = Percentiles.of(queue)
@@ -149,29 +171,45 @@ def compute_stats(rows: Iterable[TaskRow]) -> Stats:
     return s
 
 
-def sla_verdict(stats: Stats, sla: SlaConfig) -> SlaVerdict:
+def sla_verdict(stats: Stats, sla: SlaConfig, client_lag_p95_ms: float | None = None
+                ) -> SlaVerdict:
     breaches = []
+    inconclusive = None
     p95 = stats.latency_ms.p95
     if p95 is not None and p95 > sla.p95_ms:
-        breaches.append(f"p95 {p95:.0f} ms > {sla.p95_ms:.0f} ms")
-    if stats.success_rate is None or stats.success_rate < sla.min_success:
-        rate = "n/a" if stats.success_rate is None else f"{stats.success_rate:.2%}"
-        breaches.append(f"success {rate} < {sla.min_success:.0%}")
-    return SlaVerdict(p95_ms=sla.p95_ms, min_success=sla.min_success, met=not breaches,
-                      breaches=breaches)
+        if client_lag_p95_ms is not None and client_lag_p95_ms >= CLIENT_BOUND_MS:
+            inconclusive = (f"client-bound: p95 {p95:.0f} ms > {sla.p95_ms:.0f} ms, but this "
+                            f"process ran its work {client_lag_p95_ms:.0f} ms late (p95) — "
+                            "fewer calls in flight or more cores to judge the gateway")
+        else:
+            breaches.append(f"p95 {p95:.0f} ms > {sla.p95_ms:.0f} ms")
+    basis = sla.success_basis
+    judged = stats.call_success_rate if basis == "call" else stats.success_rate
+    if basis == "call" and judged is None:
+        basis, judged = "task", stats.success_rate  # no call figures (an old run's summary)
+    if judged is None or judged < sla.min_success:
+        rate = "n/a" if judged is None else f"{judged:.2%}"
+        breaches.append(f"{basis} success {rate} < {sla.min_success:.0%}")
+    return SlaVerdict(p95_ms=sla.p95_ms, min_success=sla.min_success,
+                      met=not breaches and inconclusive is None, breaches=breaches,
+                      success_basis=basis, inconclusive=inconclusive if not breaches else None)
 
 
 def summarize(
     rows: Sequence[TaskRow], *, run_id: str, sla: SlaConfig, wall_ms: float,
     name: str | None = None, status: str = "finished", simulated: bool = False,
-    started_at: float | None = None,
+    started_at: float | None = None, client_lag: tuple[float | None, float | None] = (None, None),
 ) -> RunSummary:
+    """`client_lag`: the engine loop's scheduling delay over the run (p95, max) in ms."""
     overall = compute_stats(rows)
+    lag_p95, lag_max = client_lag
     summary = RunSummary(
         **overall.model_dump(), run_id=run_id, name=name, status=status, simulated=simulated,
         started_at=started_at, wall_ms=wall_ms,
         calls_per_s=(overall.succeeded + overall.failed) / (wall_ms / 1000.0) if wall_ms else None,
-        sla=sla_verdict(overall, sla),
+        sla=sla_verdict(overall, sla, lag_p95),
+        client_lag_p95_ms=lag_p95, client_lag_max_ms=lag_max,
+        client_bound=lag_p95 is not None and lag_p95 >= CLIENT_BOUND_MS,
     )
     for attr, target in (("model", summary.by_model), ("gateway", summary.by_gateway),
                          ("bucket", summary.by_bucket)):

@@ -35,7 +35,8 @@ def summary_text(s: RunSummary) -> str:
     mean = "" if s.latency_ms.mean is None else f" (mean {s.latency_ms.mean:,.1f})"
     lines = [
         f"{label} run {s.run_id} [{s.status}]: {s.total} agents, wall {s.wall_ms:,.0f} ms, "
-        f"{s.succeeded}/{s.total} succeeded ({rate}), latency {_pcts(s.latency_ms)}{mean}, "
+        f"{s.succeeded}/{s.total} succeeded ({rate}), {s.calls:,} calls "
+        f"({fmt.pct(s.call_success_rate)} ok per call), latency {_pcts(s.latency_ms)}{mean}, "
         f"TTFT {_pcts(s.ttft_ms, False)}, tokens {s.tokens.input:,} in / {s.tokens.output:,} out, "
         f"cost {cost_text(s)}",
     ]
@@ -47,6 +48,9 @@ def summary_text(s: RunSummary) -> str:
     if s.sent_twice:
         extra.append(f"SENT MORE THAN ONCE: {s.sent_twice} tasks (paid twice; "
                      "`export` flags them)")
+    if s.client_bound:
+        extra.append(f"CLIENT-BOUND: latency includes this process's own delay (loop lag "
+                     f"p95 {fmt.ms(s.client_lag_p95_ms)} ms, max {fmt.ms(s.client_lag_max_ms)})")
     if s.queue_ms.p95 is not None:
         extra.append(f"queue (not latency) {_pcts(s.queue_ms, False)}")
     for model, m in s.by_model.items():
@@ -57,9 +61,12 @@ def summary_text(s: RunSummary) -> str:
     if extra:
         lines.append("  " + "; ".join(extra))
     if s.sla is not None:
-        verdict = "SLA met" if s.sla.met else "SLA BREACHED: " + ", ".join(s.sla.breaches)
+        verdict = ("SLA met" if s.sla.met else
+                   f"SLA inconclusive, {s.sla.inconclusive}" if s.sla.inconclusive else
+                   "SLA BREACHED: " + ", ".join(s.sla.breaches))
         lines.append(
-            f"  {verdict} (p95 ≤ {s.sla.p95_ms:.0f} ms, success ≥ {s.sla.min_success:.0%})"
+            f"  {verdict} (p95 ≤ {s.sla.p95_ms:.0f} ms, {s.sla.success_basis} success "
+            f"≥ {s.sla.min_success:.0%})"
         )
     return "\n".join(lines)
 

@@ -80,6 +80,8 @@ async def execute(
             canary = CanaryController(session.canary, session.router, db_path)
             await canary.open()
         runner = session.make_runner(tasks, consumers, seqs=seqs, prior_attempts=prior_attempts)
+        if canary is not None:
+            canary.client_lag = runner.loop_lag
         if claim is None:
             claim = take_lock(db_path, run_id)
             await create_run(conn, run_id, runner.agents, name=opts.name,

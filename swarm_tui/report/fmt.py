@@ -23,6 +23,11 @@ def usd(v: float | None, digits: int = 4) -> str:
     return f"${v:,.{digits}f}"
 
 
+def pct(rate: float | None, digits: int = 1) -> str:
+    """A rate in 0..1 as `99.4%`; `-` when there is none yet."""
+    return "-" if rate is None else f"{rate * 100:.{digits}f}%"
+
+
 def thousands(n: int) -> str:
     """`9,999`, then `12.3k`: token counts that fit a status bar."""
     return f"{n / 1000:,.1f}k" if n >= 10_000 else f"{n:,}"

@@ -26,6 +26,7 @@ class RunListItem(BaseModel):
     total: int
     done: int
     success_rate: float | None
+    call_success_rate: float | None = None
     p95_ms: float | None
     cost_usd: float
     unpriced_tasks: int
@@ -45,7 +46,8 @@ async def runs_listing(conn: aiosqlite.Connection, limit: int) -> list[RunListIt
         items.append(RunListItem(
             id=run.id, name=run.name, started_at=run.started_at, status=run.effective_status(),
             simulated=run.simulated, total=run.total, done=s.succeeded + s.failed,
-            success_rate=s.success_rate, p95_ms=s.latency_ms.p95, cost_usd=s.cost_usd,
+            success_rate=s.success_rate, call_success_rate=s.call_success_rate,
+            p95_ms=s.latency_ms.p95, cost_usd=s.cost_usd,
             unpriced_tasks=s.unpriced_tasks))
     return items
 
@@ -54,16 +56,17 @@ def runs_table(items: list[RunListItem]) -> str:
     if not items:
         return "no runs recorded yet"
     head = (f"{'RUN':<21} {'NAME':<14} {'STARTED':<16} {'STATUS':<12} {'TASKS':>11} "
-            f"{'OK %':>6} {'P95 MS':>7} {'COST':>10}")
+            f"{'OK %':>6} {'CALL%':>6} {'P95 MS':>7} {'COST':>10}")
     lines = [head]
     for r in items:
         started = time.strftime("%Y-%m-%d %H:%M", time.localtime(r.started_at))
         rate = "-" if r.success_rate is None else f"{r.success_rate * 100:.1f}"
+        call = "-" if r.call_success_rate is None else f"{r.call_success_rate * 100:.1f}"
         p95 = "-" if r.p95_ms is None else f"{r.p95_ms:.0f}"
         cost = f"${r.cost_usd:.4f}" + ("+?" if r.unpriced_tasks else "")
         name = (r.name or ("(sim)" if r.simulated else ""))[:14]
         lines.append(f"{r.id:<21} {name:<14} {started:<16} {r.status:<12} "
-                     f"{f'{r.done}/{r.total}':>11} {rate:>6} {p95:>7} {cost:>10}")
+                     f"{f'{r.done}/{r.total}':>11} {rate:>6} {call:>6} {p95:>7} {cost:>10}")
     return "\n".join(lines)
 
 
@@ -72,6 +75,10 @@ def _change(a: float | None, b: float | None) -> float | None:
     if a is None or b is None or a == 0:
         return None
     return (b - a) / a * 100.0
+
+
+def _pct100(rate: float | None) -> float | None:
+    return None if rate is None else rate * 100
 
 
 def compare_rows(a: RunSummary, b: RunSummary) -> list[dict[str, Any]]:
@@ -87,6 +94,8 @@ def compare_rows(a: RunSummary, b: RunSummary) -> list[dict[str, Any]]:
         row("latency p99", a.latency_ms.p99, b.latency_ms.p99, "ms"),
         row("TTFT p95", a.ttft_ms.p95, b.ttft_ms.p95, "ms"),
         row("success rate", rate_a, rate_b, "%"),
+        row("call success rate", _pct100(a.call_success_rate), _pct100(b.call_success_rate),
+            "%"),
         row("tokens", a.tokens.input + a.tokens.output, b.tokens.input + b.tokens.output, ""),
         row("cost", a.cost_usd, b.cost_usd, "$"),
         row("cost per task", a.cost_per_task_usd, b.cost_per_task_usd, "$"),

@@ -137,12 +137,13 @@ async def act(conn: aiosqlite.Connection, cfg: CanaryConfig, action: str,
 
 
 async def analyze(conn: aiosqlite.Connection, cfg: CanaryConfig, state: st.CanaryState,
-                  now: float | None = None) -> Analysis:
+                  now: float | None = None, client_lag_ms: float | None = None) -> Analysis:
+    """`client_lag_ms`: the executor's scheduling delay over the stage (see evaluate)."""
     now = time.time() if now is None else now
     stage = await _figures_since(conn, cfg, state.stage_started_at)
     window = await _figures_since(conn, cfg, now - cfg.window)
     return Analysis(at=now, stage=stage, window=window, window_s=cfg.window,
-                    verdicts=evaluate(stage, cfg.gates, cfg.min_samples))
+                    verdicts=evaluate(stage, cfg.gates, cfg.min_samples, client_lag_ms))
 
 
 async def _figures_since(conn: aiosqlite.Connection, cfg: CanaryConfig, since: float):

@@ -149,21 +149,32 @@ class StoredTask:
     attempts: int = 0
     key_fp: str | None = None
     finished_at: float | None = None
+    calls_ok: int = 0      # the task's answered calls, from its attempts (per-call success)
+    calls_failed: int = 0
 
 
 async def task_rows(conn: aiosqlite.Connection, run_id: str) -> list[StoredTask]:
     async with conn.execute(
             "SELECT state, model, gateway, bucket, latency_ms, ttft_ms, queue_ms, tokens_in, "
             "tokens_out, cached_in, usage_estimated, cost_usd, error_class, seq, task_id, "
-            "attempts, key_fp, finished_at FROM task_results WHERE run_id = ? ORDER BY seq",
-            (run_id,)) as cur:
+            "attempts, key_fp, finished_at, "
+            "(SELECT COUNT(*) FROM attempts a WHERE a.run_id = r.run_id AND a.seq = r.seq "
+            " AND a.outcome = 'ok'), "
+            "(SELECT COUNT(*) FROM attempts a WHERE a.run_id = r.run_id AND a.seq = r.seq "
+            " AND a.outcome = 'error') "
+            "FROM task_results r WHERE run_id = ? ORDER BY seq", (run_id,)) as cur:
         return [StoredTask(*r) for r in await cur.fetchall()]
 
 
 async def load_summary(conn: aiosqlite.Connection, run: RunRecord) -> RunSummary:
     """The run's summary computed from its stored rows (what `report` prints)."""
     rows = await task_rows(conn, run.id)
+    async with conn.execute("SELECT live_json FROM runs WHERE id=?", (run.id,)) as cur:
+        row = await cur.fetchone()
+    live = json.loads(row[0]) if row and row[0] else {}  # the executor's last heartbeat
+    lag = (live.get("run_lag_p95_ms"), live.get("run_lag_max_ms"))
     summary = summarize(rows, run_id=run.id, sla=run.sla, wall_ms=run.wall_ms, name=run.name,
+                        client_lag=lag,
                         status=run.effective_status(), simulated=run.simulated,
                         started_at=run.started_at)
     summary.sent_twice = len(await tasks_sent_twice(conn, run.id))

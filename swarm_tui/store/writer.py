@@ -239,8 +239,13 @@ class StoreWriter:
         try:
             # the fence: only the claim's holder writes into the run
             r = self.runner
+            lag = r.loop_lag
             live = json.dumps({"in_flight": r.in_flight, "concurrency": r.limit,
-                               "paused": r.paused, "retrying": r.retry_waiting})
+                               "paused": r.paused, "retrying": r.retry_waiting,
+                               "lag_p95_ms": lag.recent_p95_ms(),
+                               "client_bound": lag.client_bound(),
+                               "run_lag_p95_ms": lag.run_p95_ms(),
+                               "run_lag_max_ms": lag.run_max_ms()})
             cur = await self.conn.execute(
                 "UPDATE runs SET heartbeat_at=?, live_json=? WHERE id=? AND owner_token=?",
                 (now, live, self.run_id, self.claim.token))

@@ -173,12 +173,14 @@ class RunsScreen(Screen[None]):
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
-        table.add_columns("run", "name", "status", "tasks", "ok %", "p95 ms", "cost")
+        table.add_columns("run", "name", "status", "tasks", "task ok", "call ok", "p95 ms",
+                          "cost")
         for r in self.items:
-            rate = "-" if r.success_rate is None else f"{r.success_rate * 100:.1f}"
             p95 = "-" if r.p95_ms is None else f"{r.p95_ms:.0f}"
+            cost = fmt.usd(r.cost_usd) + ("+?" if r.unpriced_tasks else "")
             table.add_row(r.id, (r.name or ("sim" if r.simulated else ""))[:12], r.status,
-                          f"{r.done}/{r.total}", rate, p95, f"${r.cost_usd:.4f}", key=r.id)
+                          f"{r.done}/{r.total}", fmt.pct(r.success_rate),
+                          fmt.pct(r.call_success_rate), p95, cost, key=r.id)
         table.focus()
 
     def _current(self) -> str | None:

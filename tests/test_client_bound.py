@@ -1,0 +1,62 @@
+"""When the client is the bottleneck its latency is not the gateway's: the run is marked
+client-bound, the SLA says inconclusive instead of breached, and a canary's latency gates
+go inconclusive — a canary is never aborted for the client's own load (issue 16)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from swarm_tui.canary.analysis import FAIL, INCONCLUSIVE, BucketFigures, evaluate
+from swarm_tui.config import CanaryGates, SlaConfig
+from swarm_tui.engine.looplag import CLIENT_BOUND_MS
+from swarm_tui.engine.routing import BASELINE, CANDIDATE
+from swarm_tui.engine.summary import Percentiles, summarize
+from tests.conftest import client_for, make_runner, tasks
+
+
+@pytest.mark.slow
+async def test_a_starved_engine_loop_marks_the_run_client_bound_not_breached(sim_factory):
+    server = sim_factory(profile="fixed:50")
+    stop = threading.Event()
+
+    def hog() -> None:  # C-level work that holds the GIL for tens of ms at a time
+        while not stop.is_set():
+            sum(range(3_000_000))
+
+    thread = threading.Thread(target=hog, daemon=True)
+    async with client_for(server) as gw:
+        runner = make_runner(gw, tasks(300), concurrency=20)
+        thread.start()
+        try:
+            await runner.run()
+        finally:
+            stop.set()
+            thread.join()
+    lag = runner.loop_lag.run_p95_ms()
+    assert lag is not None and lag >= CLIENT_BOUND_MS, lag
+    # 50 ms calls against a 40 ms SLA: a breach on an idle client, but with the client
+    # bound the figures cannot show it — inconclusive, never "breached"
+    s = summarize(runner.agents, run_id="r", sla=SlaConfig(p95_ms=40), wall_ms=runner.wall_ms,
+                  client_lag=(lag, runner.loop_lag.run_max_ms()))
+    assert s.client_bound
+    assert s.sla is not None and not s.sla.met and not s.sla.breaches
+    assert s.sla.inconclusive and s.sla.inconclusive.startswith("client-bound")
+
+
+def _figures(p95: float, n: int = 500) -> BucketFigures:
+    return BucketFigures(calls=n, call_errors=0, errors={}, tasks=n, succeeded=n,
+                         latency_ms=Percentiles(p50=p95 / 2, p95=p95, p99=p95 * 1.2),
+                         ttft_ms=Percentiles())
+
+
+def test_the_canary_latency_gate_is_inconclusive_while_the_client_is_bound():
+    stage = {BASELINE: _figures(280), CANDIDATE: _figures(362)}
+    gates = CanaryGates(p95_ms=350, max_p95_ratio=1.2)
+    idle = {v.gate: v for v in evaluate(stage, gates, 100, client_lag_ms=3.0)}
+    assert idle["p95"].result == FAIL and idle["p95-ratio"].result == FAIL
+    bound = {v.gate: v for v in evaluate(stage, gates, 100, client_lag_ms=45.0)}
+    assert bound["p95"].result == INCONCLUSIVE and "client-bound" in bound["p95"].detail
+    assert bound["p95-ratio"].result == INCONCLUSIVE
+    assert bound["success"].result != INCONCLUSIVE  # only latency is the client's
