@@ -71,13 +71,15 @@ async def test_queueing_is_never_reported_as_latency(sim_factory):
         await runner.run()
     agents = sorted(runner.agents, key=lambda a: a.attempts[0].started_ms)
     lat = sorted(a.latency_ms for a in agents)
-    assert 95 <= lat[len(lat) // 2] <= 140, lat  # per-call latency ≈ 100 ms
+    assert lat[len(lat) // 2] >= 95, lat  # the server's 100 ms, never less
     first, last = agents[:10], agents[-10:]
-    # the first wave waits for nothing but its own connection setup (booked as queue: it
-    # happens before the request is on the wire), tens of ms on a loaded machine
-    assert max(a.queue_ms for a in first) < 150
-    assert min(a.queue_ms for a in last) > 700  # ten waves of ~100 ms: queue grows
-    assert max(a.latency_ms for a in last) < 200
+    last_queue = min(a.queue_ms for a in last)
+    assert last_queue > 700  # ten waves of ≥ 100 ms: the queue grows (a lower bound)
+    # relations, not absolute times (a loaded machine slows everything alike): the first
+    # wave waits for nothing but its own connection setup, the last waited nine waves —
+    # and none of that waiting is in the last wave's latency
+    assert max(a.queue_ms for a in first) < last_queue / 3
+    assert max(a.latency_ms for a in last) < last_queue / 2
 
 
 async def test_cancelled_run_leaves_nothing_running(sim_factory):

@@ -337,14 +337,15 @@ async def test_an_executor_that_lost_its_claim_cannot_write(sim_factory, tmp_pat
 
 @pytest.mark.usefixtures("no_user_config")
 def test_a_task_sent_twice_shows_in_report_and_export(tmp_path):
-    r = swarm("run", "--demo", "4", "--headless", "--json", "--quiet")
+    r = swarm("run", "--demo", "4", "--headless", "--json", "--quiet", "--sim-rate-429", "0",
+              "--sim-rate-503", "0")  # one attempt each: the copy below is the only repeat
     run_id = json.loads(r.stdout)["run_id"]
     db = Path(os.environ["SWARM_TUI_DB"])
     with sqlite3.connect(db) as raw:  # a second executor's attempt for task 0
         cols = ("run_id, seq, number, model, gateway, key_fp, sent_at, queue_ms, latency_ms, "
                 "ttft_ms, status_code, error_class, error_message, retry_wait_s, tokens_in, "
                 "tokens_out, cached_in, outcome")
-        raw.execute(f"INSERT INTO attempts (uid, {cols}) SELECT 'other:1', {cols} FROM "
+        raw.execute(f"INSERT INTO attempts (uid, {cols}) SELECT 'other:' || id, {cols} FROM "
                     "attempts WHERE run_id=? AND seq=0", (run_id,))
         raw.execute("UPDATE runs SET summary_json=NULL")
     rep = swarm("report", run_id)
