@@ -224,6 +224,24 @@ async def test_missing_usage_is_estimated_and_marked(sim_factory):
     for a in runner.agents:
         assert a.state == "succeeded" and a.usage_estimated
         assert a.tokens_out == -(-len(a.response_text) // 4)
+        # the chat template's tokens count: 4 per message and 3 for the reply's opening
+        chars = sum(len(m["content"]) for m in a.messages)
+        assert a.tokens_in == -(-chars // 4) + 4 * len(a.messages) + 3
+
+
+def test_token_estimates_calibrate_to_the_usage_a_gateway_reported():
+    """A llama.cpp server counted 358 prompt tokens where characters / 4 said 212: once a
+    model's usage has been reported in the run, estimates scale to it."""
+    from swarm_tui.gateway.tokens import TokenEstimator, raw_prompt_tokens
+
+    messages = [{"role": "system", "content": "s" * 100}, {"role": "user", "content": "u" * 700}]
+    est = TokenEstimator()
+    raw_in, _ = est.estimate("llama", messages, "x" * 400)
+    assert raw_in == raw_prompt_tokens(messages) == 200 + 8 + 3
+    est.learn("llama", messages, "x" * 400, tokens_in=358, tokens_out=130)
+    t_in, t_out = est.estimate("llama", messages, "x" * 400)
+    assert (t_in, t_out) == (358, 130)
+    assert est.estimate("other", messages, "x" * 400)[0] == raw_in  # per model
 
 
 async def test_usage_on_the_finish_chunk_is_accepted(sim_factory):

@@ -32,7 +32,7 @@ from swarm_tui.gateway.errors import (
     kept_headers,
 )
 from swarm_tui.gateway.keypool import KeyPool, KeySlot, Strategy
-from swarm_tui.workload import CHARS_PER_TOKEN
+from swarm_tui.gateway.tokens import TokenEstimator
 
 Transport = Literal["aiohttp", "httpx2"]
 _INCLUDE_USAGE = {"include_usage": True}
@@ -135,6 +135,7 @@ class GatewayClient:
         self.transport: Transport = transport
         self.pool_size = pool
         self.pool = KeyPool(strategy, retry_after_cap_s)
+        self.tokens = TokenEstimator()  # for calls the gateway reports no usage for
         for entry in keys:
             self.add_key(*entry)
 
@@ -211,8 +212,9 @@ class GatewayClient:
             res.error = CallError(CONNECTION, None, "stream ended before a finish_reason")
         if res.error is None and not (res.tokens_in or res.tokens_out):
             res.usage_estimated = True
-            res.tokens_in = sum(len(m["content"]) for m in messages) // CHARS_PER_TOKEN
-            res.tokens_out = -(-len(res.text) // CHARS_PER_TOKEN)
+            res.tokens_in, res.tokens_out = self.tokens.estimate(model, messages, res.text)
+        elif res.error is None:
+            self.tokens.learn(model, messages, res.text, res.tokens_in, res.tokens_out)
         err = res.error
         if err is None:
             self.pool.end(slot, error_class=None, status_code=None, message=None,

@@ -1,0 +1,56 @@
+"""Token estimates for calls whose gateway reported no usage.
+
+Characters / 4 alone ran 41 % low on input against a real llama.cpp server (212 vs 358
+tokens): the chat template wraps every message in role markers and separators. So the
+estimate adds a per-message overhead and, once the gateway has reported usage for a model
+in this run, scales to what it reported (reported / raw estimate, over every call with
+usage). Estimates stay marked `estimated` either way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+CHARS_PER_TOKEN = 4
+MESSAGE_OVERHEAD = 4  # role + separators per chat message (OpenAI-style templates: 3–4)
+REPLY_PRIMING = 3     # the assistant turn's opening the template adds
+
+
+def raw_prompt_tokens(messages: Sequence[dict[str, Any]]) -> int:
+    chars = sum(len(str(m.get("content") or "")) for m in messages)
+    return -(-chars // CHARS_PER_TOKEN) + MESSAGE_OVERHEAD * len(messages) + REPLY_PRIMING
+
+
+def raw_completion_tokens(text: str) -> int:
+    return -(-len(text) // CHARS_PER_TOKEN)
+
+
+class TokenEstimator:
+    """Per model: the sums of reported and raw-estimated tokens, input and output."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, list[int]] = {}  # model -> [rep_in, raw_in, rep_out, raw_out]
+
+    def learn(self, model: str, messages: Sequence[dict[str, Any]], text: str,
+              tokens_in: int, tokens_out: int) -> None:
+        """A call the gateway reported usage for."""
+        acc = self._seen.setdefault(model, [0, 0, 0, 0])
+        if tokens_in:
+            acc[0] += tokens_in
+            acc[1] += raw_prompt_tokens(messages)
+        if tokens_out and text:
+            acc[2] += tokens_out
+            acc[3] += raw_completion_tokens(text)
+
+    def estimate(self, model: str, messages: Sequence[dict[str, Any]], text: str
+                 ) -> tuple[int, int]:
+        """(input, output) tokens for a call with no reported usage."""
+        t_in, t_out = raw_prompt_tokens(messages), raw_completion_tokens(text)
+        acc = self._seen.get(model)
+        if acc is not None:
+            if acc[1]:
+                t_in = round(t_in * acc[0] / acc[1])
+            if acc[3]:
+                t_out = round(t_out * acc[2] / acc[3])
+        return t_in, t_out
