@@ -37,7 +37,7 @@ def main() -> None:
         print(f"{'profile':<9} {'calls':>7} {'call ok':>8} {'team':>6} {'diff pts':>9} "
               f"{'task ok':>8}")
         for profile, team in TEAM.items():
-            s = run(db, "--demo", str(n), "--sim-profile", profile, "--concurrency", "40",
+            s = run(db, "--demo", str(n), "--sim-profile", profile, "--concurrency", "100",
                     "--sim-seed", "11")
             diff = (s["call_success_rate"] - team) * 100
             print(f"{profile:<9} {s['calls']:>7,} {s['call_success_rate']:>8.2%} {team:>6.1%} "
