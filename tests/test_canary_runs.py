@@ -98,15 +98,18 @@ def test_auto_canary_promotes_through_every_stage(sim_procs, tmp_path, env):
     # each stage needs time to gather 30 candidate samples before its bake runs out
     # failure_limit × interval = 2 s: the first wave's tail (140 streams starting together)
     # must not abort on its own, as 3 × 10 s would not in production
+    # a lenient p95 gate: this test is about the stage machinery; on a machine under a CPU
+    # hog the simulated gateways themselves slow down (a real latency rise, not the
+    # client's), which the latency tests judge elsewhere
     cfg = _config(tmp_path, base, cand, bake='["4s", "2s", "2s", "2s"]', min_samples=30,
-                  failure_limit=10, concurrency=100)
+                  failure_limit=10, concurrency=100, extra="p95_ms = 3000")
     summary = _run(cfg, env, 6500)
     status = _status(cfg, env)
     moves = [(h["action"], h["from_pct"], h["to_pct"], h["actor"]) for h in _history(cfg, env)]
     # a fine candidate is never aborted. On an overloaded machine (the suite under a CPU
     # hog) the client itself can be the bottleneck: then the latency gates are inconclusive
     # and the canary may hold (paused, saying so) — an honest outcome, checked as such
-    assert all(m[0] != "abort" for m in moves), moves
+    assert all(m[0] != "abort" for m in moves), _history(cfg, env)
     if status["state"]["status"] == "paused":
         reason = _history(cfg, env)[-1]["reason"]
         assert "client-bound" in reason, reason

@@ -40,7 +40,9 @@ async def wait_for(pred, timeout=15.0):
 
 @pytest.mark.slow
 async def test_every_run_binding_against_a_live_run(cfg, tmp_path):
-    source = live(cfg, tmp_path)
+    # long enough to outlast every key press on a loaded machine: the cancel at the end
+    # must meet a live run (it once found the run already finished)
+    source = live(cfg, tmp_path, n=4000)
     app = SwarmApp(source, db_path=tmp_path / "runs.db", refresh_s=0.1)
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_for(lambda: source.runner is not None and source.runner.in_flight > 0)
@@ -64,7 +66,7 @@ async def test_every_run_binding_against_a_live_run(cfg, tmp_path):
         assert grid.cells and all(c.state == "queued" for c in grid.cells)
         await pilot.press("escape")
         await pilot.pause(0.3)
-        assert len(grid.cells) == 400
+        assert len(grid.cells) == 4000
         await pilot.press("s")
         assert app.sort_order == "latency"
         await pilot.press("space")
@@ -87,8 +89,8 @@ async def test_every_run_binding_against_a_live_run(cfg, tmp_path):
         assert runner.agents[first.seq].cancel_requested is False
         await pilot.press("end", "c", "y")  # the last agent is still queued
         second = grid.selected
-        assert second.seq == 399
-        await wait_for(lambda: runner.agents[399].state == "cancelled")
+        assert second.seq == 3999
+        await wait_for(lambda: runner.agents[3999].state == "cancelled")
         await pilot.press("x")
         assert isinstance(app.screen, ConfirmScreen)
         await pilot.press("y")

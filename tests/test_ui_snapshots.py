@@ -19,7 +19,13 @@ def app(theme: str = "swarm-dark", **kw) -> SwarmApp:
 
 
 async def settle(pilot) -> None:
+    """Wait for the state a picture needs (the grid focused: its cursor is drawn only
+    then; on a loaded machine the focus came after the picture once), then one frame."""
     await pilot.pause(0.2)
+    for _ in range(200):
+        if pilot.app.focused is not None:
+            break
+        await pilot.pause(0.02)
     await pilot.app.tick()
     await pilot.pause(0.1)
 
