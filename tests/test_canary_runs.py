@@ -107,12 +107,13 @@ def test_auto_canary_promotes_through_every_stage(sim_procs, tmp_path, env):
     status = _status(cfg, env)
     moves = [(h["action"], h["from_pct"], h["to_pct"], h["actor"]) for h in _history(cfg, env)]
     # a fine candidate is never aborted. On an overloaded machine (the suite under a CPU
-    # hog) the client itself can be the bottleneck: then the latency gates are inconclusive
-    # and the canary may hold (paused, saying so) — an honest outcome, checked as such
+    # hog) a stage can gather too few samples within its seconds-long bake, or the client
+    # itself is the bottleneck: auto mode then holds (paused, saying it was inconclusive)
+    # rather than act on weak evidence — an honest outcome, checked as such
     assert all(m[0] != "abort" for m in moves), _history(cfg, env)
     if status["state"]["status"] == "paused":
         reason = _history(cfg, env)[-1]["reason"]
-        assert "client-bound" in reason, reason
+        assert reason.startswith("inconclusive after"), reason
         return
     assert (status["state"]["status"], status["state"]["pct"]) == ("complete", 100)
     assert moves[0][0] == "start" and moves[0][2] == 5

@@ -13,6 +13,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -321,10 +322,14 @@ async def test_an_executor_that_lost_its_claim_cannot_write(sim_factory, tmp_pat
     await create_run(conn, "c", runner.agents, name=None, simulated=True, config={}, claim=claim)
     writer = StoreWriter(conn, path, "c", runner, claim=claim, flush_interval=0.05)
     writer.start()
-    # another executor (another host) took the run over
+    # another executor (another host) takes the run over — from its own thread: a blocking
+    # UPDATE on the engine's loop waited on the writer's open transaction, which needed that
+    # loop to commit (under load the takeover then failed and never happened)
+    takeover = threading.Thread(target=_q, args=(path, "UPDATE runs SET owner_token='theirs'"))
     runner.consumers.append(lambda e: e.kind == ev.SUCCEEDED and runner.counts["succeeded"] == 50
-                            and _q(path, "UPDATE runs SET owner_token='theirs'"))
+                            and takeover.start())
     await runner.run()
+    takeover.join()
     await writer.close("finished")
     await gw.aclose()
     await conn.close()

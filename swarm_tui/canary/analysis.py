@@ -129,7 +129,7 @@ def evaluate(stage: dict[str, BucketFigures], gates: CanaryGates, min_samples: i
                     "gateway")
 
     p95 = cand.latency_ms.p95
-    if bound and p95 is not None and p95 > gates.p95_ms:
+    if bound and p95 is not None and p95 > gates.p95_ms >= p95 - (client_lag_ms or 0.0):
         verdicts.append(Verdict(gate="p95", result=INCONCLUSIVE,
                                 detail=f"{p95:.0f} ms vs ≤ {gates.p95_ms:.0f} ms, but "
                                        + bound_detail))

@@ -177,7 +177,10 @@ def sla_verdict(stats: Stats, sla: SlaConfig, client_lag_p95_ms: float | None = 
     inconclusive = None
     p95 = stats.latency_ms.p95
     if p95 is not None and p95 > sla.p95_ms:
-        if client_lag_p95_ms is not None and client_lag_p95_ms >= CLIENT_BOUND_MS:
+        # inconclusive only when the client's own delay could explain the breach: less
+        # that delay, still over the SLA is a breach whatever the client's load
+        if (client_lag_p95_ms is not None and client_lag_p95_ms >= CLIENT_BOUND_MS
+                and p95 - client_lag_p95_ms <= sla.p95_ms):
             inconclusive = (f"client-bound: p95 {p95:.0f} ms > {sla.p95_ms:.0f} ms, but this "
                             f"process ran its work {client_lag_p95_ms:.0f} ms late (p95) — "
                             "fewer calls in flight or more cores to judge the gateway")
