@@ -132,7 +132,9 @@ def test_auto_canary_promotes_through_every_stage(sim_procs, tmp_path, env):
 def test_auto_canary_aborts_on_candidate_503s_and_says_why(sim_procs, tmp_path, env):
     base = sim_procs(profile="fixed:150")
     cand = sim_procs(profile="fixed:150", rate_503=0.05)
-    cfg = _config(tmp_path, base, cand, bake="4s", min_samples=40)
+    # a bake longer than the run: the verdict must come from the failing gate, not from a
+    # hold for too few samples (under a CPU hog 40 candidate calls took longer than 4 s)
+    cfg = _config(tmp_path, base, cand, bake="60s", min_samples=40)
     summary = _run(cfg, env, 4000)
     status = _status(cfg, env)
     assert (status["state"]["status"], status["state"]["pct"]) == ("aborted", 0)
