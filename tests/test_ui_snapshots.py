@@ -28,6 +28,15 @@ async def settle(pilot) -> None:
         await pilot.pause(0.02)
     await pilot.app.tick()
     await pilot.pause(0.1)
+    # the event log follows its newest line a frame after the write: wait for it (under a
+    # CPU hog the picture was once taken one line early)
+    from swarm_tui.ui.widgets import EventLog
+
+    logs = pilot.app.screen.query(EventLog)
+    for _ in range(200):
+        if not logs or logs.first().scroll_offset.y >= logs.first().max_scroll_y:
+            break
+        await pilot.pause(0.02)
 
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
