@@ -188,10 +188,18 @@ async def test_watch_follows_another_process_and_obeys_write(cfg, tmp_path):
          "--sim-rate-503", "0"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         stdin=subprocess.DEVNULL)
     try:
-        deadline = time.time() + 30
-        while time.time() < deadline and not db.exists():
-            await asyncio.sleep(0.1)
-        await asyncio.sleep(1.0)
+        def running() -> bool:  # the other process's run is stored and under way (state)
+            if not db.exists():
+                return False
+            try:
+                with sqlite3.connect(db) as c:
+                    return bool(c.execute("SELECT COUNT(*) FROM runs r JOIN results x ON "
+                                          "x.run_id = r.id WHERE r.status='running'")
+                                .fetchone()[0])
+            except sqlite3.Error:
+                return False
+
+        await wait_for(running, 60)
         ro = StoreSource(db, None)
         await ro.open()
         app = SwarmApp(ro, db_path=db, refresh_s=0.2, readonly=True)

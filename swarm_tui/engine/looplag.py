@@ -31,7 +31,10 @@ class LoopLag:
         self._all: list[float] = []  # sorted lags of the whole run (a few per second)
         self._handle: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self.bound_windows = 0   # times the window was found client-bound when asked
+        self._ticks = 0
+        # the last window's p95, computed on the engine's loop: the console reads it from
+        # its own thread, which must never iterate the deque the loop appends to
+        self._recent_p95: float | None = None
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -51,6 +54,9 @@ class LoopLag:
         while self._recent and self._recent[0][0] < wall - KEEP_S:
             self._recent.popleft()
         bisect.insort(self._all, lag)
+        self._ticks += 1
+        if self._ticks % 5 == 0:  # 4× a second: what other threads read (the console)
+            self._recent_p95 = self.p95_since_ms(wall - self.window_s)
         self._schedule(now)
 
     def stop(self) -> None:
@@ -65,12 +71,13 @@ class LoopLag:
         return values[max(0, int(0.95 * len(values) + 0.999999) - 1)]
 
     def p95_since_ms(self, since: float) -> float | None:
-        """The scheduling delay's p95 since a wall-clock time (None: no sample)."""
+        """The scheduling delay's p95 since a wall-clock time (None: no sample). Only on
+        the engine's own loop (the canary controller, the writer)."""
         return self._p95(sorted(lag for at, lag in self._recent if at >= since))
 
     def recent_p95_ms(self) -> float | None:
-        """Over the last window (None before any sample)."""
-        return self.p95_since_ms(time.time() - self.window_s)
+        """Over the last window, as of the last quarter second (safe from any thread)."""
+        return self._recent_p95
 
     def run_p95_ms(self) -> float | None:
         return self._p95(self._all)
