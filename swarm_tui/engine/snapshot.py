@@ -244,7 +244,7 @@ def live_snapshot(runner, metrics: LiveMetrics, *, run_id: str, simulated: bool,
     """Read the runner and the metrics; never mutate them."""
     m = metrics
     counts = m.counts
-    cells = tuple(m.cells)
+    cells = tuple(c for c in m.cells if c is not None)  # an index not seen yet is a gap
     ended = m.succeeded + m.failed
     priced = m.succeeded - m.unpriced
     per_task = m.cost_usd / priced if priced else None
