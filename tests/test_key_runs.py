@@ -71,7 +71,8 @@ async def test_a_key_added_mid_run_takes_traffic_within_a_second(sim_factory):
     async with client_for(sim, keys=KEYS[:1]) as gw:
         runner = make_runner(gw, tasks(300), concurrency=10)
         run = asyncio.create_task(runner.run())
-        await asyncio.sleep(0.5)
+        while runner.done < 10:  # under way (state, not time)
+            await asyncio.sleep(0.01)
         keyops.add(gw, KEYS[2], "new", "added")
         added_at = time.monotonic()
         new = gw.keys[1]

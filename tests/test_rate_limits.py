@@ -238,8 +238,8 @@ async def test_retiring_the_last_usable_key_makes_dispatch_wait_not_fail(sim_fac
         while runner.done < 20:
             await asyncio.sleep(0.01)
         keyops.retire({gw.name: gw}, gw.keys[0].fingerprint)
-        while runner.in_flight:
-            await asyncio.sleep(0.01)
+        while runner.in_flight or runner.waiting_for_keys is None:  # drained, then parked
+            await asyncio.sleep(0.01)  # (dispatch parks on its next pass: wait for it)
         waiting = runner.waiting_for_keys
         parked_done = runner.done
         assert runner.counts["failed"] == 0 and parked_done < 200

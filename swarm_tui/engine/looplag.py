@@ -12,9 +12,11 @@ gateway's, and no SLA breach or canary latency verdict is drawn from them.
 from __future__ import annotations
 
 import asyncio
-import bisect
+import itertools
 import time
 from collections import deque
+
+from hdrh.histogram import HdrHistogram
 
 INTERVAL_S = 0.05
 WINDOW_S = 10.0
@@ -29,7 +31,8 @@ class LoopLag:
     def __init__(self, window_s: float = WINDOW_S) -> None:
         self.window_s = window_s
         self._recent: deque[tuple[float, float]] = deque()  # (wall time, lag ms), KEEP_S
-        self._all: list[float] = []  # sorted lags of the whole run (a few per second)
+        # the whole run in a sketch (as LiveMetrics keeps latency): O(1) per tick, bounded
+        self._all = HdrHistogram(1, 3_600_000_000, 2)  # µs
         self._handle: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ticks = 0
@@ -54,7 +57,7 @@ class LoopLag:
         self._recent.append((wall, lag))
         while self._recent and self._recent[0][0] < wall - KEEP_S:
             self._recent.popleft()
-        bisect.insort(self._all, lag)
+        self._all.record_value(max(1, int(lag * 1000)))
         self._ticks += 1
         if self._ticks % 5 == 0:  # 4× a second: what other threads read (the console)
             self._recent_p95 = self.p95_since_ms(wall - self.window_s)
@@ -75,18 +78,22 @@ class LoopLag:
 
     def p95_since_ms(self, since: float) -> float | None:
         """The scheduling delay's p95 since a wall-clock time (None: no sample). Only on
-        the engine's own loop (the canary controller, the writer)."""
-        return self._p95(sorted(lag for at, lag in self._recent if at >= since))
+        the engine's own loop (the canary controller, the writer). Reads the newest
+        samples back to `since`, not the whole half hour kept."""
+        newest = itertools.takewhile(lambda s: s[0] >= since, reversed(self._recent))
+        return self._p95(sorted(lag for _, lag in newest))
 
     def recent_p95_ms(self) -> float | None:
         """Over the last window, as of the last quarter second (safe from any thread)."""
         return self._recent_p95
 
     def run_p95_ms(self) -> float | None:
-        return self._p95(self._all)
+        if self._all.get_total_count() < MIN_SAMPLES:
+            return None
+        return self._all.get_value_at_percentile(95) / 1000.0
 
     def run_max_ms(self) -> float | None:
-        return self._all[-1] if self._all else None
+        return self._all.get_max_value() / 1000.0 if self._all.get_total_count() else None
 
     def client_bound(self) -> bool:
         """True when the latency of the last window says more about this process than

@@ -21,6 +21,7 @@ from swarm_tui.engine.state import Agent, RunStatus
 from swarm_tui.engine.summary import RunSummary, summarize
 from swarm_tui.errors import UserError
 from swarm_tui.store.ownership import Claim, owner_alive, pid_alive
+from swarm_tui.store.reads import live_figures
 from swarm_tui.workload import Task
 
 ENDED = ("finished", "cancelled", "budget_stopped")
@@ -169,9 +170,7 @@ async def task_rows(conn: aiosqlite.Connection, run_id: str) -> list[StoredTask]
 async def load_summary(conn: aiosqlite.Connection, run: RunRecord) -> RunSummary:
     """The run's summary computed from its stored rows (what `report` prints)."""
     rows = await task_rows(conn, run.id)
-    async with conn.execute("SELECT live_json FROM runs WHERE id=?", (run.id,)) as cur:
-        row = await cur.fetchone()
-    live = json.loads(row[0]) if row and row[0] else {}  # the executor's last heartbeat
+    live = await live_figures(conn, run.id)  # the executor's last heartbeat
     lag = (live.get("run_lag_p95_ms"), live.get("run_lag_max_ms"))
     summary = summarize(rows, run_id=run.id, sla=run.sla, wall_ms=run.wall_ms, name=run.name,
                         client_lag=lag,
