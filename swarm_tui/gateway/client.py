@@ -207,7 +207,8 @@ class GatewayClient:
             res.error = classify(exc, self._secrets)
         finally:
             _CURRENT_CALL.reset(token)
-        res.ended_at = time.perf_counter()
+        if not res.ended_at or res.error is not None:
+            res.ended_at = time.perf_counter()
         if res.error is None and res.finish_reason is None:
             res.error = CallError(CONNECTION, None, "stream ended before a finish_reason")
         if res.error is None and not (res.tokens_in or res.tokens_out):
@@ -344,8 +345,10 @@ def _take_completion(res: CallResult, completion: Any) -> None:
     if choices:
         res.text = (choices[0].get("message") or {}).get("content") or ""
         res.finish_reason = choices[0].get("finish_reason") or "stop"
-    # Non-streamed: the whole answer arrives at once, so TTFT equals latency.
-    res.ttft_ms = (time.perf_counter() - res.sent_at) * 1000.0
+    # Non-streamed: the whole answer arrives at once, so TTFT equals latency — one clock
+    # reading for both (two readings differed by >1 ms on a loaded machine).
+    res.ended_at = time.perf_counter()
+    res.ttft_ms = res.latency_ms
 
 
 def _take_usage(res: CallResult, usage: dict[str, Any]) -> None:
