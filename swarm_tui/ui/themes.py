@@ -1,4 +1,5 @@
-"""Themes as data: TOML files shipped in swarm_tui/themes/ plus the user's config dir."""
+"""Themes as data: TOML files shipped in the top-level themes/ folder (installed as
+the data package swarm_tui.themes) plus the user's config dir."""
 
 from __future__ import annotations
 
@@ -68,7 +69,7 @@ def load_themes_reporting(extra_dir: Path | None = None
     """The shipped themes and the user's; a user theme that does not load is skipped and
     said (one line each), never the end of the console."""
     themes: dict[str, Theme] = {}
-    shipped = resources.files("swarm_tui").joinpath("themes")
+    shipped = resources.files("swarm_tui.themes")
     for entry in sorted(shipped.iterdir(), key=lambda e: e.name):
         if entry.name.endswith(".toml"):
             t = _read(entry.read_text("utf-8"), f"theme {entry.name}")
