@@ -27,7 +27,7 @@ from swarm_tui.cli_parser import (
     build_parser,
 )
 from swarm_tui.commands import history
-from swarm_tui.config import format_validation_error, load_config
+from swarm_tui.config import FLAG_SETTINGS, LoadedConfig, format_validation_error, load_config
 from swarm_tui.engine.state import RunStatus
 from swarm_tui.errors import (
     EXIT_BUDGET_STOPPED,
@@ -138,23 +138,21 @@ def _load_tasks(args: argparse.Namespace, console: bool = False):
     return tasks
 
 
+def _config(args: argparse.Namespace) -> LoadedConfig:
+    """The config with this command line's setting flags as its top layer (checked there:
+    `--concurrency 0` is refused as the file's `concurrency = 0` would be)."""
+    return load_config(args.config, {f: getattr(args, f, None) for f in FLAG_SETTINGS})
+
+
 def _opts_from_args(args: argparse.Namespace, preflight_default: bool = False, **extra):
     from swarm_tui.execution.wiring import RunOptions
 
-    concurrency = getattr(args, "concurrency", None)
-    if concurrency is not None and concurrency < 1:
-        raise UserError("--concurrency: must be at least 1")
     insecure = getattr(args, "insecure_key_file", False)
     if insecure:
         print("swarm-tui: warning: accepting key files readable by group/others",
               file=sys.stderr)
     preflight = preflight_default or not getattr(args, "no_preflight", False)
-    budget = getattr(args, "budget", None)
-    if budget is not None and not budget > 0:
-        raise UserError("--budget: must be a positive amount of USD")
-    extra.setdefault("budget_usd", budget)
-    return RunOptions(concurrency=concurrency, preflight=preflight, insecure_key_file=insecure,
-                      **extra)
+    return RunOptions(preflight=preflight, insecure_key_file=insecure, **extra)
 
 
 async def _finish_stored(conn, path, cfg, outcome, as_json: bool) -> int:
@@ -185,7 +183,7 @@ def demo_pace(n_tasks: int) -> float:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    cfg = load_config(args.config)
+    cfg = _config(args)
     console = not args.headless and not args.json and _interactive()
     tasks = _load_tasks(args, console)
     if args.rate is not None and args.rate < 0:
@@ -219,7 +217,7 @@ def _console(args: argparse.Namespace, cfg, **kw) -> int:
     from swarm_tui.ui.app import SwarmApp
 
     ui = cfg.settings.ui
-    theme = args.theme or ui.theme
+    theme = ui.theme  # `--theme` is the config's top layer
     if theme is None and not cfg.simulated_only:
         gw = cfg.settings.gateways.get(getattr(args, "gateway", None)
                                        or cfg.settings.default_gateway or "")
@@ -231,13 +229,11 @@ def _console(args: argparse.Namespace, cfg, **kw) -> int:
         print(f"swarm-tui: warning: {line}", file=sys.stderr)
     if theme is not None and theme not in known:
         raise UserError(f"theme {theme}: unknown (known: {', '.join(sorted(known))})")
-    if args.refresh is not None and not 0.05 <= args.refresh <= 10:
-        raise UserError("--refresh: between 0.05 and 10 seconds")
     from swarm_tui.commands.canary import canary_config
 
     # with no gateways configured, the canary panel shows the simulator's demo canary
     canary = canary_config(cfg) if cfg.settings.canary or cfg.simulated_only else None
-    app = SwarmApp(refresh_s=args.refresh or ui.refresh_s, theme=theme, keymap=ui.keys,
+    app = SwarmApp(refresh_s=ui.refresh_s, theme=theme, keymap=ui.keys,
                    readonly=args.readonly, canary=canary, **kw)
     code = app.run()
     if code is None and app.return_code not in (None, 0):
@@ -261,7 +257,7 @@ def cmd_console(args: argparse.Namespace) -> int:
     from swarm_tui.store.db import resolve_db_path
     from swarm_tui.workload import demo_tasks
 
-    cfg = load_config(args.config)
+    cfg = _config(args)
     db = resolve_db_path(args.db)
     opts = _opts_from_args(args, preflight_default=True)
 
@@ -282,7 +278,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
     from swarm_tui.run_sources import StoreSource
     from swarm_tui.store.db import resolve_db_path
 
-    cfg = load_config(args.config)
+    cfg = _config(args)
     db = resolve_db_path(args.db)
     if not db.exists():
         raise UserError(f"database {db}: does not exist (no runs recorded yet)")
@@ -353,19 +349,21 @@ async def _resume(conn, path, args: argparse.Namespace) -> int:
             print(f"run {run.id}: nothing to resume, every task has a stored result",
                   file=sys.stderr)
             run = await get_run(conn, run.id, path)
-            return await _finish_stored(conn, path, load_config(args.config),
+            return await _finish_stored(conn, path, _config(args),
                                         Outcome(await load_summary(conn, run), False), args.json)
         snap = run.config
-        cfg = load_config(args.config)
+        cfg = _config(args)
         gateway = snap.get("gateway")
         sim = SimSettings.model_validate(snap["sim"]) if "sim" in snap else SimSettings()
-        budget = args.budget if args.budget is not None else snap.get("budget_usd")
+        # the stored run's figures, unless a flag (the config's top layer) names new ones
+        budget = cfg.settings.budget_usd if args.budget is not None else snap.get("budget_usd")
+        concurrency = (cfg.settings.concurrency if args.concurrency is not None
+                       else snap.get("concurrency"))
         spent = await spent_usd(conn, run.id)
         opts = _opts_from_args(args, gateway=gateway, stream=snap.get("stream"),
                                model=snap.get("model"), sim=sim, name=run.name,
-                               budget_usd=budget, spent_before_usd=spent)
-        if opts.concurrency is None:
-            opts.concurrency = snap.get("concurrency")
+                               budget_usd=budget, spent_before_usd=spent,
+                               concurrency=concurrency)
         print(f"swarm-tui: resuming run {run.id} ({status}): {len(tasks)} of {run.total} tasks "
               "have no stored result", file=sys.stderr)
         outcome = await execute(conn, path, cfg, opts, tasks, run.id,
@@ -400,7 +398,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_canary(args: argparse.Namespace) -> int:
     from swarm_tui.commands import canary
 
-    cfg = load_config(args.config)
+    cfg = _config(args)
     canary.canary_config(cfg)  # no canary configured: say so before touching the database
     return run_async(_with_db(args, canary.run, cfg, args))
 
@@ -408,7 +406,7 @@ def cmd_canary(args: argparse.Namespace) -> int:
 def cmd_keys(args: argparse.Namespace) -> int:
     from swarm_tui.commands import keys
 
-    cfg = load_config(args.config)
+    cfg = _config(args)
     if args.insecure_key_file:
         print("swarm-tui: warning: accepting key files readable by group/others",
               file=sys.stderr)

@@ -1,10 +1,12 @@
-"""Validated configuration: a TOML file layered under SWARM_TUI__* environment variables.
+"""Validated configuration as pydantic-settings layers, highest first: command-line flags,
+SWARM_TUI__* environment variables, the TOML file, the defaults.
 
 No config file at all means the built-in simulator (labelled SIMULATED).
 """
 
 from __future__ import annotations
 
+import contextvars
 import itertools
 import os
 import re
@@ -207,8 +209,8 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # The file's contents arrive as init kwargs; the environment wins over them.
-        return (env_settings, init_settings)
+        # Flags arrive as init kwargs (the top layer), then the environment, then the file.
+        return (init_settings, env_settings, _FileSource(settings_cls))
 
     @field_validator("gateways")
     @classmethod
@@ -216,6 +218,55 @@ class Settings(BaseSettings):
         if SIM_GATEWAY in v:
             raise ValueError(f"'{SIM_GATEWAY}' is reserved for the built-in simulator")
         return v
+
+
+# The TOML file's contents for the Settings being built (load_config sets it): a
+# contextvar, because pydantic-settings builds sources from the class, not the instance.
+_FILE_DATA: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+    "swarm_tui_config_file", default=None)
+
+
+class _FileSource(PydanticBaseSettingsSource):
+    """The config file's layer (read and checked by load_config for one-line errors)."""
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return (_FILE_DATA.get() or {}).get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(_FILE_DATA.get() or {})
+
+
+# The flags that are settings, and where each lands: `--budget 5` is `budget_usd = 5`
+# given on top of the environment and the file (the other flags are per-run options).
+FLAG_SETTINGS: dict[str, tuple[str, ...]] = {
+    "concurrency": ("concurrency",),
+    "budget": ("budget_usd",),
+    "theme": ("ui", "theme"),
+    "refresh": ("ui", "refresh_s"),
+}
+
+
+def _flag_layer(flags: dict[str, Any]) -> dict[str, Any]:
+    layer: dict[str, Any] = {}
+    for flag, value in flags.items():
+        if value is None:
+            continue
+        *parents, leaf = FLAG_SETTINGS[flag]
+        node = layer
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return layer
+
+
+def _layer_error(place: str, err: ValidationError, given: dict[str, Any]) -> str:
+    """The error's place: the flag when a given flag's value is what failed (it is the
+    top layer, so the value checked came from it), else the file / environment."""
+    first = err.errors()[0]["loc"]
+    for flag in given:
+        if tuple(str(p) for p in first) == FLAG_SETTINGS[flag]:
+            return f"--{flag}: {err.errors()[0]['msg']}"
+    return format_validation_error(place, err)
 
 
 class LoadedConfig(BaseModel):
@@ -271,14 +322,22 @@ def format_validation_error(place: str, err: ValidationError) -> str:
     return f"{place}: {key}: {msg}{more}"
 
 
-def load_config(cli_path: str | None = None) -> LoadedConfig:
+def load_config(cli_path: str | None = None, flags: dict[str, Any] | None = None
+                ) -> LoadedConfig:
+    """`flags`: the command line's settings (FLAG_SETTINGS keys; None = not given)."""
     path, _explicit = resolve_config_path(cli_path)
     data = _read_toml(path) if path else {}
     place = f"config {path}" if path else "config (environment)"
+    given = {k: v for k, v in (flags or {}).items() if v is not None}
+    layer = _flag_layer(given)
+    token = _FILE_DATA.set(data)
     try:
-        settings = Settings(**data)
+        # pydantic-settings deep-merges the layers: `--theme` keeps the file's [ui] keys
+        settings = Settings(**layer)
     except ValidationError as e:
-        raise UserError(format_validation_error(place, e)) from None
+        raise UserError(_layer_error(place, e, given)) from None
+    finally:
+        _FILE_DATA.reset(token)
     if settings.default_gateway and settings.default_gateway not in settings.gateways:
         raise UserError(f"{place}: default_gateway: no gateway named '{settings.default_gateway}'")
     if settings.canary is not None:

@@ -123,3 +123,36 @@ def test_a_bad_user_theme_is_skipped_and_reported_not_fatal(tmp_path):
     themes, problems = load_themes_reporting(tmp_path)
     assert "mine-ok" in themes and "mine" not in themes and "swarm-dark" in themes
     assert len(problems) == 1 and "broken.toml" in problems[0] and "skipped" in problems[0]
+
+
+def test_flags_are_the_top_layer_over_env_and_file(tmp_path, monkeypatch):
+    p = write(tmp_path, 'concurrency = 40\nbudget_usd = 3.0\n' + GOOD +
+              '[ui]\ntheme = "swarm-light"\nkeys = { "run.pause" = "P" }\n')
+    monkeypatch.setenv("SWARM_TUI__CONCURRENCY", "60")
+    s = load_config(str(p)).settings
+    assert (s.concurrency, s.budget_usd, s.ui.theme) == (60, 3.0, "swarm-light")  # env > file
+    s = load_config(str(p), {"concurrency": 7, "budget": 0.5, "theme": "swarm-ansi",
+                             "refresh": 1.0}).settings
+    assert (s.concurrency, s.budget_usd, s.ui.theme, s.ui.refresh_s) == (
+        7, 0.5, "swarm-ansi", 1.0)  # flags > env > file
+    assert s.ui.keys == {"run.pause": "P"}  # `--theme` merges into [ui], never replaces it
+    s = load_config(str(p), {"concurrency": None, "budget": None}).settings
+    assert s.concurrency == 60  # a flag not given is no layer at all
+
+
+@pytest.mark.parametrize(("flags", "expected"), [
+    ({"concurrency": 0}, "--concurrency: Input should be greater than or equal to 1"),
+    ({"budget": -1.0}, "--budget: Input should be greater than 0"),
+    ({"refresh": 60.0}, "--refresh: Input should be less than or equal to 10"),
+])
+def test_a_bad_flag_is_named_as_the_flag(tmp_path, flags, expected):
+    with pytest.raises(UserError) as e:
+        load_config(str(write(tmp_path, GOOD)), flags)
+    assert str(e.value) == expected
+
+
+def test_a_bad_file_value_is_still_named_in_the_file_when_flags_are_given(tmp_path):
+    p = write(tmp_path, "tasks_per_day = 0\n" + GOOD)
+    with pytest.raises(UserError) as e:
+        load_config(str(p), {"concurrency": 5})
+    assert str(e.value).startswith(f"config {p}: tasks_per_day: ")

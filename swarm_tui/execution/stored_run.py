@@ -45,7 +45,8 @@ def config_snapshot(session: RunSession, opts: RunOptions) -> dict[str, Any]:
         "config_path": str(session.cfg.path) if session.cfg.path else None,
         "gateway": session.gateway_name, "concurrency": session.concurrency,
         "model": opts.model, "stream": opts.stream, "gateways": gateways,
-        "budget_usd": opts.budget_usd,
+        "budget_usd": (opts.budget_usd if opts.budget_usd is not None
+                       else session.cfg.settings.budget_usd),
     }
     if session.simulated:
         snap["sim"] = opts.sim.model_dump(mode="json", exclude={"keys"})
