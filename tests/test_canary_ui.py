@@ -20,7 +20,7 @@ from swarm_tui.ui.canary_panel import CanaryScreen
 from swarm_tui.ui.screens import FormScreen
 from swarm_tui.workload import demo_tasks
 from tests.conftest import TEST_KEY
-from tests.test_ui import wait_for
+from tests.test_ui import notes, wait_for
 from tests.ui_fixtures import CANARY_NOW, FixedSource, canary_view, mid_run_snapshot, screen_text
 
 CFG = CanaryConfig(baseline="direct", candidate="gw", mode="manual", bake="1h")
@@ -48,10 +48,8 @@ async def test_panel_actions_confirm_and_follow_state_rules(tmp_path):
         assert "canary direct->gw" in text and "PROGRESSING" in text and "[5]" in text
         assert "gates: inconclusive" in text
         await pilot.press("r")  # resume while progressing: refused, nothing asked
-        await pilot.pause(0.1)
+        await wait_for(lambda: notes(app, "cannot resume while progressing") == 1)
         assert not isinstance(app.screen, FormScreen)
-        assert any("cannot resume while progressing" in str(n.message)
-                   for n in app._notifications)
         await pilot.press("a")  # abort asks first; escape changes nothing
         await wait_for(lambda: isinstance(app.screen, FormScreen))
         await pilot.press("escape")
@@ -67,9 +65,7 @@ async def test_panel_actions_confirm_and_follow_state_rules(tmp_path):
         await wait_for(lambda: stored(db) == ("aborted", 0))
         await wait_for(lambda: "ABORTED" in screen_text(app))
         await pilot.press("p")  # promote after abort: refused (retry is the way back)
-        await pilot.pause(0.1)
-        assert any("cannot promote while aborted (allowed: retry)" in str(n.message)
-                   for n in app._notifications)
+        await wait_for(lambda: notes(app, "cannot promote while aborted (allowed: retry)"))
     assert actions(db)[1:] == [("set", "console", "more traffic", 30),
                                ("abort", "console", "p99 regression", 0)]
 
@@ -80,11 +76,10 @@ async def test_readonly_console_cannot_act_on_the_canary(tmp_path):
     async with app.run_test(size=(100, 40)) as pilot:
         await pilot.press("g")
         await wait_for(lambda: isinstance(app.screen, CanaryScreen) and app.screen.view)
-        for key in ("p", "f", "z", "a", "s"):
+        for n, key in enumerate(("p", "f", "z", "a", "s"), 1):
             await pilot.press(key)
-            await pilot.pause(0.05)
+            await wait_for(lambda n=n: notes(app, "read-only console") == n)  # refused
             assert isinstance(app.screen, CanaryScreen)
-        assert any("read-only console" in str(n.message) for n in app._notifications)
     with sqlite3.connect(db) as c:  # viewing wrote nothing either
         assert c.execute("SELECT count(*) FROM canary").fetchone()[0] == 0
 
@@ -93,9 +88,8 @@ async def test_no_canary_configured_says_so():
     app = SwarmApp(FixedSource(mid_run_snapshot()), refresh_s=10)
     async with app.run_test() as pilot:
         await pilot.press("g")
-        await pilot.pause(0.1)
+        await wait_for(lambda: notes(app, "no canary configured"))
         assert not isinstance(app.screen, CanaryScreen)
-        assert any("no canary configured" in str(n.message) for n in app._notifications)
 
 
 async def test_console_set_moves_its_own_running_swarm(sim_factory, tmp_path, monkeypatch):

@@ -10,7 +10,7 @@ from swarm_tui.sim.settings import SimSettings
 from swarm_tui.ui.app import SwarmApp
 from swarm_tui.ui.cost_panel import CostScreen
 from swarm_tui.workload import demo_tasks
-from tests.test_ui import wait_for
+from tests.test_ui import notes, wait_for
 from tests.ui_fixtures import FixedSource, cost_report_fixture, mid_run_snapshot, screen_text
 
 
@@ -43,9 +43,8 @@ async def test_cost_key_without_a_run_says_so():
     app = SwarmApp(refresh_s=10)
     async with app.run_test() as pilot:
         await pilot.press("dollar_sign")
-        await pilot.pause(0.1)
+        await wait_for(lambda: notes(app, "no run here"))
         assert not isinstance(app.screen, CostScreen)
-        assert any("no run here" in str(n.message) for n in app._notifications)
 
 
 class CostSource(FixedSource):

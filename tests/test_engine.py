@@ -141,8 +141,11 @@ async def test_pause_stops_dispatch_and_resume_continues(sim_factory):
         sends = sum(len(ag.attempts) for ag in runner.agents)  # attempts exist from launch
         while runner.in_flight:  # in-flight calls drain; nothing new goes out
             await asyncio.sleep(0.005)
-        await asyncio.sleep(0.2)  # a window for a wrong send to show up in (it cannot fail
-        # a correct engine: the check is the count of launched attempts, not a time)
+        # wake the dispatcher and wait until it has run a round and gone back to waiting
+        # (it clears the event before it waits): that round, paused, sent nothing
+        runner._wake.set()
+        while runner._wake.is_set():
+            await asyncio.sleep(0)
         assert sum(len(ag.attempts) for ag in runner.agents) == sends
         runner.resume()
         await asyncio.wait_for(task, 30)
@@ -329,10 +332,13 @@ def test_cancel_on_uvloop_stops_retry_timers_and_the_run_ends(sim_factory):
             run = asyncio.create_task(runner.run())
             while runner.retry_waiting < 5:  # agents sitting in their retry waits
                 await asyncio.sleep(0.01)
+            timers = [a.handle for a in runner.agents
+                      if a.state == "retrying" and a.handle is not None]
             runner.cancel()
             await asyncio.wait_for(run, 30)
-            # past every retry wait: a stale timer would have fired by now
-            await asyncio.sleep(4.5)
+            # every retry timer disarmed (a stale one would fire later and count its wait
+            # off twice) — checked on the handles, not by sleeping past the waits
+            assert timers and all(t.cancelled() for t in timers)
             return runner.retry_waiting, runner.counts
 
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as r:

@@ -96,7 +96,11 @@ def test_sigkill_then_resume_sends_only_what_was_not_stored(tmp_path, sim_proc):
     os.kill(run.pid, signal.SIGKILL)
     run.wait(10)
     assert 600 <= stored < n, "the kill must land mid-run"
-    time.sleep(6)  # heartbeat goes stale; in-flight calls of the dead client settle
+    # the dead client's calls still being answered settle (the server's own gauge)
+    deadline = time.monotonic() + 60
+    while httpx2.get(f"http://127.0.0.1:{port}/sim/stats").json().get("active", 0):
+        assert time.monotonic() < deadline, "the server never finished the dead client's calls"
+        time.sleep(0.05)
     runs = json.loads(swarm("runs", "--json").stdout)
     assert runs[0]["status"] == "interrupted"
     run_id = runs[0]["id"]

@@ -92,17 +92,16 @@ async def test_no_key_in_any_output_file_or_screen(setup, monkeypatch):
     async with app.run_test(size=(160, 50)) as pilot:
         await wait_for(lambda: source.runner is not None and source.runner.counts["succeeded"]
                        > 10, timeout=30)
-        await pilot.pause(0.3)
+        await wait_for(lambda: "succeeded" in screen_text(app) or "ok " in screen_text(app))
         outputs["console dashboard"] = screen_text(app)
         await pilot.press("k")
-        await wait_for(lambda: isinstance(app.screen, KeysScreen) and app.screen.rows)
-        await pilot.pause(0.2)
+        await wait_for(lambda: isinstance(app.screen, KeysScreen)
+                       and "disabled: 401" in screen_text(app))
         outputs["console keys panel"] = screen_text(app)
-        assert "disabled: 401" in outputs["console keys panel"]
         await pilot.press("escape")
-        await pilot.pause(0.1)
+        await wait_for(lambda: not isinstance(app.screen, KeysScreen))
         await pilot.press("enter")
-        await pilot.pause(0.5)
+        await wait_for(lambda: "task demo-" in screen_text(app))
         outputs["console detail"] = screen_text(app)
         assert "task demo-" in outputs["console detail"]
         await wait_for(lambda: not source.active, timeout=60)

@@ -14,7 +14,7 @@ from swarm_tui.ui.app import SwarmApp
 from swarm_tui.ui.keys_panel import KeysScreen
 from swarm_tui.ui.screens import ConfirmScreen, FormScreen
 from swarm_tui.workload import demo_tasks
-from tests.test_ui import wait_for
+from tests.test_ui import notes, wait_for
 from tests.ui_fixtures import FixedSource, keys_snapshot, screen_text
 
 NEW_KEY = "sk-added-from-console-0123456789abcdef"
@@ -35,7 +35,7 @@ async def test_add_retire_enable_from_the_keys_panel(cfg, tmp_path):
         await pilot.press("a")
         await wait_for(lambda: isinstance(app.screen, FormScreen))
         await pilot.press(*NEW_KEY)
-        await pilot.pause(0.1)
+        await wait_for(lambda: getattr(app.focused, "value", None) == NEW_KEY)  # all typed
         assert NEW_KEY not in screen_text(app) and NEW_KEY[-8:] not in screen_text(app)
         await pilot.press("enter", *"console", "enter")
         await wait_for(lambda: isinstance(app.screen, KeysScreen) and len(app.screen.rows) == 2)
@@ -55,7 +55,7 @@ async def test_add_retire_enable_from_the_keys_panel(cfg, tmp_path):
         await pilot.press("e")
         await wait_for(lambda: isinstance(app.screen, ConfirmScreen))
         await pilot.press("n")  # declined: stays retired
-        await pilot.pause(0.1)
+        await wait_for(lambda: isinstance(app.screen, KeysScreen))
         assert gw.keys[0].state == RETIRED
         await pilot.press("e")
         await wait_for(lambda: isinstance(app.screen, ConfirmScreen))
@@ -74,11 +74,10 @@ async def test_readonly_keys_panel_changes_nothing():
     async with app.run_test(size=(120, 30)) as pilot:
         await pilot.press("k")
         await wait_for(lambda: isinstance(app.screen, KeysScreen) and app.screen.rows)
-        for key in ("a", "r", "e"):
+        for n, key in enumerate(("a", "r", "e"), 1):
             await pilot.press(key)
-            await pilot.pause(0.05)
+            await wait_for(lambda n=n: notes(app, "read-only console") == n)  # refused
             assert isinstance(app.screen, KeysScreen)
-        assert sum("read-only console" in str(n.message) for n in app._notifications) == 3
 
 
 def test_keys_panel_snapshot(snap_compare, monkeypatch):

@@ -29,6 +29,11 @@ def live(cfg, tmp_path, n=400, profile="fixed:400", readonly=False, **sim) -> Li
     return LiveSource(cfg, opts, demo_tasks(n), tmp_path / "runs.db", readonly=readonly)
 
 
+def notes(app, text: str) -> int:
+    """How many of the app's notifications say `text` (a refused action is one)."""
+    return sum(text in str(n.message) for n in app._notifications)
+
+
 async def wait_for(pred, timeout=15.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -85,7 +90,7 @@ async def test_every_run_binding_against_a_live_run(cfg, tmp_path):
         assert isinstance(app.screen, ConfirmScreen)
         first = grid.selected
         await pilot.press("n")
-        await pilot.pause(0.2)
+        await wait_for(lambda: not isinstance(app.screen, ConfirmScreen))  # answered: no
         assert runner.agents[first.seq].cancel_requested is False
         await pilot.press("end", "c", "y")  # the last agent is still queued
         second = grid.selected
@@ -96,10 +101,8 @@ async def test_every_run_binding_against_a_live_run(cfg, tmp_path):
         await pilot.press("y")
         await wait_for(lambda: not source.active)
         assert runner.cancelled
-        await pilot.pause(0.5)
         await pilot.press("h")
-        await pilot.pause(0.3)
-        assert isinstance(app.screen, RunsScreen)
+        await wait_for(lambda: isinstance(app.screen, RunsScreen) and app.screen.items)
         assert app.screen.items[0].id == source.run_id
         assert app.screen.items[0].status == "cancelled"
         await pilot.press("escape", "q")
@@ -133,7 +136,7 @@ async def test_readonly_console_changes_nothing(cfg, tmp_path):
         await wait_for(lambda: source.runner is not None and source.runner.in_flight > 0)
         runner = source.runner
         await pilot.press("p", "plus", "x", "c")
-        await pilot.pause(0.5)
+        await wait_for(lambda: notes(app, "read-only console") == 4)  # each key refused
         assert not runner.paused and runner.limit == 20 and not runner.cancelled
         assert not isinstance(app.screen, ConfirmScreen)
         await pilot.press("q")  # the run lives in this process: quitting stops it, so ask

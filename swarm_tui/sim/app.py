@@ -75,7 +75,13 @@ class SimApp:
             data = [{"id": m, "object": "model", "created": 0, "owned_by": "sim"} for m in MODELS]
             return await _send_json(send, 200, {"object": "list", "data": data})
         if path.endswith("/chat/completions") and method == "POST":
-            return await self._completion(key, receive, send)
+            # `active`: completions being answered now (a test waits for a killed client's
+            # calls to settle on this, not on a sleep)
+            self.stats["active"] += 1
+            try:
+                return await self._completion(key, receive, send)
+            finally:
+                self.stats["active"] -= 1
         return await _send_error(send, 404, "not_found", f"no route {method} {path}")
 
     async def _settings_endpoint(self, method: str, receive: Any, send: Any) -> None:
