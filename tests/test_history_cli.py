@@ -54,16 +54,18 @@ def test_readers_see_progress_while_a_run_writes(tmp_path, sim_proc):
                            stdin=subprocess.DEVNULL)
     try:
         seen = []
+        last: tuple = ()
         deadline = time.time() + 60
-        while time.time() < deadline and len(seen) < 3:
+        while time.time() < deadline and len(seen) < 3 and run.poll() is None:
             r = swarm("runs", "--json")
             items = json.loads(r.stdout) if r.returncode == 0 and r.stdout.strip() else []
+            last = (r.returncode, r.stderr[-300:], [(i["status"], i["done"]) for i in items])
             if items and items[0]["status"] == "running" and 0 < items[0]["done"] < 3000:
                 seen.append(items[0]["done"])
                 rep = swarm("report", items[0]["id"], "--json")
                 assert rep.returncode == 0 and json.loads(rep.stdout)["status"] == "running"
             time.sleep(0.3)
-        assert len(seen) == 3 and seen[0] < seen[-1], seen
+        assert len(seen) == 3 and seen[0] < seen[-1], (seen, last, run.poll())
     finally:
         run.wait(60)
     assert run.returncode in (0, 3), run.stderr.read()
