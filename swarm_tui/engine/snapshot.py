@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -136,15 +137,19 @@ def _cell(a) -> AgentCell:
 
 
 class LiveMetrics:
-    """Consumes engine events; answers snapshot questions cheaply.
+    """A run's figures, fed one change at a time: by engine events for a live run (it is
+    an event consumer), by rows newer than the last read for a watched or replayed one
+    (run_sources/stored.py). Both build their Snapshot with `metrics_snapshot`, so the
+    status bar, histogram, sparkline and log mean the same thing for every source.
 
-    The grid's cells are kept up to date per event (O(1) each), so a snapshot
-    copies a list instead of visiting every agent: measured, rebuilding 20,000
-    cells per frame was a quarter of a core.
+    The grid's cells are kept up to date per change (O(1) each), so a snapshot copies a
+    list instead of visiting every agent: measured, rebuilding 20,000 cells per frame was
+    a quarter of a core.
     """
 
-    def __init__(self) -> None:
-        self.cells: list[AgentCell] = []
+    def __init__(self, clock: Callable[[], float] | None = None) -> None:
+        self.cells: list[AgentCell | None] = []
+        self.holes = 0  # cells not seen yet (None): without any, a snapshot copies the list
         self.counts: Counter[str] = Counter()
         self.latency = HdrHistogram(1, 3_600_000, 2)  # ms
         self.ttft = HdrHistogram(1, 3_600_000, 2)
@@ -161,93 +166,154 @@ class LiveMetrics:
         self.log: deque[str] = deque(maxlen=LOG_LINES)
         self.hist = [0] * (len(HIST_EDGES_MS) + 1)
         self._per_second: deque[tuple[int, int]] = deque(maxlen=SPARK_SECONDS + 5)
-        self._start = time.monotonic()
+        start = time.monotonic()
+        # seconds since the run started, for the sparkline (a stored run: its wall clock)
+        self.clock = clock or (lambda: time.monotonic() - start)
 
-    def _tick(self) -> None:
-        sec = int(time.monotonic() - self._start)
+    # -- the changes ------------------------------------------------------------------------
+    def put_cell(self, index: int, cell: AgentCell) -> None:
+        cells = self.cells
+        if index >= len(cells):
+            self.holes += index - len(cells)
+            cells.extend([None] * (index + 1 - len(cells)))
+            old = None
+        else:
+            old = cells[index]
+            if old is None:
+                self.holes -= 1
+        if old is not None:
+            self.counts[old.state] -= 1
+        cells[index] = cell
+        self.counts[cell.state] += 1
+
+    def call_ended(self, ok: bool) -> None:
+        if ok:
+            self.calls_ok += 1
+        else:
+            self.calls_failed += 1
+
+    def task_succeeded(self, latency_ms: float | None, ttft_ms: float | None, tokens_in: int,
+                       tokens_out: int, cost_usd: float | None, estimated: bool,
+                       at_s: float | None = None) -> None:
+        self.succeeded += 1
+        self._tick(at_s)
+        if latency_ms is not None:
+            self.latency.record_value(max(1, int(latency_ms)))
+            self.hist[histogram_bucket(latency_ms)] += 1
+        if ttft_ms is not None:
+            self.ttft.record_value(max(1, int(ttft_ms)))
+        self.tokens_in += tokens_in
+        self.tokens_out += tokens_out
+        self.estimated |= estimated
+        if cost_usd is None:
+            self.unpriced += 1
+        else:
+            self.cost_usd += cost_usd
+
+    def task_failed(self, error_class: str | None, at_s: float | None = None) -> None:
+        self.failed += 1
+        self._tick(at_s)
+        self.errors[error_class or "other"] += 1
+
+    def line(self, at_s: float, text: str) -> None:
+        self.log.append(f"{at_s:7.1f}s {text}")
+
+    def _tick(self, at_s: float | None) -> None:
+        sec = int(self.clock() if at_s is None else at_s)
         if self._per_second and self._per_second[-1][0] == sec:
             self._per_second[-1] = (sec, self._per_second[-1][1] + 1)
         else:
             self._per_second.append((sec, 1))
 
+    # -- the engine's events ----------------------------------------------------------------
     def __call__(self, e: ev.Event) -> None:
         kind = e.kind
         a = e.agent
         if a is not None and kind in _CELL_KINDS:
-            cells = self.cells
-            if a.index >= len(cells):
-                cells.extend([None] * (a.index + 1 - len(cells)))  # type: ignore[list-item]
-            old = cells[a.index]
-            if old is not None:
-                self.counts[old.state] -= 1
-            cells[a.index] = cell = _cell(a)
-            self.counts[cell.state] += 1
+            self.put_cell(a.index, _cell(a))
         if kind == ev.RETRY_SCHEDULED or (kind == ev.FAILED and e.attempt is not None
                                           and e.attempt.retry_wait_s is None):
             # every failed call ends in a retry or the task's failure (a task failed while
             # parked shows an attempt already counted at its retry)
-            self.calls_failed += 1
+            self.call_ended(False)
         if kind == ev.SUCCEEDED and a is not None:
-            self.calls_ok += 1
-            self.succeeded += 1
-            self._tick()
-            if a.latency_ms is not None:
-                self.latency.record_value(max(1, int(a.latency_ms)))
-                self.hist[histogram_bucket(a.latency_ms)] += 1
-            if a.ttft_ms is not None:
-                self.ttft.record_value(max(1, int(a.ttft_ms)))
-            self.tokens_in += a.tokens_in
-            self.tokens_out += a.tokens_out
-            self.estimated |= a.usage_estimated
-            if a.cost_usd is None:
-                self.unpriced += 1
-            else:
-                self.cost_usd += a.cost_usd
+            self.call_ended(True)
+            self.task_succeeded(a.latency_ms, a.ttft_ms, a.tokens_in, a.tokens_out,
+                                a.cost_usd, a.usage_estimated)
         elif kind == ev.FAILED and a is not None:
-            self.failed += 1
-            self._tick()
-            self.errors[a.error_class or "other"] += 1
-            self._line(e, f"FAIL   {a.id} {a.error_class} {a.status_code or ''} "
-                          f"{(a.error_message or '')[:60]}")
+            self.task_failed(a.error_class)
+            self.line(e.at_ms / 1000, f"FAIL   {a.id} {a.error_class} {a.status_code or ''} "
+                                      f"{(a.error_message or '')[:60]}")
         elif kind == ev.RETRY_SCHEDULED and a is not None and e.attempt is not None:
             wait = e.attempt.retry_wait_s or 0.0
-            self._line(e, f"RETRY  {a.id} #{e.attempt.number} {e.detail} +{wait:.2f}s")
+            self.line(e.at_ms / 1000, f"RETRY  {a.id} #{e.attempt.number} {e.detail} "
+                                      f"+{wait:.2f}s")
         elif kind == ev.FALLBACK and a is not None:
-            self._line(e, f"FALLBK {a.id} {e.detail}")
+            self.line(e.at_ms / 1000, f"FALLBK {a.id} {e.detail}")
         elif kind == ev.CONTROL:
-            self._line(e, f"CTRL   {e.detail}")
+            self.line(e.at_ms / 1000, f"CTRL   {e.detail}")
 
-    def _line(self, e: ev.Event, text: str) -> None:
-        self.log.append(f"{e.at_ms / 1000:7.1f}s {text}")
-
+    # -- reading ----------------------------------------------------------------------------
     @staticmethod
     def pct(h: HdrHistogram, p: float) -> float | None:
         return float(h.get_value_at_percentile(p)) if h.get_total_count() else None
 
     def sparkline(self) -> tuple[int, ...]:
-        now = int(time.monotonic() - self._start)
+        now = int(self.clock())
         by_sec = dict(self._per_second)
         return tuple(by_sec.get(s, 0) for s in range(now - SPARK_SECONDS + 1, now + 1))
 
     def calls_per_s(self, window: int = 5) -> float:
         """Completions per second over the last `window` whole seconds (fewer at the start)."""
-        now = int(time.monotonic() - self._start)
+        now = int(self.clock())
         span = min(window, now)
         if span <= 0:
             return 0.0
         return sum(n for s, n in self._per_second if now - span <= s < now) / span
 
 
+def metrics_snapshot(m: LiveMetrics, *, run_id: str, simulated: bool,
+                     gateways: tuple[str, ...], status: str, elapsed_s: float, total: int,
+                     in_flight: int, concurrency: int, sla: SlaConfig, tasks_per_day: int,
+                     client_bound: bool, keys: tuple[KeyRow, ...] = (),
+                     readonly: bool = False, source: str = "live",
+                     budget_usd: float | None = None, waiting_for_keys: str | None = None,
+                     canary: str = "canary: off", calls_per_s: float | None = None
+                     ) -> Snapshot:
+    """The one snapshot builder: the metrics' figures plus what the source knows of the
+    run itself (status, clock, concurrency, keys)."""
+    counts = m.counts
+    # an index not seen yet is a gap; without gaps a plain copy (0.3 ms at 100,000 cells)
+    cells: tuple[AgentCell, ...] = (
+        tuple(c for c in m.cells if c is not None) if m.holes
+        else tuple(m.cells))  # type: ignore[arg-type]  # no holes: no None in it
+    ended = m.succeeded + m.failed
+    priced = m.succeeded - m.unpriced
+    per_task = m.cost_usd / priced if priced else None
+    calls = m.calls_ok + m.calls_failed
+    return Snapshot(
+        run_id=run_id, simulated=simulated, gateways=gateways, status=status,
+        elapsed_s=elapsed_s, total=total, counts={s: counts.get(s, 0) for s in STATES},
+        in_flight=in_flight, concurrency=concurrency,
+        calls_per_s=m.calls_per_s() if calls_per_s is None else calls_per_s,
+        success_rate=m.succeeded / ended if ended else None,
+        call_success_rate=m.calls_ok / calls if calls else None, calls=calls,
+        latency_ms=(m.pct(m.latency, 50), m.pct(m.latency, 95), m.pct(m.latency, 99)),
+        ttft_ms=(m.pct(m.ttft, 50), m.pct(m.ttft, 95)),
+        tokens_in=m.tokens_in, tokens_out=m.tokens_out, cost_usd=m.cost_usd,
+        unpriced_tasks=m.unpriced, usage_estimated=m.estimated,
+        projected_month_usd=per_task * tasks_per_day * 30 if per_task is not None else None,
+        sla=sla, agents=cells, log=tuple(m.log), histogram=tuple(m.hist),
+        sparkline=m.sparkline(), readonly=readonly, source=source, errors=dict(m.errors),
+        keys=keys, waiting_for_keys=waiting_for_keys, client_bound=client_bound,
+        budget_usd=budget_usd, canary=canary,
+    )
+
+
 def live_snapshot(runner, metrics: LiveMetrics, *, run_id: str, simulated: bool,
                   sla: SlaConfig, tasks_per_day: int, readonly: bool = False,
                   status: str | None = None) -> Snapshot:
     """Read the runner and the metrics; never mutate them."""
-    m = metrics
-    counts = m.counts
-    cells = tuple(c for c in m.cells if c is not None)  # an index not seen yet is a gap
-    ended = m.succeeded + m.failed
-    priced = m.succeeded - m.unpriced
-    per_task = m.cost_usd / priced if priced else None
     if status is None:
         if runner.cancelled:
             status = RunStatus.CANCELLED if runner.wall_ms else RunStatus.RUNNING
@@ -258,21 +324,10 @@ def live_snapshot(runner, metrics: LiveMetrics, *, run_id: str, simulated: bool,
         else:
             status = RunStatus.PAUSED if runner.paused else RunStatus.RUNNING
     elapsed = (runner.wall_ms or (runner.now_ms() if runner.t0 else 0.0)) / 1000.0
-    return Snapshot(
-        run_id=run_id, simulated=simulated, gateways=tuple(runner.gateways), status=status,
-        elapsed_s=elapsed, total=len(runner.agents), counts={s: counts.get(s, 0) for s in STATES},
-        in_flight=runner.in_flight, concurrency=runner.limit, calls_per_s=m.calls_per_s(),
-        success_rate=m.succeeded / ended if ended else None,
-        call_success_rate=m.calls_ok / calls if (calls := m.calls_ok + m.calls_failed) else None,
-        calls=m.calls_ok + m.calls_failed,
-        latency_ms=(m.pct(m.latency, 50), m.pct(m.latency, 95), m.pct(m.latency, 99)),
-        ttft_ms=(m.pct(m.ttft, 50), m.pct(m.ttft, 95)),
-        tokens_in=m.tokens_in, tokens_out=m.tokens_out, cost_usd=m.cost_usd,
-        unpriced_tasks=m.unpriced, usage_estimated=m.estimated,
-        projected_month_usd=per_task * tasks_per_day * 30 if per_task is not None else None,
-        sla=sla, agents=cells, log=tuple(m.log), histogram=tuple(m.hist),
-        sparkline=m.sparkline(), readonly=readonly, errors=dict(m.errors),
-        keys=key_rows(runner.gateways), waiting_for_keys=runner.waiting_for_keys,
-        client_bound=runner.loop_lag.client_bound(),
-        budget_usd=runner.policy.budget_usd,
-    )
+    return metrics_snapshot(
+        metrics, run_id=run_id, simulated=simulated, gateways=tuple(runner.gateways),
+        status=status, elapsed_s=elapsed, total=len(runner.agents), in_flight=runner.in_flight,
+        concurrency=runner.limit, sla=sla, tasks_per_day=tasks_per_day,
+        client_bound=runner.loop_lag.client_bound(), keys=key_rows(runner.gateways),
+        readonly=readonly, budget_usd=runner.policy.budget_usd,
+        waiting_for_keys=runner.waiting_for_keys)

@@ -10,21 +10,47 @@ import aiosqlite
 from swarm_tui.config import LoadedConfig, SlaConfig
 from swarm_tui.engine.cost import CostReport
 from swarm_tui.engine.snapshot import (
-    HIST_EDGES_MS,
+    LOG_LINES,
     AgentCell,
     KeyRow,
+    LiveMetrics,
     Snapshot,
-    histogram_bucket,
+    metrics_snapshot,
 )
-from swarm_tui.engine.state import STATES, RunStatus, TaskState
-from swarm_tui.engine.summary import summarize
+from swarm_tui.engine.state import RunStatus, TaskState
 from swarm_tui.errors import UserError
 from swarm_tui.run_sources.base import AgentDetail
 from swarm_tui.store import reads
 from swarm_tui.store.control import queue_command
 from swarm_tui.store.db import open_db
-from swarm_tui.store.runs import RunRecord, get_run, list_runs, task_rows
+from swarm_tui.store.runs import RunRecord, get_run, list_runs
 from swarm_tui.workload import Task
+
+
+def _session(run: RunRecord) -> tuple:
+    """Who executes (or last executed) the run: a resume is another process, so another
+    session (the claim token itself is cleared when a session ends)."""
+    return (run.host, run.pid, run.owner_started)
+
+
+class _Follow:
+    """How far a reader has followed one executor's session of a run, and the metrics
+    built from what it read."""
+
+    def __init__(self, run: RunRecord, tasks: list[tuple]) -> None:
+        self.session = _session(run)
+        self.status = run.status
+        self.index = {seq: i for i, (seq, *_rest) in enumerate(tasks)}
+        self.task_ids = [t[1] for t in tasks]
+        self.ended_at: float | None = None  # the run's end (unix s); None while it runs
+        self.metrics = LiveMetrics(clock=lambda: (self.ended_at or time.time())
+                                   - run.started_at)
+        for i, (seq, task_id, model, bucket) in enumerate(tasks):
+            self.metrics.put_cell(i, AgentCell(seq, task_id, TaskState.QUEUED, model, bucket,
+                                               None, None, 0, None))
+        self.results_at = self.attempts_at = self.events_at = 0
+        self.final = False  # the run had ended when its rows were last read
+        self.snapshot: Snapshot | None = None
 
 
 class StoreSource:
@@ -44,6 +70,7 @@ class StoreSource:
         self.error: str | None = None
         self.active = False
         self.paused = False  # as last commanded through the control table
+        self._follow: _Follow | None = None
 
     async def open(self) -> None:
         if self.conn is not None:
@@ -70,26 +97,31 @@ class StoreSource:
     shutdown = close
 
     async def snapshot(self) -> Snapshot | None:
+        """The run as stored, read incrementally: the rows stored since the last tick feed
+        the same metrics a live run's events feed (engine/snapshot.py), so a tick costs the
+        same at 1,000 or 100,000 tasks, and a finished replay costs nothing."""
         assert self.conn is not None and self.run_id is not None
+        f = self._follow
+        if f is not None and f.final and self.kind == "replay":
+            return f.snapshot  # a finished run read to its end does not change
         self.record = run = await get_run(self.conn, self.run_id, self.db_path)
-        stored = await task_rows(self.conn, self.run_id)
-        s = summarize(stored, run_id=run.id, sla=run.sla, wall_ms=run.wall_ms,
-                      status=run.effective_status(), simulated=run.simulated)
         status = run.effective_status()
+        if f is None or f.session != _session(run) or (f.final and status != f.status):
+            # first read, or another executor session (a resume, seen running or not —
+            # it re-queued the cancelled tasks): read the run afresh
+            f = self._follow = _Follow(run, await reads.task_list(self.conn, run.id))
+        elif f.final and status != RunStatus.RUNNING:
+            return f.snapshot
+        f.status = status
         self.active = status == RunStatus.RUNNING
+        f.final = not self.active  # the rows read below, after the status, are all there are
+        f.ended_at = None if self.active else (run.finished_at or time.time())
+        await self._read_new_rows(f, run.started_at)
         self.paused = await reads.last_pause_command(self.conn, self.run_id) == "pause"
         if self.active and self.paused:
             status = RunStatus.PAUSED
         elapsed = (time.time() - run.started_at) if self.active else run.wall_ms / 1000
-        counts: dict[str, int] = dict.fromkeys(STATES, 0)
-        for t in stored:
-            counts[t.state] = counts.get(t.state, 0) + 1
-        hist = [0] * (len(HIST_EDGES_MS) + 1)
-        for t in stored:
-            if t.state == TaskState.SUCCEEDED and t.latency_ms is not None:
-                hist[histogram_bucket(t.latency_ms)] += 1
-        log = await self._log_lines(run.started_at)
-        live = await reads.live_figures(self.conn, self.run_id)  # the executor's heartbeat
+        live = await reads.live_figures(self.conn, self.run_id) if self.active else {}
         keys, _ = await self.keys()
         canary = "canary: off"
         c = self.cfg.settings.canary if self.cfg is not None else None
@@ -99,42 +131,65 @@ class StoreSource:
             state = await read_state(self.conn, c.name)
             if state is not None:
                 canary = f"canary {state.pct}% {state.status}"
-        per_task = s.cost_per_task_usd
-        tpd = int(run.config.get("settings", {}).get("tasks_per_day", 12000))
-        cells = tuple(AgentCell(t.seq, t.task_id, t.state, t.model, t.bucket, t.latency_ms,
-                                t.cost_usd, t.attempts, t.error_class) for t in stored)
-        return Snapshot(
-            run_id=run.id, simulated=run.simulated,
+        m = f.metrics
+        ended = m.succeeded + m.failed
+        f.snapshot = metrics_snapshot(
+            m, run_id=run.id, simulated=run.simulated,
             gateways=tuple(run.config.get("gateways", {}) or (run.config.get("gateway", "?"),)),
-            status=status, elapsed_s=elapsed, total=run.total, counts=counts,
-            in_flight=int(live.get("in_flight", 0)) if self.active else 0,
+            status=status, elapsed_s=elapsed, total=run.total,
+            in_flight=int(live.get("in_flight", 0)),
             concurrency=int(live.get("concurrency") or run.config.get("concurrency", 0)),
-            calls_per_s=(s.succeeded + s.failed) / elapsed if elapsed > 0 else 0.0,
-            success_rate=s.success_rate, call_success_rate=s.call_success_rate, calls=s.calls,
-            client_bound=bool(live.get("client_bound")) if self.active else s.client_bound,
-            latency_ms=(s.latency_ms.p50, s.latency_ms.p95, s.latency_ms.p99),
-            ttft_ms=(s.ttft_ms.p50, s.ttft_ms.p95), tokens_in=s.tokens.input,
-            tokens_out=s.tokens.output, cost_usd=s.cost_usd, unpriced_tasks=s.unpriced_tasks,
-            usage_estimated=bool(s.tokens.estimated_tasks),
-            projected_month_usd=per_task * tpd * 30 if per_task is not None else None,
-            sla=SlaConfig.model_validate(run.sla.model_dump()), agents=cells, log=log,
-            histogram=tuple(hist), sparkline=(), readonly=self.readonly, source=self.kind,
-            errors=s.errors, keys=keys, canary=canary,
+            # a finished run: its average rate (the last seconds' rate is its tail)
+            calls_per_s=None if self.active else (ended / elapsed if elapsed > 0 else 0.0),
+            sla=SlaConfig.model_validate(run.sla.model_dump()),
+            tasks_per_day=int(run.config.get("settings", {}).get("tasks_per_day", 12000)),
+            client_bound=bool(live.get("client_bound") if self.active
+                              else (run.summary or {}).get("client_bound")),
+            keys=keys, readonly=self.readonly, source=self.kind, canary=canary,
             budget_usd=run.config.get("budget_usd"))
+        return f.snapshot
 
-    async def _log_lines(self, started_at: float) -> tuple[str, ...]:
-        """This run's stored log — failed attempts, fallbacks, controls, key and canary
-        actions — the last 100, in the live log's format."""
+    async def _read_new_rows(self, f: _Follow, started_at: float) -> None:
+        """Feed the metrics with the results, attempts and events stored since last time."""
         assert self.conn is not None and self.run_id is not None
-        errs, events = await reads.log_rows(self.conn, self.run_id)
-        lines = [(at, f"RETRY  {tid} #{n} {c} {sc or ''} +{w or 0:.2f}s" if w is not None
-                  else f"FAIL   {tid} #{n} {c} {sc or ''} {(m or '')[:60]}")
-                 for at, tid, n, c, sc, w, m in errs]
+        m = f.metrics
+        results = await reads.results_after(self.conn, self.run_id, f.results_at)
+        for (_rowid, seq, state, model, bucket, latency, ttft, t_in, t_out, cost, estimated,
+             attempts, error_class, finished_at) in results:
+            i = f.index.get(seq)
+            if i is None:
+                continue  # a task this reader does not know (cannot happen: tasks come first)
+            m.put_cell(i, AgentCell(seq, f.task_ids[i], state, model, bucket, latency, cost,
+                                    attempts, error_class))
+            at_s = finished_at - started_at
+            if state == TaskState.SUCCEEDED:
+                m.task_succeeded(latency, ttft, t_in, t_out, cost, bool(estimated), at_s)
+            elif state == TaskState.FAILED:
+                m.task_failed(error_class, at_s)
+        if results:
+            f.results_at = results[-1][0]
+        lines: list[tuple[float, str]] = []
+        attempts = await reads.attempts_after(self.conn, self.run_id, f.attempts_at)
+        for _id, seq, n, outcome, sent_at, c, sc, wait, msg in attempts:
+            if outcome not in ("ok", "error"):
+                continue  # a cancelled call was never answered
+            m.call_ended(outcome == "ok")
+            if outcome == "error":
+                i = f.index.get(seq)
+                tid = f.task_ids[i] if i is not None else f"#{seq}"
+                lines.append((sent_at, f"RETRY  {tid} #{n} {c} {sc or ''} +{wait:.2f}s"
+                              if wait is not None
+                              else f"FAIL   {tid} #{n} {c} {sc or ''} {(msg or '')[:60]}"))
+        if attempts:
+            f.attempts_at = attempts[-1][0]
+        events = await reads.events_after(self.conn, self.run_id, f.events_at)
         tags = {"control": "CTRL  ", "fallback": "FALLBK"}
         lines += [(at, f"{tags.get(kind, kind.upper()[:6]):6} {detail or ''}")
-                  for at, kind, detail in events]
-        lines.sort(key=lambda x: x[0])
-        return tuple(f"{at - started_at:7.1f}s {text}" for at, text in lines[-100:])
+                  for _id, at, kind, detail in events]
+        if events:
+            f.events_at = events[-1][0]
+        for at, text in sorted(lines, key=lambda x: x[0])[-LOG_LINES:]:
+            m.line(at - started_at, text)
 
     async def detail(self, seq: int) -> AgentDetail | None:
         assert self.conn is not None and self.run_id is not None

@@ -107,3 +107,46 @@ async def live_key_rows(conn: aiosqlite.Connection, fresh_s: float) -> list[tupl
             "in_flight, calls, rate_limited, errors FROM key_state WHERE updated_at >= ?",
             (time.time() - fresh_s,)) as cur:
         return [tuple(r) for r in await cur.fetchall()]
+
+
+# -- a run followed incrementally (watch / replay): rows newer than the last one read ----
+# `+run_id` keeps SQLite on the rowid range (the newest rows only); without it the planner
+# may take the (run_id, seq) index and visit every row of the run on every tick.
+
+async def task_list(conn: aiosqlite.Connection, run_id: str) -> list[tuple]:
+    """(seq, task_id, model, bucket) of every task, as routed at the start."""
+    async with conn.execute("SELECT seq, task_id, model, bucket FROM tasks WHERE run_id=? "
+                            "ORDER BY seq", (run_id,)) as cur:
+        return [tuple(r) for r in await cur.fetchall()]
+
+
+RESULT_FIELDS = ("rowid", "seq", "state", "model", "bucket", "latency_ms", "ttft_ms",
+                 "tokens_in", "tokens_out", "cost_usd", "usage_estimated", "attempts",
+                 "error_class", "finished_at")
+
+
+async def results_after(conn: aiosqlite.Connection, run_id: str, after: int) -> list[tuple]:
+    """Results stored after rowid `after` (0: all of the run's), oldest first."""
+    cols = ", ".join(RESULT_FIELDS)
+    sql = (f"SELECT {cols} FROM results WHERE run_id=? ORDER BY rowid" if not after else
+           f"SELECT {cols} FROM results WHERE rowid > ? AND +run_id=? ORDER BY rowid")
+    async with conn.execute(sql, (run_id,) if not after else (after, run_id)) as cur:
+        return [tuple(r) for r in await cur.fetchall()]
+
+
+async def attempts_after(conn: aiosqlite.Connection, run_id: str, after: int) -> list[tuple]:
+    """(id, seq, number, outcome, sent_at, error_class, status_code, retry_wait_s,
+    error_message) of attempts stored after id `after`, oldest first."""
+    cols = ("id, seq, number, outcome, sent_at, error_class, status_code, retry_wait_s, "
+            "error_message")
+    sql = (f"SELECT {cols} FROM attempts WHERE run_id=? ORDER BY id" if not after else
+           f"SELECT {cols} FROM attempts WHERE id > ? AND +run_id=? ORDER BY id")
+    async with conn.execute(sql, (run_id,) if not after else (after, run_id)) as cur:
+        return [tuple(r) for r in await cur.fetchall()]
+
+
+async def events_after(conn: aiosqlite.Connection, run_id: str, after: int) -> list[tuple]:
+    """(id, at, kind, detail) of the run's events stored after id `after`."""
+    async with conn.execute("SELECT id, at, kind, detail_json FROM events WHERE id > ? "
+                            "AND run_id=? ORDER BY id", (after, run_id)) as cur:
+        return [tuple(r) for r in await cur.fetchall()]

@@ -232,6 +232,11 @@ async def claim_run(conn: aiosqlite.Connection, run: RunRecord, claim: Claim,
     if cur.rowcount != 1:
         claim.release()
         raise UserError(f"run {run.id}: another process claimed it a moment ago ({path})")
+    # The run's cancelled tasks are queued again (this session re-sends them): their new
+    # results are then new rows, which readers following the run by rowid see (an update
+    # in place would keep the old rowid and stay invisible to them). Their attempts stay.
+    await conn.execute("DELETE FROM results WHERE run_id=? AND state='cancelled'", (run.id,))
+    await conn.commit()
 
 
 async def release_run(conn: aiosqlite.Connection, run_id: str, status: str, claim: Claim

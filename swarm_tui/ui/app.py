@@ -143,6 +143,7 @@ class SwarmApp(App[int]):
         self._filter: Callable[[AgentCell], bool] | None = None  # parsed once per change
         self.sort_order = SORTS[0]
         self.snapshot: Snapshot | None = None
+        self._shown_message: str | None = None
         self.message = ""
         self._themes = load_themes(theme_dir)
         self._wanted_theme = theme or "swarm-dark"
@@ -202,7 +203,10 @@ class SwarmApp(App[int]):
                 snap = await self.source.snapshot()
             except (AssertionError, UserError) as e:
                 self.message = str(e) if isinstance(e, UserError) else self.message
+        if snap is not None and snap is self.snapshot and self.message == self._shown_message:
+            return  # the source has nothing new (a finished replay): nothing to redraw
         self.snapshot = snap
+        self._shown_message = self.message
         self.render_snapshot()
 
     def render_snapshot(self) -> None:

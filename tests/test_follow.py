@@ -1,0 +1,148 @@
+"""A stored run followed incrementally (watch, replay): each tick reads only the rows stored
+since the last one, the figures end where the stored summary does, and a finished replay
+reads nothing at all."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from swarm_tui.run_sources import StoreSource
+from tests.conftest import swarm
+
+pytestmark = pytest.mark.usefixtures("no_user_config")
+
+
+def _start_run(n: int) -> subprocess.Popen:
+    # 503s: retries and a few failed tasks, so calls, the log and the error classes move too
+    return subprocess.Popen(
+        [sys.executable, "-m", "swarm_tui", "run", "--demo", str(n), "--headless", "--quiet",
+         "--concurrency", "30", "--sim-profile", "fixed:40", "--sim-rate-429", "0",
+         "--sim-rate-503", "0.08"], env=os.environ.copy(), stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+
+
+def _running(db: str) -> bool:
+    try:
+        with sqlite3.connect(db) as c:
+            return bool(c.execute("SELECT COUNT(*) FROM runs r JOIN results x ON x.run_id = r.id"
+                                  " WHERE r.status='running'").fetchone()[0])
+    except sqlite3.Error:
+        return False
+
+
+async def _until(pred, timeout: float = 60.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not pred():
+            await asyncio.sleep(0.05)
+
+
+@pytest.mark.slow
+async def test_a_watched_run_is_read_incrementally_and_ends_at_the_stored_figures():
+    db = Path(os.environ["SWARM_TUI_DB"])
+    proc = _start_run(1500)
+    sources: list[StoreSource] = []
+    try:
+        await _follow_to_the_end(db, proc, sources)
+    finally:
+        for src in sources:  # an unclosed connection's thread keeps pytest from exiting
+            await src.close()
+        if proc.poll() is None:
+            proc.kill()
+
+
+async def _follow_to_the_end(db: Path, proc: subprocess.Popen, sources: list) -> None:
+    try:
+        await _until(lambda: _running(db))
+        src = StoreSource(db, None)
+        await src.open()
+        sources.append(src)
+        statements: list[str] = []
+        assert src.conn is not None
+        await src.conn.set_trace_callback(statements.append)
+        snaps = []
+        while True:  # tick until the executor has finished and the reader has seen it
+            snap = await src.snapshot()
+            snaps.append(snap)
+            if snap is not None and snap.status != "running":
+                break
+            await asyncio.sleep(0.1)
+        assert proc.wait(60) in (0, 3), proc.stderr.read() if proc.stderr else ""
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    done = [s.done for s in snaps if s is not None]
+    assert len(done) >= 3 and done == sorted(done) and done[0] < 1500  # followed, not jumped
+    # after the first read, results come by rowid range: only the rows stored since
+    reads = [s for s in statements if "FROM results" in s]
+    assert reads[0].startswith("SELECT") and "rowid >" not in reads[0]
+    assert len(reads) >= 3 and all("rowid > " in s for s in reads[1:])
+    assert not any("task_results" in s for s in statements)  # never the whole run again
+
+    stored = json.loads(swarm("report", src.run_id, "--json").stdout)
+    last = snaps[-1]
+    assert last.status == stored["status"] == "finished"
+    assert (last.counts["succeeded"], last.counts["failed"]) == (stored["succeeded"],
+                                                                 stored["failed"])
+    assert last.counts["queued"] == 0 and last.done == 1500
+    assert last.calls == stored["calls"] and stored["calls"] > 1500  # retries counted
+    assert last.call_success_rate == pytest.approx(stored["call_success_rate"])
+    assert last.success_rate == pytest.approx(stored["success_rate"])
+    assert last.cost_usd == pytest.approx(stored["cost_usd"])
+    assert (last.tokens_in, last.tokens_out) == (stored["tokens"]["input"],
+                                                 stored["tokens"]["output"])
+    for got, want in zip(last.latency_ms, (stored["latency_ms"][p] for p in
+                                           ("p50", "p95", "p99")), strict=True):
+        assert got == pytest.approx(want, rel=0.02, abs=1)  # a 2-digit sketch vs exact ranks
+    assert sum(last.histogram) == stored["succeeded"]
+    assert any(line.split()[1] == "RETRY" for line in last.log)
+
+    # a replay of the finished run: read once, then nothing per tick
+    replay = StoreSource(db, src.run_id, replay=True)
+    await replay.open()
+    sources.append(replay)
+    assert replay.conn is not None
+    first = await replay.snapshot()
+    assert first is not None and first.counts == last.counts and first.calls == last.calls
+    statements.clear()
+    await replay.conn.set_trace_callback(statements.append)
+    for _ in range(3):
+        assert await replay.snapshot() is first
+    assert statements == []
+
+
+@pytest.mark.slow
+async def test_a_watcher_follows_a_resume_of_a_cancelled_run():
+    """A resume re-sends the cancelled tasks; a reader that watched the cancelled session
+    follows the new one from scratch and ends with every task succeeded."""
+    db = Path(os.environ["SWARM_TUI_DB"])
+    proc = _start_run(600)
+    await _until(lambda: _running(db))
+    with sqlite3.connect(db) as c:
+        run_id = c.execute("SELECT id FROM runs").fetchone()[0]
+    src = StoreSource(db, run_id, write=True)  # as `watch --write` then `x` would
+    await src.open()
+    try:  # (an unclosed aiosqlite connection's thread would keep pytest from exiting)
+        await src.snapshot()
+        assert await src.control("cancel")
+        proc.wait(60)
+        cancelled = await src.snapshot()
+        assert cancelled is not None and cancelled.status == "cancelled"
+        assert cancelled.counts["cancelled"] > 0
+        r = swarm("resume", run_id, "--json", "--quiet")
+        assert r.returncode in (0, 3), r.stderr
+        after = await src.snapshot()
+        assert after is not None and after.status == "finished"
+        assert after.counts["cancelled"] == 0 and after.done == 600
+        assert after.counts["succeeded"] == json.loads(r.stdout)["succeeded"]
+    finally:
+        await src.close()
+        if proc.poll() is None:
+            proc.kill()
