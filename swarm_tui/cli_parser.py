@@ -9,6 +9,9 @@ import argparse
 from pathlib import Path
 
 from swarm_tui import __version__
+from swarm_tui.canary.state import ACTIONS as CANARY_ACTIONS
+
+CANARY_VERBS = ("status", "history", *CANARY_ACTIONS)
 
 # the console demo: 2,000 tasks for 100 agents paced over ~25 s, so a retry, a fallback and
 # a key cooling down happen in front of you; headless, the team's 100-task demo
@@ -151,12 +154,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="csv: one row per attempt; jsonl (default): one task per line")
     export.add_argument("--out", metavar="FILE", help="default: standard output")
 
-    from swarm_tui.commands import canary
-
-    canary.add_parser(sub, _common)
-    from swarm_tui.commands import keys
-
-    keys.add_parser(sub, _common)
+    _canary_parser(sub)
+    _keys_parser(sub)
 
     sim = sub.add_parser("sim", help="serve the simulator gateway for any OpenAI client")
     _common(sim)
@@ -184,3 +183,34 @@ def build_parser() -> argparse.ArgumentParser:
                      help="answer one JSON completion even when asked to stream")
     sim.add_argument("--stdin-control", action="store_true", help=argparse.SUPPRESS)
     return parser
+
+
+def _canary_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("canary", help="the gateway canary: status, promote, abort, history")
+    _common(p)
+    p.add_argument("verb", choices=CANARY_VERBS,
+                   metavar="{" + ",".join(CANARY_VERBS) + "}",
+                   help="status / history read; the rest move the canary (audited)")
+    p.add_argument("pct", nargs="?", help="for `set`: the candidate's share of users, 1-100")
+    p.add_argument("--reason", help="why (kept in the audit log)")
+    p.add_argument("--json", action="store_true", help="status / history as JSON")
+    p.add_argument("--limit", type=int, default=20, help="history entries (default 20)")
+    p.add_argument("--readonly", action="store_true", default=argparse.SUPPRESS,
+                   help="refuse any action that changes it (also before the sub-command)")
+
+
+def _keys_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("keys", help="API keys: list, add (stdin/env), retire, enable")
+    _common(p)
+    p.add_argument("verb", choices=("list", "add", "retire", "enable"),
+                   help="list keys; add one (from stdin or --from-env); retire / enable one "
+                   "by fingerprint")
+    p.add_argument("fingerprint", nargs="?", help="for retire / enable: the key's fingerprint "
+                   "(a unique part is enough), as `keys list` shows it")
+    p.add_argument("--gateway", help="the gateway (default: the only or default one)")
+    p.add_argument("--label", help="for add: a label kept next to the key in the key file")
+    p.add_argument("--from-env", metavar="VAR", help="for add: read the key from $VAR "
+                   "instead of standard input")
+    p.add_argument("--json", action="store_true", help="list as JSON")
+    p.add_argument("--insecure-key-file", action="store_true",
+                   help="accept a key file readable by group/others (warns)")

@@ -5,10 +5,13 @@ or the network; nothing imports the command line. And SQL is written only under 
 
 from __future__ import annotations
 
+import os
 import pathlib
 import re
 import subprocess
 import sys
+
+import pytest
 
 ROOT = pathlib.Path(__file__).parent.parent
 SQL = re.compile(r"""\.execute(many)?\(\s*f?["'](\s*)(SELECT|INSERT|UPDATE|DELETE|BEGIN|CREATE|"""
@@ -43,3 +46,25 @@ def test_core_modules_do_not_load_textual_at_runtime():
             + "print(bad); raise SystemExit(1 if bad else 0)\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("argv", [["runs"], ["runs", "--json"], ["canary", "--help"]])
+def test_reading_commands_import_no_console_and_no_http_client(tmp_path, argv):
+    """`runs` (and the parser of every command) starts without Textual, the openai SDK or
+    an HTTP transport: they are most of the console's import time."""
+    code = ("import sys, contextlib, io\n"
+            "from swarm_tui.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    try:\n"
+            f"        main({argv!r})\n"
+            "    except SystemExit:\n"
+            "        pass\n"
+            "heavy = {'textual', 'openai', 'httpx2', 'aiohttp', 'uvicorn', 'rich'}\n"
+            "print(sorted({m.split('.')[0] for m in sys.modules} & heavy))\n")
+    env = {**os.environ, "SWARM_TUI_DB": str(tmp_path / "runs.db"),
+           "XDG_CONFIG_HOME": str(tmp_path / "xdg")}
+    env.pop("SWARM_TUI_CONFIG", None)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1] == "[]"

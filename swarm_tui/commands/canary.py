@@ -16,21 +16,6 @@ from swarm_tui.report import canary as report
 from swarm_tui.report import fmt
 from swarm_tui.store import canary as cs
 
-VERBS = ("status", "history", *st.ACTIONS)
-
-
-def add_parser(sub: argparse._SubParsersAction, common) -> None:
-    p = sub.add_parser("canary", help="the gateway canary: status, promote, abort, history")
-    common(p)
-    p.add_argument("verb", choices=VERBS, metavar="{" + ",".join(VERBS) + "}",
-                   help="status / history read; the rest move the canary (audited)")
-    p.add_argument("pct", nargs="?", help="for `set`: the candidate's share of users, 1-100")
-    p.add_argument("--reason", help="why (kept in the audit log)")
-    p.add_argument("--json", action="store_true", help="status / history as JSON")
-    p.add_argument("--limit", type=int, default=20, help="history entries (default 20)")
-    p.add_argument("--readonly", action="store_true", default=argparse.SUPPRESS,
-                   help="refuse any action that changes it (also before the sub-command)")
-
 
 def canary_config(cfg: LoadedConfig) -> CanaryConfig:
     c = cfg.settings.canary

@@ -47,23 +47,6 @@ class KeyListing(BaseModel):
     run_id: str | None = None
 
 
-def add_parser(sub: argparse._SubParsersAction, common) -> None:
-    p = sub.add_parser("keys", help="API keys: list, add (stdin/env), retire, enable")
-    common(p)
-    p.add_argument("verb", choices=("list", "add", "retire", "enable"),
-                   help="list keys; add one (from stdin or --from-env); retire / enable one "
-                   "by fingerprint")
-    p.add_argument("fingerprint", nargs="?", help="for retire / enable: the key's fingerprint "
-                   "(a unique part is enough), as `keys list` shows it")
-    p.add_argument("--gateway", help="the gateway (default: the only or default one)")
-    p.add_argument("--label", help="for add: a label kept next to the key in the key file")
-    p.add_argument("--from-env", metavar="VAR", help="for add: read the key from $VAR "
-                   "instead of standard input")
-    p.add_argument("--json", action="store_true", help="list as JSON")
-    p.add_argument("--insecure-key-file", action="store_true",
-                   help="accept a key file readable by group/others (warns)")
-
-
 def _gateway(cfg: LoadedConfig, name: str | None) -> str:
     gws = cfg.settings.gateways
     if not gws:
