@@ -161,7 +161,7 @@ async def _finish_stored(conn, path, cfg, outcome, as_json: bool) -> int:
 
 
 def _finish(outcome, as_json: bool, json_text: str | None = None) -> int:
-    from swarm_tui.execution.progress import summary_text
+    from swarm_tui.report.summary_text import summary_text
 
     summary = outcome.summary
     if as_json:
@@ -244,7 +244,7 @@ def _console(args: argparse.Namespace, cfg, **kw) -> int:
         raise UserError(err)
     outcome = getattr(source, "outcome", None)
     if outcome is not None:
-        from swarm_tui.execution.progress import summary_text
+        from swarm_tui.report.summary_text import summary_text
 
         print(summary_text(outcome.summary))
         return exit_code(outcome, console_code=code)

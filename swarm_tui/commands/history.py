@@ -11,19 +11,22 @@ from pathlib import Path
 import aiosqlite
 
 from swarm_tui.config import LoadedConfig, load_config
+from swarm_tui.engine.cost import CostReport
 from swarm_tui.engine.summary import RunSummary
 from swarm_tui.errors import EXIT_OK, UserError
 
 
 async def summary_json(conn: aiosqlite.Connection, path: Path, summary: RunSummary,
-                       cfg: LoadedConfig) -> str:
-    """The run's summary plus its cost breakdown: the same object `report --json` prints."""
+                       cfg: LoadedConfig, cost: CostReport | None = None) -> str:
+    """The run's summary plus its cost breakdown: the same object `report --json` prints
+    (`cost`: the breakdown when the caller has it already — it reads every task row)."""
     from swarm_tui.report.cost import stored_cost
     from swarm_tui.store.runs import get_run
 
     data = summary.model_dump(mode="json")
     if summary.status != "unsaved":
-        cost = await stored_cost(conn, await get_run(conn, summary.run_id, path), cfg)
+        if cost is None:
+            cost = await stored_cost(conn, await get_run(conn, summary.run_id, path), cfg)
         data["cost"] = cost.model_dump(mode="json")
     return json.dumps(data, indent=2)
 
@@ -40,9 +43,9 @@ async def runs(conn: aiosqlite.Connection, path: Path, args: argparse.Namespace)
 
 
 async def report(conn: aiosqlite.Connection, path: Path, args: argparse.Namespace) -> int:
-    from swarm_tui.execution.progress import summary_text
     from swarm_tui.report.cost import cost_text, stored_cost
     from swarm_tui.report.history import compare_rows, compare_table, run_summary
+    from swarm_tui.report.summary_text import summary_text
     from swarm_tui.store.runs import get_run
 
     run = await get_run(conn, args.run_id, path)
@@ -58,7 +61,7 @@ async def report(conn: aiosqlite.Connection, path: Path, args: argparse.Namespac
     cfg = load_config(args.config)
     cost = await stored_cost(conn, run, cfg)
     if args.json:
-        print(await summary_json(conn, path, a, cfg))
+        print(await summary_json(conn, path, a, cfg, cost))
     else:
         print(summary_text(a) + "\n\n" + cost_text(cost))
     return EXIT_OK
