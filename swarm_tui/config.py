@@ -123,6 +123,9 @@ class CanaryGates(_Strict):
     min_success: Annotated[float, Field(ge=0, le=1)] = 0.99
     cost_tolerance: Annotated[float, Field(ge=0)] = 0.10  # candidate $/task ≤ baseline × (1+tol)
     max_p95_ratio: PosFloat | None = None  # optional: candidate p95 ≤ baseline p95 × ratio
+    # a gate fails only on evidence significant at this confidence (Wilson bound for the
+    # success rate and the share of calls past p95_ms; Mann-Whitney for the p95 ratio)
+    confidence: Annotated[float, Field(ge=0.5, le=0.999)] = 0.95
 
 
 class CanaryConfig(_Strict):

@@ -51,9 +51,10 @@ async def test_a_starved_engine_loop_marks_the_run_client_bound_not_breached(sim
 
 
 def _figures(p95: float, n: int = 500) -> BucketFigures:
+    # evenly spread samples whose 95th percentile is `p95` (the gates test the samples)
+    lat = [p95 * (i + 1) / (0.95 * n) for i in range(n)]
     return BucketFigures(calls=n, call_errors=0, errors={}, tasks=n, succeeded=n,
-                         latency_ms=Percentiles(p50=p95 / 2, p95=p95, p99=p95 * 1.2),
-                         ttft_ms=Percentiles())
+                         latency_ms=Percentiles.of(lat), ttft_ms=Percentiles(), latencies=lat)
 
 
 def test_the_canary_latency_gate_is_inconclusive_while_the_client_is_bound():

@@ -13,6 +13,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, Field
 
+from swarm_tui.canary.stats import binomial_excess_p, mann_whitney_greater, wilson
 from swarm_tui.config import CanaryGates
 from swarm_tui.engine.aggregate import Usage
 from swarm_tui.engine.looplag import CLIENT_BOUND_MS
@@ -47,6 +48,8 @@ class BucketFigures(BaseModel):
     tokens_out_per_task: float | None = None
     cost_per_task_usd: float | None = None  # None: no succeeded task, or an unpriced one
     unpriced: int = 0
+    # the succeeded tasks' latencies, for the statistical gates (never stored or shown)
+    latencies: list[float] = Field(default_factory=list, exclude=True, repr=False)
 
     @property
     def task_success(self) -> float | None:
@@ -104,7 +107,7 @@ def figures(results: Iterable[ResultRow], calls: Iterable[CallRow]) -> dict[str,
         e: Counter[str] = errs.get(bucket) or Counter()
         f = BucketFigures(calls=n_calls[bucket], call_errors=sum(e.values()), errors=dict(e),
                           latency_ms=Percentiles.of(lat[bucket]),
-                          ttft_ms=Percentiles.of(ttft[bucket]))
+                          ttft_ms=Percentiles.of(ttft[bucket]), latencies=lat[bucket])
         f.tasks, f.succeeded, f.unpriced = tasks[bucket], u.tasks, u.unpriced_tasks
         if u.tasks:
             f.tokens_in_per_task = u.tokens_in / u.tasks
@@ -137,19 +140,14 @@ def evaluate(stage: dict[str, BucketFigures], gates: CanaryGates, min_samples: i
         verdicts.append(Verdict(gate="p95", result=INCONCLUSIVE,
                                 detail=few.format(n=cand.succeeded)))
     else:
-        verdicts.append(Verdict(gate="p95", result=PASS if p95 <= gates.p95_ms else FAIL,
-                                detail=f"{p95:.0f} ms vs ≤ {gates.p95_ms:.0f} ms"))
+        verdicts.append(_p95_gate(p95, cand.latencies, gates))
 
     rate = cand.call_success
     if cand.calls < min_samples or rate is None:
         verdicts.append(Verdict(gate="success", result=INCONCLUSIVE,
                                 detail=few.format(n=cand.calls)))
     else:
-        top = ", ".join(f"{k} {v}" for k, v in Counter(cand.errors).most_common(2))
-        verdicts.append(Verdict(
-            gate="success", result=PASS if rate >= gates.min_success else FAIL,
-            detail=f"{rate:.2%} of {cand.calls} calls vs ≥ {gates.min_success:.0%}"
-                   + (f" ({top})" if top else "")))
+        verdicts.append(_success_gate(cand, gates))
 
     verdicts.append(_vs_baseline(
         "cost", cand.cost_per_task_usd, base.cost_per_task_usd, 1 + gates.cost_tolerance,
@@ -158,11 +156,53 @@ def evaluate(stage: dict[str, BucketFigures], gates: CanaryGates, min_samples: i
     if gates.max_p95_ratio is not None and bound:
         verdicts.append(Verdict(gate="p95-ratio", result=INCONCLUSIVE, detail=bound_detail))
     elif gates.max_p95_ratio is not None:
-        verdicts.append(_vs_baseline(
+        ratio = _vs_baseline(
             "p95-ratio", cand.latency_ms.p95, base.latency_ms.p95, gates.max_p95_ratio,
             cand, base, min_samples,
-            lambda c, b: f"{c / b:.2f}× baseline p95 vs ≤ {gates.max_p95_ratio:.2f}×"))
+            lambda c, b: f"{c / b:.2f}× baseline p95 vs ≤ {gates.max_p95_ratio:.2f}×")
+        if ratio.result == FAIL:  # past the ratio: is the candidate really slower?
+            p = mann_whitney_greater(cand.latencies, base.latencies)
+            alpha = 1 - gates.confidence
+            ratio = Verdict(gate="p95-ratio", result=FAIL if p < alpha else INCONCLUSIVE,
+                            detail=f"{ratio.detail}; Mann-Whitney p={p:.2g} "
+                                   + ("< " if p < alpha else "≥ ") + f"{alpha:.3g}"
+                                   + ("" if p < alpha else ": not significant"))
+        verdicts.append(ratio)
     return verdicts
+
+
+def _success_gate(cand: BucketFigures, gates: CanaryGates) -> Verdict:
+    """Fails when the failed calls are significantly more than the minimum allows (exact
+    binomial test at the gates' confidence); a rate below the minimum without that
+    evidence is inconclusive. The Wilson interval is shown with it."""
+    ok = cand.calls - cand.call_errors
+    rate = ok / cand.calls
+    low, high = wilson(ok, cand.calls, gates.confidence)
+    p = binomial_excess_p(cand.call_errors, cand.calls, 1 - gates.min_success)
+    top = ", ".join(f"{k} {v}" for k, v in Counter(cand.errors).most_common(2))
+    detail = (f"{rate:.2%} of {cand.calls} calls vs ≥ {gates.min_success:.0%}"
+              + (f" ({top})" if top else "")
+              + f"; p={p:.2g}, {gates.confidence:.0%} CI {low:.1%}–{high:.1%}")
+    if rate >= gates.min_success:
+        return Verdict(gate="success", result=PASS, detail=detail)
+    if p < 1 - gates.confidence:
+        return Verdict(gate="success", result=FAIL, detail=detail)
+    return Verdict(gate="success", result=INCONCLUSIVE, detail=detail + ": not significant")
+
+
+def _p95_gate(p95: float, latencies: list[float], gates: CanaryGates) -> Verdict:
+    """p95 ≤ the limit means at most 5 % of calls above it: fails when significantly more
+    than 5 % are (exact binomial test), else a p95 past the limit is inconclusive."""
+    detail = f"{p95:.0f} ms vs ≤ {gates.p95_ms:.0f} ms"
+    if p95 <= gates.p95_ms or not latencies:
+        return Verdict(gate="p95", result=PASS if p95 <= gates.p95_ms else INCONCLUSIVE,
+                       detail=detail)
+    above = sum(1 for v in latencies if v > gates.p95_ms)
+    p = binomial_excess_p(above, len(latencies), 0.05)
+    detail += f"; {above / len(latencies):.1%} of {len(latencies)} above vs 5 %, p={p:.2g}"
+    if p < 1 - gates.confidence:
+        return Verdict(gate="p95", result=FAIL, detail=detail)
+    return Verdict(gate="p95", result=INCONCLUSIVE, detail=detail + ": not significant")
 
 
 def _vs_baseline(gate: str, cand_v: float | None, base_v: float | None, limit: float,
