@@ -369,3 +369,20 @@ async def test_a_replayed_run_shows_its_own_log_not_the_previous_runs(stored_run
         await wait_for(lambda: app.snapshot is not None and app.snapshot.source == "replay")
         await pilot.pause(0.3)
         assert not any("RETRY  demo-" in s.text for s in log.lines)
+
+
+async def test_a_stored_live_run_lets_answers_go_and_the_detail_reads_them_back(cfg, tmp_path):
+    """The runner of a stored run keeps no answers (memory would grow ~4.8 KB a task): the
+    detail view of a finished task reads its answer from the store."""
+    source = live(cfg, tmp_path, n=150, profile="fixed:20")
+    app = SwarmApp(source, db_path=tmp_path / "runs.db", refresh_s=0.1)
+    async with app.run_test():
+        await wait_for(lambda: source.outcome is not None, 60)
+        agents = source.runner.agents
+        assert all(a.final and a.response_text is None and not a.messages for a in agents)
+        detail = await source.detail(agents[7].seq)
+        assert detail is not None and detail.state == "succeeded"
+        with sqlite3.connect(tmp_path / "runs.db") as raw:
+            stored = raw.execute("SELECT response_text FROM results WHERE seq=?",
+                                 (agents[7].seq,)).fetchone()[0]
+        assert stored and detail.response_text == stored

@@ -56,6 +56,11 @@ class RunPolicy:
     spent_before_usd: float = 0.0    # what earlier sessions of this run already cost
     # open-loop pace: at most this many sends per second (None: as fast as slots free up)
     max_calls_per_s: float | None = None
+    # False when a store keeps every result: a finished task's answer and messages are let
+    # go once its event is out (the writer copied them), so memory does not grow with the
+    # answers of a long run (~4.8 KB each in the team's shape); the detail view reads the
+    # answer back from the store
+    keep_answers: bool = True
 
 
 BUDGET_WARN_AT = 0.8
@@ -676,3 +681,6 @@ class SwarmRunner:
         self.counts[state] += 1
         self.done += 1
         self.emit(kind, agent, agent.attempts[-1] if agent.attempts else None)
+        if not self.policy.keep_answers:
+            agent.response_text = None
+            agent.messages = []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import sys
 from collections.abc import Callable, Iterable
@@ -66,7 +67,8 @@ async def execute(
     A resume passes the `claim` it took before reading what to re-send; a new run takes
     its own. Results the store could not take end the command with exit 2 (one line
     naming the cause and the journal), never with exit 0."""
-    session = RunSession(cfg, opts)
+    # every result goes to the store: the runner need not keep the answers in memory
+    session = RunSession(cfg, dataclasses.replace(opts, keep_answers=False))
     canary: CanaryController | None = None
     writer: StoreWriter | None = None
     try:

@@ -47,6 +47,7 @@ class RunOptions:
     spent_before_usd: float = 0.0       # a resumed run's cost so far
     max_calls_per_s: float | None = None  # open-loop pace (`--rate`)
     incidents: bool = False             # simulator only: the demo's scripted trouble
+    keep_answers: bool = True           # False: the store keeps them (see RunPolicy)
 
 
 # What the console demo shows going wrong and being handled, on the simulator: the
@@ -200,7 +201,8 @@ class RunSession:
             tasks = [t if t.model else t.model_copy(update=forced) for t in tasks]
         budget = self.opts.budget_usd if self.opts.budget_usd is not None else s.budget_usd
         policy = RunPolicy(self.concurrency, s.retry, s.routing, s.default_model, budget,
-                           self.opts.spent_before_usd, self.opts.max_calls_per_s)
+                           self.opts.spent_before_usd, self.opts.max_calls_per_s,
+                           keep_answers=self.opts.keep_answers)
         self.runner = SwarmRunner(tasks, self.gateways, self.router, policy,
                                   self.cfg.prices, consumers, seed=self.opts.seed, seqs=seqs,
                                   prior_attempts=prior_attempts)

@@ -25,6 +25,7 @@ from swarm_tui.errors import UserError
 from swarm_tui.execution.stored_run import Outcome
 from swarm_tui.execution.wiring import RunOptions, RunSession
 from swarm_tui.run_sources.base import AgentDetail
+from swarm_tui.store import reads
 from swarm_tui.store.db import open_db
 from swarm_tui.store.runs import new_run_id
 from swarm_tui.workload import Task
@@ -199,6 +200,9 @@ class LiveSource:
         agent = next((a for a in r.agents if a.seq == seq), None)
         if agent is None:
             return None
+        answer = agent.response_text
+        if answer is None and agent.final and not r.policy.keep_answers:
+            answer = await self._stored_answer(seq)  # let go of by the runner once stored
         return AgentDetail(
             seq=agent.seq, task_id=agent.id, state=agent.state, model=agent.model,
             gateway=agent.gateway, bucket=agent.bucket, key_fp=agent.key_fp,
@@ -206,13 +210,27 @@ class LiveSource:
             queue_ms=agent.queue_ms, tokens_in=agent.tokens_in, tokens_out=agent.tokens_out,
             cost_usd=agent.cost_usd,
             error=f"{agent.error_class}: {agent.error_message}" if agent.error_class else None,
-            response_text=agent.response_text,
+            response_text=answer,
             attempts=[{"number": x.number, "model": x.model, "key_fp": x.key_fp,
                        "queue_ms": x.queue_ms, "latency_ms": x.latency_ms, "ttft_ms": x.ttft_ms,
                        "status_code": x.status_code, "error_class": x.error_class,
                        "error_message": x.error_message, "retry_wait_s": x.retry_wait_s,
                        "outcome": x.outcome} for x in agent.attempts],
         )
+
+    async def _stored_answer(self, seq: int) -> str | None:
+        """A finished task's answer as the store has it (the runner does not keep answers
+        of a stored run); a moment after it finished it may not be written yet."""
+        assert self.run_id is not None
+        try:
+            conn = await open_db(self.db_path, create=False)
+        except UserError:
+            return None
+        try:
+            row, _attempts = await reads.task_detail_row(conn, self.run_id, seq)
+        finally:
+            await conn.close()
+        return row[16] if row is not None and row[16] is not None else "(being stored…)"
 
     # controls
     async def control(self, command: str, arg: str | None = None) -> bool:
