@@ -114,7 +114,7 @@ class StoreSource:
             return f.snapshot
         f.status = status
         self.active = status == RunStatus.RUNNING
-        f.final = not self.active  # the rows read below, after the status, are all there are
+        f.final = False  # set once this tick's snapshot is built (a failed read retries)
         f.ended_at = None if self.active else (run.finished_at or time.time())
         await self._read_new_rows(f, run.started_at)
         self.paused = await reads.last_pause_command(self.conn, self.run_id) == "pause"
@@ -147,6 +147,7 @@ class StoreSource:
                               else (run.summary or {}).get("client_bound")),
             keys=keys, readonly=self.readonly, source=self.kind, canary=canary,
             budget_usd=run.config.get("budget_usd"))
+        f.final = not self.active  # the rows read after the status was final are all there are
         return f.snapshot
 
     async def _read_new_rows(self, f: _Follow, started_at: float) -> None:

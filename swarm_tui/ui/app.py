@@ -20,6 +20,7 @@ from pathlib import Path
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal
+from textual.geometry import Size
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 from textual.worker import Worker
@@ -144,6 +145,7 @@ class SwarmApp(App[int]):
         self.sort_order = SORTS[0]
         self.snapshot: Snapshot | None = None
         self._shown_message: str | None = None
+        self._shown_size: Size | None = None
         self.message = ""
         self._themes = load_themes(theme_dir)
         self._wanted_theme = theme or "swarm-dark"
@@ -203,10 +205,14 @@ class SwarmApp(App[int]):
                 snap = await self.source.snapshot()
             except (AssertionError, UserError) as e:
                 self.message = str(e) if isinstance(e, UserError) else self.message
-        if snap is not None and snap is self.snapshot and self.message == self._shown_message:
-            return  # the source has nothing new (a finished replay): nothing to redraw
+        if (snap is not None and snap is self.snapshot and self.message == self._shown_message
+                and self.size == self._shown_size and getattr(self.source, "kind", "") == "replay"):
+            # a finished replay read to its end hands back the same snapshot: nothing to
+            # redraw (only for replays: a first frame drawn before the layout settled is
+            # redrawn by the next tick — skipping that left stale pictures under load)
+            return
         self.snapshot = snap
-        self._shown_message = self.message
+        self._shown_message, self._shown_size = self.message, self.size
         self.render_snapshot()
 
     def render_snapshot(self) -> None:
