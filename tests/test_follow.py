@@ -20,12 +20,12 @@ from tests.conftest import swarm
 pytestmark = pytest.mark.usefixtures("no_user_config")
 
 
-def _start_run(n: int) -> subprocess.Popen:
+def _start_run(n: int, *extra: str) -> subprocess.Popen:
     # 503s: retries and a few failed tasks, so calls, the log and the error classes move too
     return subprocess.Popen(
         [sys.executable, "-m", "swarm_tui", "run", "--demo", str(n), "--headless", "--quiet",
          "--concurrency", "30", "--sim-profile", "fixed:40", "--sim-rate-429", "0",
-         "--sim-rate-503", "0.08"], env=os.environ.copy(), stdout=subprocess.DEVNULL,
+         "--sim-rate-503", "0.08", *extra], env=os.environ.copy(), stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
 
 
@@ -123,7 +123,7 @@ async def test_a_watcher_follows_a_resume_of_a_cancelled_run():
     """A resume re-sends the cancelled tasks; a reader that watched the cancelled session
     follows the new one from scratch and ends with every task succeeded."""
     db = Path(os.environ["SWARM_TUI_DB"])
-    proc = _start_run(600)
+    proc = _start_run(600, "--rate", "60")  # ~10 s: the cancel lands mid-run, fast or slow
     await _until(lambda: _running(db))
     with sqlite3.connect(db) as c:
         run_id = c.execute("SELECT id FROM runs").fetchone()[0]
