@@ -386,3 +386,19 @@ async def test_a_stored_live_run_lets_answers_go_and_the_detail_reads_them_back(
             stored = raw.execute("SELECT response_text FROM results WHERE seq=?",
                                  (agents[7].seq,)).fetchone()[0]
         assert stored and detail.response_text == stored
+
+
+def test_a_snapshot_never_carries_a_cell_not_seen_yet():
+    """Cells arrive by index from the engine thread; a gap (an index not seen yet) is
+    skipped, never handed to the grid or the filter as None."""
+    from swarm_tui.config import SlaConfig
+    from swarm_tui.engine.snapshot import AgentCell, LiveMetrics, metrics_snapshot
+
+    m = LiveMetrics()
+    m.put_cell(3, AgentCell(3, "t3", "queued", "m", "b", None, None, 0, None))
+    m.put_cell(0, AgentCell(0, "t0", "queued", "m", "b", None, None, 0, None))
+    snap = metrics_snapshot(m, run_id="r", simulated=True, gateways=("sim",), status="running",
+                            elapsed_s=1.0, total=4, in_flight=0, concurrency=1,
+                            sla=SlaConfig(), tasks_per_day=1, client_bound=False)
+    assert [c.task_id for c in snap.agents] == ["t0", "t3"]
+    assert snap.counts["queued"] == 2
