@@ -321,9 +321,9 @@ def test_dashboard_no_color(snap_compare, monkeypatch):
     monkeypatch.setenv("NO_COLOR", "1")
 
     async def settle(pilot):
-        await pilot.pause(0.2)
-        await pilot.app.tick()
-        await pilot.pause(0.1)
+        from tests.test_ui_snapshots import settle as settle_dashboard
+
+        await settle_dashboard(pilot)
 
     app = SwarmApp(FixedSource(mid_run_snapshot()), refresh_s=10)
     assert app.no_color

@@ -28,15 +28,33 @@ async def settle(pilot) -> None:
         await pilot.pause(0.02)
     await pilot.app.tick()
     await pilot.pause(0.1)
-    # the event log follows its newest line a frame after the write: wait for it (under a
-    # CPU hog the picture was once taken one line early)
+    await log_at_bottom(pilot)
+
+
+async def log_at_bottom(pilot) -> None:
+    """The event log follows its newest line a frame after the write: wait until it holds
+    every line of the snapshot and sits at the bottom of *that* many lines (checking the
+    offset against a max_scroll_y not yet grown took the picture one line early, twice,
+    under a CPU hog)."""
     from swarm_tui.ui.widgets import EventLog
 
     logs = pilot.app.screen.query(EventLog)
-    for _ in range(200):
-        if not logs or logs.first().scroll_offset.y >= logs.first().max_scroll_y:
-            break
+    if not logs:
+        return
+    log = logs.first()
+
+    def settled() -> bool:
+        snap = pilot.app.snapshot
+        if snap is None or len(log.lines) < len(snap.log):
+            return False
+        bottom = max(0, len(log.lines) - log.scrollable_content_region.height)
+        return log.max_scroll_y == bottom and log.scroll_offset.y == bottom
+
+    for _ in range(250):
+        if settled():
+            return
         await pilot.pause(0.02)
+    raise AssertionError("the event log never settled at its last line")
 
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
