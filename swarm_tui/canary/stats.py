@@ -42,10 +42,10 @@ def binomial_excess_p(k: int, n: int, q0: float) -> float:
         return 0.0
     if q0 >= 1:
         return 1.0
-    lq, lp = math.log(q0), math.log1p(-q0)
+    lq, lp, ln_fact = math.log(q0), math.log1p(-q0), math.lgamma(n + 1)
     below = 0.0
     for i in range(min(k, n + 1)):
-        below += math.exp(math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1)
+        below += math.exp(ln_fact - math.lgamma(i + 1) - math.lgamma(n - i + 1)
                           + i * lq + (n - i) * lp)
     return max(0.0, 1.0 - below)
 
