@@ -152,7 +152,10 @@ def _opts_from_args(args: argparse.Namespace, preflight_default: bool = False, *
         print("swarm-tui: warning: accepting key files readable by group/others",
               file=sys.stderr)
     preflight = preflight_default or not getattr(args, "no_preflight", False)
-    return RunOptions(preflight=preflight, insecure_key_file=insecure, **extra)
+    return RunOptions(preflight=preflight, insecure_key_file=insecure,
+                      metrics_port=getattr(args, "metrics_port", None),
+                      metrics_bind=getattr(args, "metrics_bind", None) or "127.0.0.1",
+                      metrics_linger_s=getattr(args, "metrics_linger", None) or 0.0, **extra)
 
 
 async def _finish_stored(conn, path, cfg, outcome, as_json: bool) -> int:
@@ -292,6 +295,24 @@ def cmd_watch(args: argparse.Namespace) -> int:
                                                   cfg=cfg), db_path=db)
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    from swarm_tui.commands.serve import console_command, serve
+    from swarm_tui.run_sources import StoreSource
+    from swarm_tui.store.db import resolve_db_path
+
+    _config(args)  # a bad config is one line here, not an error page in the browser
+    db = resolve_db_path(args.db)
+    if not db.exists():
+        raise UserError(f"database {db}: does not exist (no runs recorded yet)")
+    probe = StoreSource(db, args.run_id)  # a bad id or file: one line, before serving
+    run_async(probe.open())
+    run_async(probe.close())
+    write = args.write and not args.readonly
+    serve(console_command(db.resolve(), args.config, probe.run_id if args.run_id else None,
+                          write, getattr(args, "theme", None)), args.host, args.port, write)
+    return EXIT_OK
+
+
 async def _with_db(args: argparse.Namespace, fn, *rest, create: bool = True):
     """Open the store (one-line errors), run `fn(conn, path, ...)`, always close."""
     from swarm_tui.store.db import db_error, open_db, resolve_db_path
@@ -428,7 +449,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK
     handlers = {"run": cmd_run, "sim": cmd_sim, "resume": cmd_resume, "runs": cmd_runs,
                 "report": cmd_report, "export": cmd_export, "watch": cmd_watch,
-                "canary": cmd_canary, "keys": cmd_keys, "cost": cmd_cost, None: cmd_console}
+                "canary": cmd_canary, "keys": cmd_keys, "cost": cmd_cost, "serve": cmd_serve,
+                None: cmd_console}
     try:
         return handlers[args.command](args)
     except UserError as e:

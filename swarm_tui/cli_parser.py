@@ -69,6 +69,25 @@ def _execution_flags(p: argparse.ArgumentParser) -> None:
                    help="skip the GET /models check of the gateway and keys")
     p.add_argument("--insecure-key-file", action="store_true",
                    help="accept a key file readable by group/others (warns)")
+    p.add_argument("--metrics-port", type=_port, metavar="PORT",
+                   help="serve Prometheus metrics on http://BIND:PORT/metrics while the run "
+                   "executes (0: any free port)")
+    p.add_argument("--metrics-bind", metavar="ADDR",
+                   help="address the metrics endpoint listens on (default 127.0.0.1; "
+                   "0.0.0.0 for a Prometheus on another host)")
+    p.add_argument("--metrics-linger", type=float, metavar="SECONDS",
+                   help="after the run, keep /metrics up until one scrape has read the final "
+                   "figures, at most SECONDS (a short run ends between two scrapes)")
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"not a port number: {port}")
+    return port
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -118,6 +137,18 @@ def build_parser() -> argparse.ArgumentParser:
     watch.add_argument("--write", action="store_true",
                        help="allow pause / resume / cancel / concurrency through the store")
     _console_flags(watch)
+
+    serve = sub.add_parser("serve", help="the console in a browser (textual-serve): watch a "
+                           "run from a laptop through an SSH tunnel")
+    _common(serve)
+    serve.add_argument("run_id", nargs="?", help="default: the newest running run")
+    serve.add_argument("--host", default="127.0.0.1",
+                       help="address to listen on (default 127.0.0.1: reach it through "
+                       "`ssh -L 8000:localhost:8000 HOST`; there is no login)")
+    serve.add_argument("--port", type=_port, default=8000, help="port (default 8000)")
+    serve.add_argument("--write", action="store_true",
+                       help="allow pause / resume / cancel / concurrency from the browser")
+    _console_flags(serve)
 
     resume = sub.add_parser("resume", help="finish an interrupted run: re-send only tasks "
                             "without a stored result, under the same run id")

@@ -11,6 +11,7 @@ import itertools
 import os
 import re
 import tomllib
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -175,6 +176,63 @@ class StoreConfig(_Strict):
     unwritable_grace_s: PosFloat = 60.0
 
 
+class AlertKind(StrEnum):
+    """What an alert is about (a webhook's `events` picks among them)."""
+
+    CANARY_PROMOTE = "canary_promote"
+    CANARY_ABORT = "canary_abort"
+    CANARY_PAUSE = "canary_pause"
+    SLA_BREACH = "sla_breach"          # sustained for [alerts] sla_sustain
+    BUDGET_80 = "budget_80"
+    BUDGET_STOP = "budget_stop"
+    KEYS_EXHAUSTED = "keys_exhausted"  # every key of a gateway cooling, disabled or retired
+    RUN_FINISHED = "run_finished"
+    RUN_FAILED = "run_failed"          # the store failed under it (exit 2)
+    RUN_INTERRUPTED = "run_interrupted"  # cancelled, hung up or stopped at the budget cap
+
+
+class WebhookConfig(_Strict):
+    """One alert receiver. The URL is a secret (a Slack webhook URL is a credential): give it
+    in the environment (`url_env`) or the file; it is shown and logged by `name` only."""
+
+    name: str
+    url: str | None = None
+    url_env: str | None = None
+    format: Literal["json", "slack"] = "json"
+    events: list[AlertKind] = Field(default_factory=lambda: list(AlertKind))
+
+    @model_validator(mode="after")
+    def _one_url(self) -> WebhookConfig:
+        if (self.url is None) == (self.url_env is None):
+            raise ValueError(f"webhook '{self.name}': give exactly one of url / url_env")
+        if self.url is not None and not re.match(r"https?://", self.url):
+            raise ValueError(f"webhook '{self.name}': url must start with http:// or https://")
+        return self
+
+    def resolved_url(self) -> str | None:
+        return self.url if self.url is not None else os.environ.get(self.url_env or "")
+
+
+class AlertsConfig(_Strict):
+    webhooks: list[WebhookConfig] = Field(default_factory=list)
+    # an SLA breach alerts once it has held this long (one bad interval is not an incident)
+    sla_sustain: Duration = 120.0
+    sla_window: Duration = 60.0     # the rolling window its p95 / success are taken over
+    sla_min_calls: Annotated[int, Field(ge=1)] = 50
+    attempts: Annotated[int, Field(ge=1, le=20)] = 5   # per delivery, with backoff
+    timeout_s: PosFloat = 5.0       # per HTTP request
+    # at the end of a run, how long its last alerts may hold the exit
+    drain_s: Annotated[float, Field(ge=0, le=120)] = 10.0
+
+
+class TelemetryConfig(_Strict):
+    """OpenTelemetry traces (the `otel` extra): one span per attempt, exported over OTLP/HTTP
+    to `otlp_endpoint`; nothing at all when it is unset."""
+
+    otlp_endpoint: str | None = None
+    service_name: str = "swarm-tui"
+
+
 class UiConfig(_Strict):
     theme: str | None = None        # default swarm-dark; a gateway's own theme wins
     refresh_s: Annotated[float, Field(ge=0.05, le=10)] = 0.25
@@ -202,6 +260,8 @@ class Settings(BaseSettings):
     ui: UiConfig = Field(default_factory=UiConfig)
     store: StoreConfig = Field(default_factory=StoreConfig)
     canary: CanaryConfig | None = None
+    alerts: AlertsConfig = Field(default_factory=AlertsConfig)
+    telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
 
     @classmethod
     def settings_customise_sources(

@@ -49,8 +49,12 @@ async def log_at_bottom(pilot) -> None:
             return False
         return log.scroll_offset.y >= log.max_scroll_y
 
-    for _ in range(250):
-        if settled():
+    # held for five polls in a row: a height that settles later re-scrolls the log (its
+    # on_resize), and the picture must come after that, not between the two
+    streak = 0
+    for _ in range(400):
+        streak = streak + 1 if settled() else 0
+        if streak >= 5:
             return
         await pilot.pause(0.02)
 

@@ -85,6 +85,8 @@ class CanaryController:
         self.router = router
         self.db_path = db_path
         self.on_change = on_change
+        # told of every stage change (old, new): alerts
+        self.listeners: list[Callable[[st.CanaryState, st.CanaryState], None]] = []
         self.conn: aiosqlite.Connection | None = None
         self.state: st.CanaryState | None = None
         self.view: CanaryView | None = None
@@ -134,8 +136,11 @@ class CanaryController:
         self.state = new
         if old is None or old.pct != new.pct or old.status != new.status:
             self.router.set_pct(new.pct)
-            if self.on_change is not None and old is not None:
-                self.on_change(f"canary {old.pct}% → {new.pct}% ({new.status})")
+            if old is not None:
+                if self.on_change is not None:
+                    self.on_change(f"canary {old.pct}% → {new.pct}% ({new.status})")
+                for listener in self.listeners:
+                    listener(old, new)
 
     async def evaluate(self) -> None:
         """Figures for the stage and window; in auto mode, maybe promote / abort / pause."""

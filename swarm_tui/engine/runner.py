@@ -118,7 +118,7 @@ class SwarmRunner:
         self.spent_usd = policy.spent_before_usd
         self.in_flight_est_usd = 0.0  # estimated cost of the calls in flight
         self._model_dearest: dict[str, float] = {}  # the dearest finished call per model
-        self._budget_warned = False
+        self.budget_warned = False
         self._unpriced_warned: set[str] = set()
         self._pending: deque[Agent] = deque()
         self._retry_ready: deque[Agent] = deque()
@@ -238,8 +238,8 @@ class SwarmRunner:
             est = 0.0
         agent.budget_est = est
         committed = self.spent_usd + self.in_flight_est_usd + est
-        if not self._budget_warned and committed >= BUDGET_WARN_AT * cap:
-            self._budget_warned = True
+        if not self.budget_warned and committed >= BUDGET_WARN_AT * cap:
+            self.budget_warned = True
             self.emit(ev.CONTROL, detail=f"budget: 80% reached (${self.spent_usd:.4f} spent "
                                          f"+ ${self.in_flight_est_usd:.4f} in flight of "
                                          f"${cap:.4f})")

@@ -22,6 +22,7 @@ from swarm_tui.engine.summary import RunSummary
 from swarm_tui.errors import UserError
 from swarm_tui.execution.progress import run_with_progress
 from swarm_tui.execution.wiring import RunOptions, RunSession
+from swarm_tui.ops.attach import RunOps
 from swarm_tui.store.ownership import Claim, take_lock
 from swarm_tui.store.runs import create_run, get_run, load_summary, save_summary
 from swarm_tui.store.writer import StoreWriter
@@ -71,7 +72,14 @@ async def execute(
     session = RunSession(cfg, dataclasses.replace(opts, keep_answers=False))
     canary: CanaryController | None = None
     writer: StoreWriter | None = None
+    ops: RunOps | None = None
     try:
+        # first: a busy metrics port is one line before anything starts
+        ops = RunOps(cfg.settings, run_id, session.simulated, opts.metrics_port,
+                     opts.metrics_bind)
+        if ops.server is not None and show_progress:
+            print(f"swarm-tui: metrics on http://{opts.metrics_bind}:{ops.server.port}/metrics",
+                  file=sys.stderr)
         session.open()
         warnings = await session.preflight()
         if show_progress:
@@ -111,6 +119,7 @@ async def execute(
         watchers = session.key_watchers(key_file_changed)
         for watcher in watchers:
             watcher.start()
+        ops.attach(runner, canary)
         if on_start is not None:
             on_start(runner, session, canary)
         try:
@@ -118,10 +127,20 @@ async def execute(
         finally:
             for watcher in watchers:
                 await watcher.stop()
+            status = (RunStatus.UNSAVED if writer.failure else RunStatus.CANCELLED
+                      if runner.cancelled else runner.stop_reason or RunStatus.FINISHED)
+            await ops.finish(status)  # its end alert and deliveries go into the run's events
             await writer.close(RunStatus.CANCELLED if runner.cancelled
                                else runner.stop_reason or "finished")
             gc.unfreeze()
+        if ops.server is not None and opts.metrics_linger_s > 0:
+            if show_progress:
+                print(f"swarm-tui: run ended; final metrics on :{ops.server.port}/metrics "
+                      f"until scraped (at most {opts.metrics_linger_s:.0f} s)", file=sys.stderr)
+            await ops.linger(opts.metrics_linger_s)
     finally:
+        if ops is not None:
+            ops.close()
         if claim is not None:
             claim.release()  # the writer released it already unless we failed before it
         if canary is not None:

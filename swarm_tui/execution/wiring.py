@@ -48,6 +48,9 @@ class RunOptions:
     max_calls_per_s: float | None = None  # open-loop pace (`--rate`)
     incidents: bool = False             # simulator only: the demo's scripted trouble
     keep_answers: bool = True           # False: the store keeps them (see RunPolicy)
+    metrics_port: int | None = None     # serve Prometheus /metrics while the run executes
+    metrics_bind: str = "127.0.0.1"
+    metrics_linger_s: float = 0.0       # after the run, until its final figures are scraped
 
 
 # What the console demo shows going wrong and being handled, on the simulator: the

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from textual.content import Content
+from textual.events import Resize
 from textual.markup import escape
 from textual.widgets import RichLog, Static
 
@@ -164,6 +165,14 @@ class EventLog(RichLog, can_focus=True):
 
     def hold(self) -> None:
         self.auto_scroll = False
+
+    def on_resize(self, event: Resize) -> None:
+        super().on_resize(event)
+        # following: a shorter log (the terminal or the layout around it changed) still
+        # shows the newest line — RichLog scrolls only on a write, so a height that
+        # settled after the last write hid it (seen in a snapshot under a CPU hog)
+        if self.auto_scroll:
+            self.scroll_end(animate=False)
 
     def follow(self) -> None:
         self.auto_scroll = True

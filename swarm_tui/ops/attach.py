@@ -1,0 +1,110 @@
+"""Attach metrics, alerts and traces to one executing run, and detach them at its end."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import TYPE_CHECKING
+
+from swarm_tui.config import AlertKind, Settings
+from swarm_tui.engine import events as ev
+from swarm_tui.engine.state import RunStatus
+from swarm_tui.ops.alerts import Alert, AlertWatch
+from swarm_tui.ops.metrics import MetricsServer, RunMetrics
+from swarm_tui.ops.tracing import AttemptTracer
+from swarm_tui.ops.webhooks import AlertDelivery
+
+if TYPE_CHECKING:
+    from swarm_tui.canary.controller import CanaryController
+    from swarm_tui.engine.runner import SwarmRunner
+
+TICK_S = 1.0
+END_ALERT = {RunStatus.FINISHED: AlertKind.RUN_FINISHED, RunStatus.UNSAVED: AlertKind.RUN_FAILED}
+
+
+class RunOps:
+    """Built before the run (a busy metrics port is a one-line error before any call)."""
+
+    def __init__(self, settings: Settings, run_id: str, simulated: bool,
+                 metrics_port: int | None = None, metrics_bind: str = "127.0.0.1") -> None:
+        self.settings = settings
+        self.run_id = run_id
+        self.metrics: RunMetrics | None = None
+        self.server: MetricsServer | None = None
+        if metrics_port is not None:
+            self.metrics = RunMetrics(run_id, simulated)
+            self.server = MetricsServer(self.metrics, metrics_port, metrics_bind)
+        self.runner: SwarmRunner | None = None
+        self.canary: CanaryController | None = None
+        self.watch: AlertWatch | None = None
+        self.delivery: AlertDelivery | None = None
+        self.tracer: AttemptTracer | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def attach(self, runner: SwarmRunner, canary: CanaryController | None) -> None:
+        """On the engine's loop, before the run starts."""
+        self.runner, self.canary = runner, canary
+        s = self.settings
+        if self.metrics is not None:
+            runner.consumers.append(self.metrics.on_event)
+        if s.alerts.webhooks:
+            self.delivery = AlertDelivery(
+                s.alerts, lambda line: runner.emit(ev.CONTROL, detail=line),
+                self.metrics.delivered if self.metrics is not None else None)
+            self.watch = AlertWatch(s.alerts, s.sla, self.run_id, self.delivery.send)
+            runner.consumers.append(self.watch.on_event)
+            if canary is not None:
+                canary.listeners.append(self.watch.on_canary_change)
+        if s.telemetry.otlp_endpoint:
+            self.tracer = AttemptTracer(s.telemetry, self.run_id, runner)
+            runner.consumers.append(self.tracer.on_event)
+        if self.metrics is not None or self.watch is not None:
+            self._task = asyncio.get_running_loop().create_task(self._loop())
+
+    async def _loop(self) -> None:
+        while True:
+            self.tick()
+            await asyncio.sleep(TICK_S)
+
+    def tick(self) -> None:
+        assert self.runner is not None
+        if self.metrics is not None:
+            self.metrics.sample(self.runner, self.canary)
+        if self.watch is not None:
+            self.watch.tick(self.runner)
+
+    async def finish(self, status: str) -> None:
+        """The run has ended (its writer still takes events): the last sample, the run's
+        end alert, deliveries drained for at most [alerts] drain_s, traces exported."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if self.runner is not None and (self.metrics is not None or self.watch is not None):
+            self.tick()
+        if self.metrics is not None:
+            self.metrics.end()
+        if self.watch is not None and self.delivery is not None and self.runner is not None:
+            r = self.runner
+            kind = END_ALERT.get(RunStatus(status), AlertKind.RUN_INTERRUPTED)
+            self.delivery.send(Alert(kind, f"run {status}: {r.counts['succeeded']} succeeded, "
+                                     f"{r.counts['failed']} failed, {r.counts['cancelled']} "
+                                     f"cancelled of {len(r.agents)}; ${r.spent_usd:.4f}",
+                                     self.run_id, details={"status": status,
+                                                           "total": len(r.agents),
+                                                           **dict(r.counts)}))
+        if self.delivery is not None:
+            await self.delivery.close()
+        if self.tracer is not None:
+            await asyncio.to_thread(self.tracer.close)
+
+    async def linger(self, seconds: float) -> None:
+        if self.server is not None and self.metrics is not None and seconds > 0:
+            await self.server.linger(self.metrics, seconds)
+
+    def close(self) -> None:
+        """The metrics endpoint goes last (after the run's final figures were sampled)."""
+        if self.server is not None:
+            self.server.close()
+            self.server = None

@@ -1,0 +1,200 @@
+"""Prometheus metrics for a run, with the official client library.
+
+Counters and histograms are fed by engine events (the final event of each task and the
+retry event that closes each earlier attempt — the same events the store records, so the
+scrape agrees with `report`); gauges are sampled once a second on the engine's loop (the
+scrape thread never walks the engine's structures). Names follow the Prometheus
+conventions: a `swarm_tui_` namespace, base units (`_seconds`), `_total` on counters.
+Labels are bounded: gateway, model, bucket, outcome, error class, a key's fingerprint —
+never a task id, never key material.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from swarm_tui.engine import events as ev
+from swarm_tui.engine.snapshot import HIST_EDGES_MS, key_rows
+from swarm_tui.engine.state import AttemptOutcome, TaskState
+from swarm_tui.errors import UserError
+
+if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIServer
+
+    from swarm_tui.canary.controller import CanaryController
+    from swarm_tui.engine.runner import SwarmRunner
+    from swarm_tui.engine.state import Agent, Attempt
+
+NS = "swarm_tui"
+# the console's latency histogram edges, in seconds (the last bucket is +Inf)
+BUCKETS_S = tuple(ms / 1000.0 for ms in HIST_EDGES_MS)
+KEY_STATES = ("active", "cooling", "disabled", "retired")
+GATE_RESULTS = ("pass", "fail", "inconclusive")
+
+
+class RunMetrics:
+    """One run's metrics in their own registry (a process may run several in tests)."""
+
+    def __init__(self, run_id: str, simulated: bool) -> None:
+        self.registry = r = CollectorRegistry()
+        call_labels = ("gateway", "model", "bucket")
+        self.calls = Counter(f"{NS}_calls", "Calls answered or ended, by outcome (ok, error, "
+                             "cancelled) and error class", (*call_labels, "outcome",
+                                                            "error_class"), registry=r)
+        self.tasks = Counter(f"{NS}_tasks", "Tasks ended, by final state",
+                             (*call_labels, "state"), registry=r)
+        self.latency = Histogram(f"{NS}_call_latency_seconds", "Successful calls: request "
+                                 "sent to last byte", call_labels, buckets=BUCKETS_S,
+                                 registry=r)
+        self.ttft = Histogram(f"{NS}_call_ttft_seconds", "Successful calls: request sent to "
+                              "first token", call_labels, buckets=BUCKETS_S, registry=r)
+        self.tokens = Counter(f"{NS}_tokens", "Tokens of ended tasks (estimated where the "
+                              "gateway reported no usage)", ("gateway", "model", "direction"),
+                              registry=r)
+        self.cost = Counter(f"{NS}_cost_usd", "Cost of ended tasks at the price table, USD",
+                            ("gateway", "model"), registry=r)
+        self.unpriced = Counter(f"{NS}_unpriced_tasks", "Ended tasks on a model with no price "
+                                "(their cost is not in the cost counter)", ("model",),
+                                registry=r)
+        self.in_flight = Gauge(f"{NS}_calls_in_flight", "Calls sent and not yet answered",
+                               registry=r)
+        self.concurrency = Gauge(f"{NS}_concurrency_limit", "The run's concurrency limit",
+                                 registry=r)
+        self.remaining = Gauge(f"{NS}_tasks_remaining", "Tasks of the run not yet ended",
+                               registry=r)
+        self.paused = Gauge(f"{NS}_dispatch_paused", "1 while dispatch is paused or held",
+                            registry=r)
+        self.keys = Gauge(f"{NS}_key_state", "1 for each API key's current state (key: its "
+                          "fingerprint)", ("gateway", "key", "state"), registry=r)
+        self.canary = Gauge(f"{NS}_canary_traffic_ratio", "Share of traffic routed to the "
+                            "canary's candidate (0-1)", registry=r)
+        self.gates = Gauge(f"{NS}_canary_gate", "1 for each canary gate's latest verdict",
+                           ("gate", "result"), registry=r)
+        self.lag = Gauge(f"{NS}_client_loop_lag_seconds", "p95 of the engine loop's "
+                         "scheduling delay over the last 10 s (client-bound when large)",
+                         registry=r)
+        self.alerts = Counter(f"{NS}_alert_deliveries", "Alert deliveries by kind and result",
+                              ("kind", "result"), registry=r)
+        self.ended = Gauge(f"{NS}_run_ended", "1 once the run has ended: the figures are "
+                           "final", registry=r)
+        self.final_scraped = _FinalScrape()
+        r.register(self.final_scraped)
+        info = Gauge(f"{NS}_run_info", "The run this process executes (value 1)",
+                     ("run_id", "simulated"), registry=r)
+        info.labels(run_id, str(simulated).lower()).set(1)
+        # label children by key: prometheus_client validates labels on each .labels() call
+        self._children: dict[tuple[Any, ...], Any] = {}
+
+    def _child(self, metric: Any, *labels: str) -> Any:
+        key = (id(metric), *labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
+
+    # -- engine events (per event: a few dictionary lookups) ----------------------------------
+    def on_event(self, e: ev.Event) -> None:
+        kind = e.kind
+        if kind == ev.RETRY_SCHEDULED and e.agent is not None and e.attempt is not None:
+            self._attempt(e.agent, e.attempt)
+        elif kind in ev.FINAL_KINDS and e.agent is not None:
+            a = e.agent
+            if e.attempt is not None:
+                self._attempt(a, e.attempt)
+            self._child(self.tasks, a.gateway, a.model, a.bucket, str(a.state)).inc()
+            self._child(self.tokens, a.gateway, a.model, "input").inc(a.tokens_in)
+            self._child(self.tokens, a.gateway, a.model, "output").inc(a.tokens_out)
+            if a.cost_usd is not None:
+                self._child(self.cost, a.gateway, a.model).inc(a.cost_usd)
+            elif a.state == TaskState.SUCCEEDED:
+                self._child(self.unpriced, a.model).inc()
+
+    def _attempt(self, a: Agent, x: Attempt) -> None:
+        outcome = x.outcome
+        self._child(self.calls, x.gateway, x.model, a.bucket, outcome,
+                    x.error_class or "").inc()
+        if outcome == AttemptOutcome.OK:
+            if x.latency_ms is not None:
+                self._child(self.latency, x.gateway, x.model, a.bucket).observe(
+                    x.latency_ms / 1000.0)
+            if x.ttft_ms is not None:
+                self._child(self.ttft, x.gateway, x.model, a.bucket).observe(x.ttft_ms / 1000.0)
+
+    # -- sampled once a second on the engine's loop ----------------------------------------
+    def sample(self, runner: SwarmRunner, canary: CanaryController | None) -> None:
+        self.in_flight.set(runner.in_flight)
+        self.concurrency.set(runner.limit)
+        self.remaining.set(len(runner.agents) - runner.done)
+        self.paused.set(1 if (runner.paused or runner.holds) else 0)
+        for row in key_rows(runner.gateways):
+            for state in KEY_STATES:
+                self._child(self.keys, row.gateway, row.fingerprint, state).set(
+                    1 if row.state == state else 0)
+        lag = runner.loop_lag.recent_p95_ms()
+        if lag is not None:
+            self.lag.set(lag / 1000.0)
+        view = canary.view if canary is not None else None
+        if view is not None:
+            self.canary.set(view.state.pct / 100.0)
+            for verdict in view.analysis.verdicts if view.analysis is not None else ():
+                for result in GATE_RESULTS:
+                    self._child(self.gates, verdict.gate, result).set(
+                        1 if verdict.result == result else 0)
+
+    def end(self) -> None:
+        self.ended.set(1)
+        self.final_scraped.armed = True
+
+    def delivered(self, kind: str, ok: bool) -> None:
+        self._child(self.alerts, kind, "delivered" if ok else "failed").inc()
+
+
+class _FinalScrape:
+    """A collector with no metrics: it notes the first scrape after the run ended (the
+    scrape thread calls collect() once per request)."""
+
+    def __init__(self) -> None:
+        self.armed = False
+        self.done = threading.Event()
+
+    def describe(self) -> list[Any]:
+        return []
+
+    def collect(self) -> list[Any]:
+        if self.armed:
+            self.done.set()
+        return []
+
+
+class MetricsServer:
+    """`/metrics` over HTTP on its own thread (the library's server: a scrape never runs
+    on the engine's loop)."""
+
+    def __init__(self, metrics: RunMetrics, port: int, bind: str = "127.0.0.1") -> None:
+        try:
+            server, thread = start_http_server(port, bind, registry=metrics.registry)
+        except OSError as e:
+            raise UserError(f"--metrics-port {port}: cannot listen on {bind}:{port}: "
+                            f"{e.strerror or e}") from None
+        self._server: WSGIServer | None = server
+        self._thread = thread
+        self.port = server.server_address[1]
+
+    async def linger(self, metrics: RunMetrics, seconds: float) -> bool:
+        """After the run: serve the final figures until one scrape has read them or
+        `seconds` pass (a short run ends between two scrapes). True: it was scraped."""
+        scraped = await asyncio.to_thread(metrics.final_scraped.done.wait, seconds)
+        if scraped:
+            await asyncio.sleep(0.2)  # let that response go out before the server stops
+        return scraped
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._thread.join(5)
+            self._server = None

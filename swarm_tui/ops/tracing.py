@@ -1,0 +1,84 @@
+"""OpenTelemetry traces (the optional `otel` extra): one span per attempt, named and
+attributed by the GenAI semantic conventions, exported over OTLP/HTTP in batches on the
+SDK's own thread. Spans are made after the fact from the attempt's recorded times (the
+hot path is not instrumented), and only when `[telemetry] otlp_endpoint` is set.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from swarm_tui.config import TelemetryConfig
+from swarm_tui.engine import events as ev
+from swarm_tui.engine.state import AttemptOutcome
+from swarm_tui.errors import UserError
+
+if TYPE_CHECKING:
+    from swarm_tui.engine.runner import SwarmRunner
+    from swarm_tui.engine.state import Agent, Attempt
+
+
+class AttemptTracer:
+    def __init__(self, cfg: TelemetryConfig, run_id: str, runner: SwarmRunner) -> None:
+        try:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+            from opentelemetry.sdk.resources import Resource
+            from opentelemetry.sdk.trace import TracerProvider
+            from opentelemetry.sdk.trace.export import BatchSpanProcessor
+            from opentelemetry.trace import SpanKind, Status, StatusCode
+        except ImportError:
+            raise UserError("[telemetry] otlp_endpoint: traces need the otel extra "
+                            "(pip install 'swarm-tui[otel]')") from None
+        assert cfg.otlp_endpoint is not None
+        endpoint = cfg.otlp_endpoint.rstrip("/")
+        if not endpoint.endswith("/v1/traces"):
+            endpoint += "/v1/traces"
+        self._provider = TracerProvider(resource=Resource.create(
+            {"service.name": cfg.service_name, "swarm_tui.run_id": run_id}))
+        # bounded: an unreachable collector costs the end of the run at most ~5 s
+        self._provider.add_span_processor(BatchSpanProcessor(
+            OTLPSpanExporter(endpoint, timeout=5), export_timeout_millis=5000))
+        self._tracer = self._provider.get_tracer("swarm_tui")
+        self._kind, self._status, self._error = SpanKind.CLIENT, Status, StatusCode.ERROR
+        self._runner = runner
+        self._run_id = run_id
+
+    def on_event(self, e: ev.Event) -> None:
+        if e.attempt is None or e.agent is None:
+            return
+        if e.kind == ev.RETRY_SCHEDULED or e.kind in ev.FINAL_KINDS:
+            self._span(e.agent, e.attempt)
+
+    def _span(self, a: Agent, x: Attempt) -> None:
+        # attempt times are ms since the run started; spans want ns since the epoch
+        t0 = self._runner.started_wall * 1e9
+        start = int(t0 + x.started_ms * 1e6)
+        end = start + int((x.latency_ms or 0.0) * 1e6)
+        attrs: dict[str, Any] = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": "openai",  # the wire protocol: OpenAI-compatible
+            "gen_ai.request.model": x.model,
+            "gen_ai.usage.input_tokens": x.tokens_in,
+            "gen_ai.usage.output_tokens": x.tokens_out,
+            "swarm_tui.run_id": self._run_id,
+            "swarm_tui.task_id": a.task.id,
+            "swarm_tui.gateway": x.gateway,
+            "swarm_tui.bucket": a.bucket,
+            "swarm_tui.attempt": x.number,
+            "swarm_tui.key": x.key_fp,      # a fingerprint, never the key
+            "swarm_tui.queue_ms": x.queue_ms,
+        }
+        if x.ttft_ms is not None:
+            attrs["swarm_tui.ttft_ms"] = x.ttft_ms
+        if x.status_code is not None:
+            attrs["http.response.status_code"] = x.status_code
+        span = self._tracer.start_span(f"chat {x.model}", kind=self._kind, start_time=start,
+                                       attributes=attrs)
+        if x.outcome != AttemptOutcome.OK:
+            span.set_attribute("error.type", x.error_class or str(x.outcome))
+            span.set_status(self._status(self._error, x.error_class or str(x.outcome)))
+        span.end(end_time=end)
+
+    def close(self) -> None:
+        """Export what is batched (bounded by the SDK's own timeout), then stop."""
+        self._provider.shutdown()

@@ -1,0 +1,126 @@
+"""Alert delivery to webhooks: generic JSON or a Slack-compatible `{"text": …}` payload.
+
+Each delivery is its own task on the engine's loop (a receiver that is down retries with
+backoff without holding up the next alert, and never the engine); each outcome is recorded
+in the run's events through `record`. A webhook's URL is a credential: it appears nowhere —
+deliveries are named by the webhook's `name`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import aiohttp
+
+from swarm_tui.config import AlertsConfig, WebhookConfig
+from swarm_tui.ops.alerts import Alert
+
+BACKOFF_S = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
+RETRY_AFTER_CAP_S = 30.0
+ICON = {"critical": ":rotating_light:", "warning": ":warning:", "info": ":white_check_mark:"}
+
+
+def payload(hook: WebhookConfig, alert: Alert) -> dict[str, Any]:
+    at = datetime.fromtimestamp(alert.at, UTC).isoformat(timespec="seconds")
+    if hook.format == "slack":
+        return {"text": f"{ICON[alert.severity]} *swarm-tui* [{alert.severity}] run "
+                        f"`{alert.run_id}`: {alert.summary}"}
+    return {"source": "swarm-tui", "kind": str(alert.kind), "severity": alert.severity,
+            "summary": alert.summary, "run_id": alert.run_id, "at": at,
+            "host": socket.gethostname(), "details": alert.details}
+
+
+class AlertDelivery:
+    def __init__(self, cfg: AlertsConfig, record: Callable[[str], None],
+                 counted: Callable[[str, bool], None] | None = None) -> None:
+        self.cfg = cfg
+        self.record = record      # one line into the run's events per delivery outcome
+        self.counted = counted    # the metrics' delivery counter
+        self._session: aiohttp.ClientSession | None = None
+        self._pending: set[asyncio.Task[None]] = set()
+        self.delivered = 0
+        self.failed = 0
+
+    def hooks_for(self, alert: Alert) -> list[WebhookConfig]:
+        return [h for h in self.cfg.webhooks if alert.kind in h.events]
+
+    def send(self, alert: Alert) -> None:
+        """Never blocks: the deliveries run as tasks on this (the engine's) loop."""
+        for hook in self.hooks_for(alert):
+            task = asyncio.get_running_loop().create_task(self._deliver(hook, alert))
+            self._pending.add(task)
+            task.add_done_callback(self._pending.discard)
+
+    async def _deliver(self, hook: WebhookConfig, alert: Alert) -> None:
+        url = hook.resolved_url()
+        if not url:
+            self._outcome(hook, alert, False, f"${hook.url_env} is not set")
+            return
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=self.cfg.timeout_s))
+        body = json.dumps(payload(hook, alert)).encode()
+        why = ""
+        for attempt in range(1, self.cfg.attempts + 1):
+            wait = BACKOFF_S[min(attempt - 1, len(BACKOFF_S) - 1)]
+            try:
+                async with self._session.post(
+                        url, data=body, headers={"Content-Type": "application/json"}) as resp:
+                    if 200 <= resp.status < 300:
+                        self._outcome(hook, alert, True,
+                                      f"HTTP {resp.status}, attempt {attempt}")
+                        return
+                    why = f"HTTP {resp.status}"
+                    if resp.status < 500 and resp.status not in (408, 429):
+                        break  # the receiver refuses this payload: retrying will not help
+                    with contextlib.suppress(ValueError, TypeError):
+                        wait = min(RETRY_AFTER_CAP_S, float(resp.headers["Retry-After"]))
+            except (aiohttp.ClientError, TimeoutError, OSError) as e:
+                why = _reason(e)
+            if attempt < self.cfg.attempts:
+                await asyncio.sleep(wait)
+        self._outcome(hook, alert, False, f"{why} after {attempt} attempt"
+                      f"{'s' if attempt > 1 else ''}; the run goes on")
+
+    def _outcome(self, hook: WebhookConfig, alert: Alert, ok: bool, how: str) -> None:
+        if ok:
+            self.delivered += 1
+        else:
+            self.failed += 1
+        if self.counted is not None:
+            self.counted(str(alert.kind), ok)
+        self.record(f"alert {alert.kind} → {hook.name}: "
+                    f"{'delivered' if ok else 'NOT delivered'} ({how})")
+
+    async def close(self) -> int:
+        """Give outstanding deliveries up to `drain_s`, then give up on them. Returns how
+        many were abandoned."""
+        abandoned = 0
+        if self._pending:
+            _done, left = await asyncio.wait(set(self._pending), timeout=self.cfg.drain_s)
+            for task in left:
+                task.cancel()
+            abandoned = len(left)
+            if left:
+                await asyncio.wait(left)
+                self.record(f"alerts: {abandoned} deliveries abandoned at the end of the run "
+                            f"(still retrying after {self.cfg.drain_s:.0f} s)")
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+        return abandoned
+
+
+def _reason(e: BaseException) -> str:
+    """A short cause without the URL (aiohttp puts the host and path in its messages)."""
+    if isinstance(e, TimeoutError | asyncio.TimeoutError):
+        return "timed out"
+    if isinstance(e, aiohttp.ClientConnectorError):
+        return f"cannot connect ({e.os_error.strerror or type(e.os_error).__name__})"
+    return type(e).__name__

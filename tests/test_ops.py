@@ -1,0 +1,336 @@
+"""The on-call toolbox: Prometheus /metrics scraped from a real run, webhook alerts to a
+local receiver, OpenTelemetry spans to a local OTLP/HTTP receiver."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.conftest import TEST_KEY, free_port, swarm
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture
+def env(tmp_path):
+    return {"SWARM_TEST_KEY": TEST_KEY, "SWARM_TUI_DB": str(tmp_path / "runs.db"),
+            "XDG_CONFIG_HOME": str(tmp_path / "xdg")}
+
+
+def wait_until(check: Callable[[], object], timeout: float = 60, what: str = "") -> object:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = check()
+        if got:
+            return got
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what or check}")
+
+
+# -- Prometheus --------------------------------------------------------------------------
+def scrape(port: int) -> str | None:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            return r.read().decode()
+    except OSError:
+        return None
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    out = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def total(text: str, name: str, **match: str) -> float:
+    return sum(v for (n, labels), v in samples(text).items()
+               if n == name and all(dict(labels).get(k) == m for k, m in match.items()))
+
+
+NON_BASE_UNITS = re.compile(r"_(milli|micro|nano)seconds|_(ms|us|ns|minutes|hours|days|percent|"
+                            r"kilobytes|megabytes)(_|$)")
+
+
+def promlint(text: str) -> list[str]:
+    """The checks `promtool check metrics` makes (client_golang's promlint), on the
+    exposition: naming, units, counter suffixes, help, histogram shape, reserved labels."""
+    problems = []
+    for fam in text_string_to_metric_families(text):
+        name = fam.name
+        if not re.fullmatch(r"[a-z_][a-z0-9_]*", name):
+            problems.append(f"{name}: not snake_case")
+        if not fam.documentation:
+            problems.append(f"{name}: no help text")
+        if NON_BASE_UNITS.search(name + "_"):
+            problems.append(f"{name}: use base units (seconds, bytes, ratio)")
+        if fam.type == "counter":
+            if any(not s.name.endswith(("_total", "_created")) for s in fam.samples):
+                problems.append(f"{name}: counter samples must end in _total")
+        elif name.endswith("_total"):
+            problems.append(f"{name}: non-counter named _total")
+        for s in fam.samples:
+            for label in s.labels:
+                if label.startswith("__") or (label == "le" and fam.type != "histogram"):
+                    problems.append(f"{name}: reserved label {label}")
+        if fam.type == "histogram":
+            series: dict[tuple, list[tuple[float, float]]] = {}
+            counts = {}
+            for s in fam.samples:
+                rest = tuple(sorted((k, v) for k, v in s.labels.items() if k != "le"))
+                if s.name.endswith("_bucket"):
+                    series.setdefault(rest, []).append((float(s.labels["le"]), s.value))
+                elif s.name.endswith("_count"):
+                    counts[rest] = s.value
+            for rest, buckets in series.items():
+                les = [le for le, _ in buckets]
+                values = [v for _, v in buckets]
+                if les != sorted(les) or les[-1] != float("inf"):
+                    problems.append(f"{name}{rest}: buckets unsorted or no +Inf")
+                if values != sorted(values) or values[-1] != counts.get(rest):
+                    problems.append(f"{name}{rest}: buckets not cumulative / _count differs")
+    return problems
+
+
+@pytest.mark.slow
+def test_metrics_scraped_during_a_run_match_its_stored_figures(env):
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "swarm_tui", "run", "--demo", "1500", "--headless", "--json",
+         "--concurrency", "20", "--sim-profile", "fixed:80", "--sim-rate-503", "0.05",
+         "--sim-rate-429", "0", "--rate", "300", "--metrics-port", str(port),
+         "--metrics-linger", "60"],
+        env={**__import__("os").environ, **env}, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    try:
+        # during the run: tasks counted, calls in flight, not ended
+        during = wait_until(lambda: (t := scrape(port)) and total(t, "swarm_tui_tasks_total")
+                            and total(t, "swarm_tui_run_ended") == 0 and t, what="a live scrape")
+        assert isinstance(during, str)
+        assert total(during, "swarm_tui_concurrency_limit") == 20
+        assert total(during, "swarm_tui_run_info", simulated="true") == 1
+        assert promlint(during) == []
+        # the run ends; the process stays until one scrape has read the final figures
+        final = wait_until(lambda: (t := scrape(port)) and total(t, "swarm_tui_run_ended") == 1
+                           and t, what="the final scrape")
+        assert isinstance(final, str)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode in (0, 3), err  # 3: 5 % of calls fail the 99 % SLA
+    stored = json.loads(out)
+    assert promlint(final) == []
+    for state in ("succeeded", "failed", "cancelled"):
+        assert total(final, "swarm_tui_tasks_total", state=state) == stored[state], state
+    assert total(final, "swarm_tui_calls_total") == stored["calls"]
+    assert total(final, "swarm_tui_calls_total", outcome="error", error_class="server") > 0
+    assert total(final, "swarm_tui_calls_total", outcome="ok") == round(
+        stored["calls"] * stored["call_success_rate"])
+    assert total(final, "swarm_tui_cost_usd_total") == pytest.approx(stored["cost_usd"],
+                                                                       rel=1e-9)
+    assert total(final, "swarm_tui_tokens_total", direction="input") == stored["tokens"]["input"]
+    ok_calls = total(final, "swarm_tui_calls_total", outcome="ok")
+    assert total(final, "swarm_tui_call_latency_seconds_count") == ok_calls
+    # the console's buckets: ≤ 100 ms holds every call of an 80 ms server on an idle machine,
+    # so only its existence and order are asserted (a loaded machine adds client time)
+    assert total(final, "swarm_tui_call_latency_seconds_bucket", le="0.35") <= ok_calls
+    assert total(final, "swarm_tui_calls_in_flight") == 0
+    # bounded labels: no task id, no key (the simulator's key starts sk-sim-)
+    assert "demo-0" not in final and "sk-sim-" not in final
+
+
+def test_a_busy_metrics_port_is_one_line_before_the_run(env):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        r = swarm("run", "--demo", "5", "--headless", "--metrics-port", str(port), env=env)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert f"--metrics-port {port}: cannot listen" in r.stderr.strip().splitlines()[-1]
+
+
+# -- alerts ------------------------------------------------------------------------------
+class Receiver:
+    """A local HTTP receiver that records every POST (or refuses with `status`)."""
+
+    def __init__(self, status: int = 200) -> None:
+        self.posts: list[tuple[str, bytes]] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                outer.posts.append((self.path, body))
+                self.send_response(status)
+                self.end_headers()
+
+            def log_message(self, *a) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def json(self, path: str = "/hook") -> list[dict]:
+        return [json.loads(b) for p, b in self.posts if p == path]
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    r = Receiver()
+    yield r
+    r.close()
+
+
+def _alert_config(tmp_path, url: str, extra: str = "") -> str:
+    path = tmp_path / "alerts.toml"
+    path.write_text(f"""
+[[alerts.webhooks]]
+name = "oncall"
+url = "{url}/hook"
+[[alerts.webhooks]]
+name = "chat"
+url = "{url}/slack"
+format = "slack"
+events = ["budget_stop", "canary_abort"]
+[alerts]
+attempts = 2
+drain_s = 3
+{extra}
+""")
+    return str(path)
+
+
+def _events(env, run_id: str) -> list[str]:
+    import sqlite3
+
+    with sqlite3.connect(env["SWARM_TUI_DB"]) as c:
+        return [row[0] for row in c.execute(
+            "SELECT detail_json FROM events WHERE run_id=? AND detail_json IS NOT NULL "
+            "ORDER BY id", (run_id,))]
+
+
+def test_one_alert_per_budget_stop_delivered_and_recorded(tmp_path, env, receiver):
+    cfg = _alert_config(tmp_path, f"http://127.0.0.1:{receiver.port}")
+    r = swarm("run", "--demo", "400", "--headless", "--json", "--quiet", "--config", cfg,
+              "--budget", "0.05", "--concurrency", "10", "--sim-profile", "fixed:30",
+              env=env)
+    assert r.returncode == 4, r.stderr  # stopped at the budget cap
+    run_id = json.loads(r.stdout)["run_id"]
+    kinds = [a["kind"] for a in receiver.json()]
+    assert kinds.count("budget_stop") == 1 and kinds.count("budget_80") == 1, kinds
+    assert kinds[-1] == "run_interrupted"  # the run's end, after the stop
+    stop = next(a for a in receiver.json() if a["kind"] == "budget_stop")
+    assert stop["run_id"] == run_id and stop["severity"] == "warning"
+    assert stop["details"]["cap_usd"] == 0.05 and stop["details"]["unsent"] > 0
+    slack = receiver.json("/slack")  # this webhook takes only budget_stop / canary_abort
+    assert len(slack) == 1 and "budget cap $0.0500 reached" in slack[0]["text"]
+    events = " ".join(_events(env, run_id))
+    assert "alert budget_stop → oncall: delivered (HTTP 200" in events
+    assert "alert budget_stop → chat: delivered" in events
+    assert f"127.0.0.1:{receiver.port}" not in events  # a webhook URL is a credential
+
+
+def test_a_receiver_that_is_down_never_fails_or_holds_the_run(tmp_path, env):
+    dead = free_port()  # nothing listens there
+    cfg = _alert_config(tmp_path, f"http://127.0.0.1:{dead}")
+    started = time.monotonic()
+    r = swarm("run", "--demo", "300", "--headless", "--json", "--quiet", "--config", cfg,
+              "--concurrency", "20", "--sim-profile", "fixed:30", env=env)
+    assert r.returncode == 0, r.stderr
+    summary = json.loads(r.stdout)
+    assert summary["succeeded"] == 300
+    events = " ".join(_events(env, summary["run_id"]))
+    assert "alert run_finished → oncall: NOT delivered (cannot connect" in events
+    assert "after 2 attempts; the run goes on" in events
+    assert time.monotonic() - started < 60  # drain_s bounds the wait at the end
+
+
+@pytest.mark.slow
+def test_one_alert_per_canary_abort(tmp_path, env, receiver):
+    from swarm_tui.sim.server import SimProcess
+    from swarm_tui.sim.settings import SimSettings
+
+    base = SimProcess(SimSettings(profile="fixed:150", rate_429=0, rate_503=0, seed=1)).start()
+    cand = SimProcess(SimSettings(profile="fixed:150", rate_429=0, rate_503=0.05,
+                                  seed=1)).start()
+    try:
+        from tests.test_canary_runs import _config
+
+        canary_cfg = _config(tmp_path, base, cand, bake="60s", min_samples=40)
+        alerts = _alert_config(tmp_path, f"http://127.0.0.1:{receiver.port}")
+        # one file: the canary's and the alerts' sections
+        with open(canary_cfg, "a") as f, open(alerts) as a:
+            f.write(a.read())
+        r = swarm("run", "--demo", "4000", "--model", "deepseek-v3.2", "--headless", "--json",
+                  "--quiet", "--config", canary_cfg, env=env, timeout=100)
+    finally:
+        base.stop()
+        cand.stop()
+    assert r.returncode in (0, 3), r.stderr
+    kinds = [a["kind"] for a in receiver.json()]
+    assert kinds.count("canary_abort") == 1, kinds
+    abort = next(a for a in receiver.json() if a["kind"] == "canary_abort")
+    assert abort["severity"] == "critical" and abort["details"]["pct"] == 0
+    assert "aborted at 5%" in abort["summary"]
+    assert [a["text"] for a in receiver.json("/slack") if "aborted" in a["text"]]
+
+
+# -- OpenTelemetry ---------------------------------------------------------------------
+def test_one_span_per_attempt_over_otlp(tmp_path, env, receiver):
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+        ExportTraceServiceRequest,
+    )
+
+    cfg = tmp_path / "otel.toml"
+    cfg.write_text(f'[telemetry]\notlp_endpoint = "http://127.0.0.1:{receiver.port}"\n')
+    r = swarm("run", "--demo", "120", "--headless", "--json", "--quiet", "--config", str(cfg),
+              "--concurrency", "20", "--sim-profile", "fixed:30", "--sim-rate-503", "0.1",
+              "--sim-rate-429", "0", env=env)
+    assert r.returncode in (0, 3), r.stderr  # 3: 10 % of calls fail the 99 % SLA
+    stored = json.loads(r.stdout)
+    spans = []
+    for path, body in receiver.posts:
+        assert path == "/v1/traces"
+        req = ExportTraceServiceRequest()
+        req.ParseFromString(body)
+        for rs in req.resource_spans:
+            for ss in rs.scope_spans:
+                spans += list(ss.spans)
+    assert len(spans) == stored["calls"]  # one per attempt, retries included
+    attrs = [{a.key: a.value for a in s.attributes} for s in spans]
+    assert {s.name for s in spans} <= {"chat kimi-k2.5", "chat deepseek-v3.2"}
+    assert all(a["gen_ai.request.model"].string_value in s.name for a, s in zip(attrs, spans,
+                                                                                 strict=True))
+    assert sum(a["gen_ai.usage.input_tokens"].int_value for a in attrs) == \
+        stored["tokens"]["input"]
+    failed = [a for a in attrs if "error.type" in a]
+    assert failed and all(a["error.type"].string_value == "server" for a in failed)
+    assert all(s.end_time_unix_nano >= s.start_time_unix_nano > 0 for s in spans)
+
+
+def test_no_telemetry_configured_loads_no_tracing(env):
+    code = ("import sys; from swarm_tui.cli import main; rc = main(['run', '--demo', '5', "
+            "'--headless', '--quiet', '--sim-profile', 'fixed:30']); print(sorted(m for m in "
+            "sys.modules if m.startswith('opentelemetry.sdk'))); sys.exit(rc)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env={**__import__("os").environ, **env}, timeout=60)
+    assert r.returncode in (0, 3), r.stderr
+    assert r.stdout.strip().splitlines()[-1] == "[]"
