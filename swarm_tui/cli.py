@@ -236,7 +236,7 @@ def _console(args: argparse.Namespace, cfg, **kw) -> int:
 
     # with no gateways configured, the canary panel shows the simulator's demo canary
     canary = canary_config(cfg) if cfg.settings.canary or cfg.simulated_only else None
-    app = SwarmApp(refresh_s=ui.refresh_s, theme=theme, keymap=ui.keys,
+    app = SwarmApp(refresh_s=ui.refresh_s, theme=theme, keymap=ui.keys, view=ui.view,
                    readonly=args.readonly, canary=canary, **kw)
     code = app.run()
     if code is None and app.return_code not in (None, 0):

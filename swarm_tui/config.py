@@ -236,6 +236,8 @@ class TelemetryConfig(_Strict):
 class UiConfig(_Strict):
     theme: str | None = None        # default swarm-dark; a gateway's own theme wins
     refresh_s: Annotated[float, Field(ge=0.05, le=10)] = 0.25
+    # the dashboard's first view: one cell per concurrency slot, or every task (key v)
+    view: Literal["agents", "tasks"] = "agents"
     keys: dict[str, str] = Field(default_factory=dict)  # binding id -> keys, e.g. "run.pause"
 
 

@@ -131,11 +131,13 @@ async def test_serve_shows_the_console_in_a_browser(tmp_path):
                 while time.monotonic() < deadline:
                     screen = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "",
                                     await page.eval("(window.__rx || []).join('')") or "")
-                    if "SIMULATED" in screen and "●" in screen and "RUNNING" in screen:
+                    if "SIMULATED" in screen and "agents:" in screen and "RUNNING" in screen:
                         break
                     await asyncio.sleep(0.5)
                 assert "SIMULATED" in screen, screen[-2000:]
-                assert "●" in screen and "RUNNING" in screen  # the grid, its cells done
+                # the agents view: its header and agents at work
+                assert "agents:" in screen and "RUNNING" in screen
+                assert "◐" in screen or "○" in screen
                 await asyncio.sleep(1.0)  # let the canvas paint the frames received
                 shot = await page.call("Page.captureScreenshot", format="png")
         png = base64.b64decode(shot["data"])

@@ -106,6 +106,8 @@ def test_a_scrolled_grid_keeps_repainting(env):
                  "--sim-rate-429", "0", "--sim-rate-503", "0", env=env)
     try:
         app.wait_for(lambda t: "RUNNING" in t, what="a running swarm")
+        app.send("v")  # from the agents view to every task
+        app.wait_for("view: every task", what="the all-tasks grid")
         app.send("\x1b[F")  # End
         app.wait_for("FINISHED", timeout=60, what="the run's end")
         # the frame after FINISHED may still be arriving: wait on the grid's state (with the

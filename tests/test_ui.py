@@ -213,6 +213,10 @@ async def test_watch_follows_another_process_and_obeys_write(cfg, tmp_path):
             assert app.snapshot.source == "watch" and app.snapshot.status == "running"
             # the executor's real in-flight count, from its heartbeat (it used to read 0)
             await wait_for(lambda: app.snapshot.in_flight > 0)
+            # the agents view of a watcher: the executor's calls in flight, one per slot,
+            # never more slots than its concurrency
+            await wait_for(lambda: sum(x.cell is not None for x in app.snapshot.slots) >= 5)
+            assert len(app.snapshot.slots) == 20
             await pilot.press("p")  # read-only watch: refused
             assert not isinstance(app.screen, ConfirmScreen)
         await ro.close()
@@ -284,6 +288,9 @@ async def test_grid_navigation_keys():
         await pilot.pause(0.2)
         await app.tick()
         grid = app.screen.query_one(AgentGrid)
+        assert app.view == "agents" and not grid.display  # the agents view comes first
+        await pilot.press("v")  # every task: the grid, focused
+        await wait_for(lambda: grid.display and app.focused is grid)
         cols = grid.columns
         assert cols == 39 and grid.cursor == 0  # 80 columns less the scrollbar
         await pilot.press("right", "right", "down")
@@ -325,7 +332,7 @@ def test_dashboard_no_color(snap_compare, monkeypatch):
 
         await settle_dashboard(pilot)
 
-    app = SwarmApp(FixedSource(mid_run_snapshot()), refresh_s=10)
+    app = SwarmApp(FixedSource(mid_run_snapshot()), refresh_s=10, view="tasks")
     assert app.no_color
     assert snap_compare(app, terminal_size=(80, 24), run_before=settle)
 
@@ -402,3 +409,47 @@ def test_a_snapshot_never_carries_a_cell_not_seen_yet():
                             sla=SlaConfig(), tasks_per_day=1, client_bound=False)
     assert [c.task_id for c in snap.agents] == ["t0", "t3"]
     assert snap.counts["queued"] == 2
+
+
+@pytest.mark.slow
+async def test_the_agents_view_shows_each_slots_call_and_keeps_it_in_place(cfg, tmp_path):
+    from swarm_tui.ui.agents import AgentsView, fit
+
+    source = live(cfg, tmp_path, n=3000)
+    app = SwarmApp(source, db_path=tmp_path / "runs.db", refresh_s=0.1)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(lambda: app.snapshot is not None and app.snapshot.in_flight >= 10
+                       and sum(s.cell is not None for s in app.snapshot.slots) >= 10, 60)
+        snap = app.snapshot
+        view = app.screen.query_one(AgentsView)
+        assert view.display and len(snap.slots) == snap.concurrency == 20
+        working = {s.slot: s.cell.seq for s in snap.slots if s.cell is not None}
+        # one call per slot, each a task running or streaming right now
+        assert len(set(working.values())) == len(working)
+        assert all(s.cell.state in ("running", "streaming") and s.started_s is not None
+                   for s in snap.slots if s.cell is not None)
+        # a slot keeps its task while the task's call lasts (agents keep their place)
+        await wait_for(lambda: app.snapshot is not snap)
+        later = app.snapshot
+        for s in later.slots:
+            if s.cell is not None and s.cell.seq in working.values():
+                assert working.get(s.slot) == s.cell.seq
+        # the whole swarm on one screen: 20 agents at 80×24, the widest cells
+        assert fit(len(later.slots), view.size.width, view.size.height - 1)[0] == 28
+        header = view.render_line(0).text
+        assert "agents:" in header and "of 20 working" in header
+        await pilot.press("v")
+        await wait_for(lambda: not view.display)
+    await source.shutdown()
+
+
+def test_the_agents_view_fits_140_agents_at_80x24():
+    from swarm_tui.engine.snapshot import SlotCell
+    from swarm_tui.ui.agents import cell_text, fit
+
+    w, cols = fit(140, 80, 12)  # the grid area of an 80×24 dashboard, less its header
+    assert -(-140 // cols) <= 12 and w == 6
+    cell = mid_run_snapshot().agents[60]
+    assert cell_text(SlotCell(0, cell, 0.5, 2000), 1.8, 28).split()[1:] == [
+        cell.task_id, "1.3s", "500t"]
+    assert cell_text(SlotCell(0, None, None, None), 1.8, 6) == "·     "

@@ -15,6 +15,7 @@ SIZES = [(80, 24), (160, 50)]
 
 
 def app(theme: str = "swarm-dark", **kw) -> SwarmApp:
+    kw.setdefault("view", "tasks")  # these pictures are of the all-tasks grid
     return SwarmApp(FixedSource(mid_run_snapshot()), refresh_s=10, theme=theme, **kw)
 
 
@@ -106,7 +107,8 @@ def test_status_bar_at_80_columns_with_canary_keys_and_a_long_run_id(snap_compar
                  for i, state in enumerate(("active", "cooling", "active")))
     snap = dataclasses.replace(mid_run_snapshot(), canary="canary 25% progressing 3m/24h",
                                keys=keys, run_id="20261203-101010-abcd [nightly/batch-7]")
-    assert snap_compare(SwarmApp(FixedSource(snap), refresh_s=10), terminal_size=(80, 24),
+    assert snap_compare(SwarmApp(FixedSource(snap), refresh_s=10, view="tasks"),
+                        terminal_size=(80, 24),
                         run_before=settle)
 
 
@@ -117,3 +119,9 @@ def test_confirm_dialog_over_the_dashboard(snap_compare):
         await pilot.pause(0.2)
 
     assert snap_compare(app(), terminal_size=(80, 24), run_before=ask)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_agents_view(snap_compare, size):
+    """The default view: one cell per concurrency slot (100), the call each makes now."""
+    assert snap_compare(app(view="agents"), terminal_size=size, run_before=settle)

@@ -11,7 +11,7 @@ import dataclasses
 import random
 
 from swarm_tui.config import SlaConfig
-from swarm_tui.engine.snapshot import AgentCell, Snapshot
+from swarm_tui.engine.snapshot import AgentCell, SlotCell, Snapshot
 from swarm_tui.run_sources import AgentDetail
 
 STATES = ["succeeded"] * 55 + ["streaming"] * 20 + ["running"] * 8 + ["retrying"] * 4 + \
@@ -28,11 +28,22 @@ def mid_run_snapshot(n: int = 140) -> Snapshot:
                                "kimi-k2.5" if i % 7 == 0 else "deepseek-v3.2", "baseline",
                                lat, 0.00065 if lat else None, 2 if state == "retrying" else 1,
                                "rate_limited" if state in ("retrying", "failed") else None))
+    # the agents view: 100 slots, the working cells in them (some slots idle between calls)
+    working = [c for c in cells if c.state in ("running", "streaming")]
+    slots = []
+    for slot in range(100):
+        cell = working[slot // 3] if slot % 3 != 2 and slot // 3 < len(working) else None
+        slots.append(SlotCell(slot, cell, 1.8 - (slot % 9) * 0.17 if cell else None,
+                              (slot * 97) % 2400 if cell and cell.state == "streaming" else
+                              (0 if cell else None)))
     counts: dict[str, int] = {}
     for c in cells:
         counts[c.state] = counts.get(c.state, 0) + 1
+    # four lines: they fit the log at 80x24 without scrolling, so no picture depends on
+    # when the log's scroll to its newest line lands (under a CPU hog it once came after
+    # the picture); following the newest line is tested on a live run in test_ui.py
     log = (*(f"{0.4 + i * 0.1:7.1f}s RETRY  demo-{i * 7:05d} #1 rate_limited 429 +1.00s"
-             for i in range(8)), "    1.3s FAIL   demo-00044 auth 401 Incorrect API key")
+             for i in range(3)), "    1.3s FAIL   demo-00044 auth 401 Incorrect API key")
     return Snapshot(
         run_id="20261202-093000-abcd", simulated=True, gateways=("sim",), status="running",
         elapsed_s=1.8, total=n, counts=counts, in_flight=32, concurrency=100, calls_per_s=412.0,
@@ -40,6 +51,7 @@ def mid_run_snapshot(n: int = 140) -> Snapshot:
         latency_ms=(182.0, 281.0, 402.0), ttft_ms=(64.0, 99.0),
         tokens_in=39_600, tokens_out=66_000, cost_usd=0.0358, unpriced_tasks=0,
         usage_estimated=False, projected_month_usd=234.0, sla=SlaConfig(), agents=tuple(cells),
+        slots=tuple(slots),
         log=log, histogram=(0, 0, 4, 20, 18, 9, 3, 1, 0, 0, 0, 0),
         sparkline=(0,) * 50 + (40, 180, 390, 412, 405, 398, 420, 415, 410, 412),
     )

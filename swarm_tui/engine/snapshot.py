@@ -7,6 +7,7 @@ agent states for the grid).
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import operator
 import time
@@ -39,6 +40,16 @@ class AgentCell:
     cost_usd: float | None
     attempts: int
     error_class: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class SlotCell:
+    """One agent of the swarm — a concurrency slot — and the call it is making now."""
+
+    slot: int
+    cell: AgentCell | None      # None: idle
+    started_s: float | None     # run seconds when its current call was sent
+    chars: int | None           # streamed characters so far (None: not known here)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +114,7 @@ class Snapshot:
     log: tuple[str, ...]
     histogram: tuple[int, ...]      # counts per HIST_EDGES_MS bucket (+ overflow)
     sparkline: tuple[int, ...]      # completions per second, last SPARK_SECONDS
+    slots: tuple[SlotCell, ...] = ()  # the agents view: one per concurrency slot
     canary: str = "canary: off"
     canary_view: Any = None         # canary.controller.CanaryView when a canary is configured
     keys: tuple[KeyRow, ...] = ()
@@ -131,6 +143,11 @@ def histogram_bucket(ms: float) -> int:
 
 _CELL_KINDS = frozenset({ev.QUEUED, ev.STARTED, ev.FIRST_TOKEN, ev.RETRY_SCHEDULED,
                          ev.SUCCEEDED, ev.FAILED, ev.CANCELLED})
+
+
+def _chars_of(a) -> Callable[[], int]:
+    """The agent's streamed characters, read when a snapshot is built."""
+    return lambda: a.live_chars
 
 
 def _cell(a) -> AgentCell:
@@ -166,6 +183,13 @@ class LiveMetrics:
         self.errors: Counter[str] = Counter()
         self.log: deque[str] = deque(maxlen=LOG_LINES)
         self.hist = [0] * (len(HIST_EDGES_MS) + 1)
+        # the agents view: each call in flight holds a slot from its send to its end, the
+        # lowest free one, so an agent keeps its place on the screen while it works
+        self.slot_tasks: list[int | None] = []    # slot -> cell index
+        self._slot_of: dict[int, int] = {}         # cell index -> slot
+        self._free_slots: list[int] = []           # a heap
+        self.slot_started: dict[int, float] = {}   # cell index -> run seconds at its send
+        self.slot_chars: dict[int, Callable[[], int]] = {}  # cell index -> streamed chars
         self._per_second: deque[tuple[int, int]] = deque(maxlen=SPARK_SECONDS + 5)
         start = time.monotonic()
         # seconds since the run started, for the sparkline (a stored run: its wall clock)
@@ -181,6 +205,29 @@ class LiveMetrics:
             self.counts[old.state] -= 1
         cells[index] = cell
         self.counts[cell.state] += 1
+
+    def slot_on(self, index: int, started_s: float,
+                chars: Callable[[], int] | None = None) -> None:
+        slot = self._slot_of.get(index)
+        if slot is None:
+            if self._free_slots:
+                slot = heapq.heappop(self._free_slots)
+            else:
+                slot = len(self.slot_tasks)
+                self.slot_tasks.append(None)
+            self._slot_of[index] = slot
+        self.slot_started[index] = started_s
+        if chars is not None:
+            self.slot_chars[index] = chars
+        self.slot_tasks[slot] = index
+
+    def slot_off(self, index: int) -> None:
+        slot = self._slot_of.pop(index, None)
+        if slot is not None:
+            self.slot_tasks[slot] = None
+            heapq.heappush(self._free_slots, slot)
+        self.slot_started.pop(index, None)
+        self.slot_chars.pop(index, None)
 
     def call_ended(self, ok: bool) -> None:
         if ok:
@@ -227,6 +274,10 @@ class LiveMetrics:
         a = e.agent
         if a is not None and kind in _CELL_KINDS:
             self.put_cell(a.index, _cell(a))
+            if kind == ev.STARTED:
+                self.slot_on(a.index, e.at_ms / 1000, _chars_of(a))
+            elif kind != ev.FIRST_TOKEN:
+                self.slot_off(a.index)
         if kind == ev.RETRY_SCHEDULED or (kind == ev.FAILED and e.attempt is not None
                                           and e.attempt.retry_wait_s is None):
             # every failed call ends in a retry or the task's failure (a task failed while
@@ -288,6 +339,7 @@ def metrics_snapshot(m: LiveMetrics, *, run_id: str, simulated: bool,
     cells: tuple[AgentCell, ...] = (
         tuple(c for c in copied if c is not None) if gaps
         else copied)  # type: ignore[assignment]  # no None in it
+    slots = _slot_cells(m, copied, concurrency)
     ended = m.succeeded + m.failed
     priced = m.succeeded - m.unpriced
     per_task = m.cost_usd / priced if priced else None
@@ -304,11 +356,32 @@ def metrics_snapshot(m: LiveMetrics, *, run_id: str, simulated: bool,
         tokens_in=m.tokens_in, tokens_out=m.tokens_out, cost_usd=m.cost_usd,
         unpriced_tasks=m.unpriced, usage_estimated=m.estimated,
         projected_month_usd=per_task * tasks_per_day * 30 if per_task is not None else None,
-        sla=sla, agents=cells, log=tuple(m.log), histogram=tuple(m.hist),
+        sla=sla, agents=cells, slots=slots, log=tuple(m.log), histogram=tuple(m.hist),
         sparkline=m.sparkline(), readonly=readonly, source=source, errors=dict(m.errors),
         keys=keys, waiting_for_keys=waiting_for_keys, client_bound=client_bound,
         budget_usd=budget_usd, canary=canary,
     )
+
+
+_WORKING = frozenset({TaskState.RUNNING, TaskState.STREAMING})
+
+
+def _slot_cells(m: LiveMetrics, cells: tuple[AgentCell | None, ...], concurrency: int
+                ) -> tuple[SlotCell, ...]:
+    """One cell per slot: at least the concurrency (idle slots shown), its call if any. A
+    slot whose task is no longer working (an end not seen as an event) reads idle."""
+    taken = list(m.slot_tasks)  # the engine thread may change it while this reads
+    out = []
+    for slot in range(max(concurrency, len(taken))):
+        index = taken[slot] if slot < len(taken) else None
+        cell = cells[index] if index is not None and index < len(cells) else None
+        if index is None or cell is None or cell.state not in _WORKING:
+            out.append(SlotCell(slot, None, None, None))
+            continue
+        chars = m.slot_chars.get(index)
+        out.append(SlotCell(slot, cell, m.slot_started.get(index),
+                            chars() if chars is not None else None))
+    return tuple(out)
 
 
 def live_snapshot(runner, metrics: LiveMetrics, *, run_id: str, simulated: bool,

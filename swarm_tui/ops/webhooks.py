@@ -1,8 +1,9 @@
 """Alert delivery to webhooks: generic JSON or a Slack-compatible `{"text": …}` payload.
 
-Each delivery is its own task on the engine's loop (a receiver that is down retries with
-backoff without holding up the next alert, and never the engine); each outcome is recorded
-in the run's events through `record`. A webhook's URL is a credential: it appears nowhere —
+Each webhook has its own queue and worker task on the engine's loop: its alerts arrive in
+the order they were raised, and a receiver that is down retries with backoff without
+holding up the other webhooks — or the engine. Each outcome is recorded in the run's
+events through `record`. A webhook's URL is a credential: it appears nowhere —
 deliveries are named by the webhook's `name`.
 """
 
@@ -43,7 +44,9 @@ class AlertDelivery:
         self.record = record      # one line into the run's events per delivery outcome
         self.counted = counted    # the metrics' delivery counter
         self._session: aiohttp.ClientSession | None = None
-        self._pending: set[asyncio.Task[None]] = set()
+        self._queues: dict[str, asyncio.Queue[Alert]] = {}
+        self._workers: list[asyncio.Task[None]] = []
+        self._outstanding = 0  # queued or being delivered
         self.delivered = 0
         self.failed = 0
 
@@ -51,11 +54,24 @@ class AlertDelivery:
         return [h for h in self.cfg.webhooks if alert.kind in h.events]
 
     def send(self, alert: Alert) -> None:
-        """Never blocks: the deliveries run as tasks on this (the engine's) loop."""
+        """Never blocks: each webhook's worker delivers on this (the engine's) loop."""
         for hook in self.hooks_for(alert):
-            task = asyncio.get_running_loop().create_task(self._deliver(hook, alert))
-            self._pending.add(task)
-            task.add_done_callback(self._pending.discard)
+            queue = self._queues.get(hook.name)
+            if queue is None:
+                queue = self._queues[hook.name] = asyncio.Queue()
+                self._workers.append(asyncio.get_running_loop().create_task(
+                    self._worker(hook, queue)))
+            queue.put_nowait(alert)
+            self._outstanding += 1
+
+    async def _worker(self, hook: WebhookConfig, queue: asyncio.Queue[Alert]) -> None:
+        while True:
+            alert = await queue.get()
+            try:
+                await self._deliver(hook, alert)
+            finally:
+                self._outstanding -= 1
+                queue.task_done()
 
     async def _deliver(self, hook: WebhookConfig, alert: Alert) -> None:
         url = hook.resolved_url()
@@ -99,18 +115,19 @@ class AlertDelivery:
                     f"{'delivered' if ok else 'NOT delivered'} ({how})")
 
     async def close(self) -> int:
-        """Give outstanding deliveries up to `drain_s`, then give up on them. Returns how
+        """Give the queued deliveries up to `drain_s`, then give up on them. Returns how
         many were abandoned."""
-        abandoned = 0
-        if self._pending:
-            _done, left = await asyncio.wait(set(self._pending), timeout=self.cfg.drain_s)
-            for task in left:
-                task.cancel()
-            abandoned = len(left)
-            if left:
-                await asyncio.wait(left)
-                self.record(f"alerts: {abandoned} deliveries abandoned at the end of the run "
-                            f"(still retrying after {self.cfg.drain_s:.0f} s)")
+        drained = asyncio.gather(*(q.join() for q in self._queues.values()))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(drained, self.cfg.drain_s)
+        abandoned = self._outstanding  # still queued, plus the one each worker retries
+        for worker in self._workers:
+            worker.cancel()
+        await asyncio.gather(*self._workers, return_exceptions=True)
+        self._workers = []
+        if abandoned:
+            self.record(f"alerts: {abandoned} deliveries abandoned at the end of the run "
+                        f"(still retrying after {self.cfg.drain_s:.0f} s)")
         if self._session is not None:
             await self._session.close()
             self._session = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from pathlib import Path
 
@@ -48,9 +49,46 @@ class _Follow:
         for i, (seq, task_id, model, bucket) in enumerate(tasks):
             self.metrics.put_cell(i, AgentCell(seq, task_id, TaskState.QUEUED, model, bucket,
                                                None, None, 0, None))
+        self.buckets = [t[3] for t in tasks]
+        self.working: set[int] = set()  # cells shown working from the executor's heartbeat
         self.results_at = self.attempts_at = self.events_at = 0
         self.final = False  # the run had ended when its rows were last read
         self.snapshot: Snapshot | None = None
+
+
+# a stored event's tag in the log (six columns, as the live log's) and its text when it
+# carries none ("SESSIO" was a cut `session_started`)
+_EVENT_TAGS = {"control": "CTRL  ", "fallback": "FALLBK", "session_started": "START ",
+               "control_rejected": "REFUSE"}
+_EVENT_TEXT = {"session_started": "an executor took the run (a new session)"}
+
+
+_FINAL = frozenset({TaskState.SUCCEEDED, TaskState.FAILED, TaskState.CANCELLED})
+
+
+def _show_working(f: _Follow, agents: list[list]) -> None:
+    """The executor's calls in flight (its heartbeat, a few times a second) as working
+    cells in their agents' slots; a call gone from it since ended (its result row) or waits
+    for a retry. A stored result always wins over a heartbeat older than it."""
+    m = f.metrics
+    now: dict[int, list] = {}
+    for entry in agents:
+        i = f.index.get(entry[0])
+        cell = m.cells[i] if i is not None and i < len(m.cells) else None
+        if i is not None and (cell is None or cell.state not in _FINAL):
+            now[i] = entry
+    for i in f.working - now.keys():  # first: the slots they free go to the new calls
+        m.slot_off(i)
+        cell = m.cells[i]
+        if cell is not None and cell.state not in _FINAL:
+            m.put_cell(i, AgentCell(cell.seq, cell.task_id, TaskState.RETRYING, cell.model,
+                                    cell.bucket, None, None, cell.attempts, None))
+    for i, (seq, state, started_s, chars, model) in now.items():
+        cell = m.cells[i]
+        m.put_cell(i, AgentCell(seq, f.task_ids[i], state, model, f.buckets[i], None, None,
+                                cell.attempts if cell else 0, None))
+        m.slot_on(i, started_s, functools.partial(int, chars))
+    f.working = set(now)
 
 
 class StoreSource:
@@ -122,6 +160,7 @@ class StoreSource:
             status = RunStatus.PAUSED
         elapsed = (time.time() - run.started_at) if self.active else run.wall_ms / 1000
         live = await reads.live_figures(self.conn, self.run_id) if self.active else {}
+        _show_working(f, live.get("agents") or [])
         keys, _ = await self.keys()
         canary = "canary: off"
         c = self.cfg.settings.canary if self.cfg is not None else None
@@ -184,8 +223,8 @@ class StoreSource:
         if attempts:
             f.attempts_at = attempts[-1][0]
         events = await reads.events_after(self.conn, self.run_id, f.events_at)
-        tags = {"control": "CTRL  ", "fallback": "FALLBK"}
-        lines += [(at, f"{tags.get(kind, kind.upper()[:6]):6} {detail or ''}")
+        lines += [(at, f"{_EVENT_TAGS.get(kind, kind.upper()[:6]):6} "
+                       f"{detail or _EVENT_TEXT.get(kind, '')}")
                   for _id, at, kind, detail in events]
         if events:
             f.events_at = events[-1][0]

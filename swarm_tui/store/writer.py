@@ -104,6 +104,8 @@ class StoreWriter:
         self._stopping = False
         self._last_poll = 0.0
         self._last_keys = 0.0
+        # the calls in flight, for watchers' agents view (agent, run seconds at its send)
+        self._working: dict[int, tuple[Agent, float]] = {}
         runner.consumers.append(self.on_event)
 
     # -- the consumer: called inline by the engine, so only appends ------------------------
@@ -112,12 +114,18 @@ class StoreWriter:
         if kind in ev.FINAL_KINDS:
             agent = e.agent
             assert agent is not None
+            self._working.pop(agent.index, None)
             if e.attempt is not None:
                 self._attempts.append(self._attempt_row(agent, e.attempt))
             self._tasks.append(self._task_row(agent))
         elif kind == ev.RETRY_SCHEDULED:
             assert e.agent is not None and e.attempt is not None
+            self._working.pop(e.agent.index, None)
             self._attempts.append(self._attempt_row(e.agent, e.attempt))
+        elif kind == ev.STARTED:
+            assert e.agent is not None and e.attempt is not None
+            self._working[e.agent.index] = (e.agent, e.attempt.started_ms / 1000.0)
+            return
         elif kind == ev.CONTROL:
             self._events.append((self.run_id, time.time(), "control", None, e.detail))
         elif kind == ev.FALLBACK and e.agent is not None:  # for a watched/replayed log
@@ -245,7 +253,10 @@ class StoreWriter:
                                "lag_p95_ms": lag.recent_p95_ms(),
                                "client_bound": lag.client_bound(),
                                "run_lag_p95_ms": lag.run_p95_ms(),
-                               "run_lag_max_ms": lag.run_max_ms()})
+                               "run_lag_max_ms": lag.run_max_ms(),
+                               # the agents view of a watcher: each call in flight
+                               "agents": [[a.seq, a.state, round(t, 3), a.live_chars, a.model]
+                                          for a, t in list(self._working.values())]})
             cur = await self.conn.execute(
                 "UPDATE runs SET heartbeat_at=?, live_json=? WHERE id=? AND owner_token=?",
                 (now, live, self.run_id, self.claim.token))

@@ -30,6 +30,7 @@ from swarm_tui.config import CanaryConfig
 from swarm_tui.engine.snapshot import AgentCell, Snapshot
 from swarm_tui.engine.state import TaskState
 from swarm_tui.errors import EXIT_HANGUP, UserError
+from swarm_tui.ui.agents import AgentsView
 from swarm_tui.ui.canary_panel import CanaryScreen
 from swarm_tui.ui.cost_panel import CostScreen
 from swarm_tui.ui.filtering import SORTS, FilterError, parse_filter, sort_cells
@@ -50,6 +51,7 @@ ACTIONS: list[tuple[str, str, str]] = [
     ("agent.cancel", "cancel_agent", "Cancel the selected agent (asks first)"),
     ("grid.filter", "filter", "Filter agents"),
     ("grid.sort", "sort", "Cycle sort: index / latency / state / cost"),
+    ("app.view", "toggle_view", "Agents (one per slot, what each does now) / every task"),
     ("grid.next_failed", "next_failed", "Jump to the next failed agent"),
     ("agent.copy", "copy_task_id", "Copy the selected task id (OSC 52: works over SSH)"),
     ("log.focus", "focus_log", "Event log: focus it to scroll back (arrows, pgup/pgdn)"),
@@ -77,8 +79,10 @@ def _key_names(keys: str) -> str:
 
 class Dashboard(Screen[None]):
     def compose(self) -> ComposeResult:
+        agents = getattr(self.app, "view", "agents") == "agents"
         yield StatusBar(id="status")
-        yield AgentGrid(id="grid")
+        yield AgentsView(id="agents", classes="" if agents else "hidden")
+        yield AgentGrid(id="grid", classes="hidden" if agents else "")
         with Horizontal(id="bottom"):
             yield EventLog(id="log")
             yield LatencyHistogram(id="hist")
@@ -101,6 +105,7 @@ class SwarmApp(App[int]):
         Binding("c", "cancel_agent", "Cancel agent", id="agent.cancel", show=False),
         Binding("slash", "filter", "Filter", id="grid.filter"),
         Binding("s", "sort", "Sort", id="grid.sort"),
+        Binding("v", "toggle_view", "View", id="app.view"),
         Binding("f", "next_failed", "Next failed", id="grid.next_failed", show=False),
         Binding("y", "copy_task_id", "Copy id", id="agent.copy", show=False),
         Binding("l", "focus_log", "Log", id="log.focus", show=False),
@@ -130,8 +135,10 @@ class SwarmApp(App[int]):
         idle_message: str = "",
         theme_dir: Path | None = None,
         canary: CanaryConfig | None = None,
+        view: str = "agents",
     ) -> None:
         super().__init__()
+        self.view = view  # "agents": one cell per concurrency slot; "tasks": every task
         self.canary_cfg = canary
         self.source = source
         self.start_source = start_source  # builds a LiveSource on demand (demo key)
@@ -233,6 +240,8 @@ class SwarmApp(App[int]):
             return
         cells = sort_cells(cells, self.sort_order)
         screen.query_one(AgentGrid).update_cells(tuple(cells))
+        if self.view == "agents":
+            screen.query_one(AgentsView).show(s)
         screen.query_one(EventLog).feed(s.log)
         screen.query_one(LatencyHistogram).show(s, sparkline_text(s.sparkline))
 
@@ -304,7 +313,7 @@ class SwarmApp(App[int]):
                          answer)
 
     def action_cancel_agent(self) -> None:
-        grid = self.screen.query_one(AgentGrid) if isinstance(self.screen, Dashboard) else None
+        grid = self._dashboard_grid()
         cell = grid.selected if grid is not None else None
         if cell is None or not self._guard("cancel agent"):
             return
@@ -317,7 +326,7 @@ class SwarmApp(App[int]):
         self.push_screen(ConfirmScreen(f"Cancel agent {cell.task_id}?"), answer)
 
     def action_filter(self) -> None:
-        if not isinstance(self.screen, Dashboard):
+        if self._dashboard_grid() is None:  # the filter is the tasks grid's
             return
         box = self.screen.query_one("#filter", Input)
         box.add_class("visible")
@@ -333,7 +342,9 @@ class SwarmApp(App[int]):
         except FilterError as e:  # a bad pattern is said, not silently ignored
             self._filter = None
             self.message = f"filter not applied: {e}"
-        self.screen.query_one(AgentGrid).focus()
+        grid = self._dashboard_grid()
+        if grid is not None:
+            grid.focus()
         self.render_snapshot()
 
     def action_clear_filter(self) -> None:
@@ -344,18 +355,48 @@ class SwarmApp(App[int]):
         self.filter_text = ""
         self._filter = None
         self.message = ""
-        self.screen.query_one(AgentGrid).focus()
+        self._focus_view()
         self.render_snapshot()
 
+    def _focus_view(self) -> None:
+        if isinstance(self.screen, Dashboard):
+            if self.view == "tasks":
+                self.screen.query_one(AgentGrid).focus()
+            else:
+                self.set_focus(None)
+
     def action_sort(self) -> None:
+        self._dashboard_grid()  # sorting is the tasks grid's
         self.sort_order = SORTS[(SORTS.index(self.sort_order) + 1) % len(SORTS)]
         self.notify(f"sort: {self.sort_order}")
         self.render_snapshot()
 
     def _dashboard_grid(self) -> AgentGrid | None:
+        """The all-tasks grid (shown first, if the agents view was up)."""
         if not isinstance(self.screen, Dashboard):
             return None
+        if self.view != "tasks":
+            self.view = "tasks"
+            self._apply_view()
         return self.screen.query_one(AgentGrid)
+
+    def _apply_view(self) -> None:
+        screen = self.screen
+        if not isinstance(screen, Dashboard) or not screen.query(AgentsView):
+            return
+        agents = self.view == "agents"
+        screen.query_one(AgentsView).set_class(not agents, "hidden")
+        grid = screen.query_one(AgentGrid)
+        grid.set_class(agents, "hidden")
+        if not agents:
+            grid.focus()
+        self.render_snapshot()
+
+    def action_toggle_view(self) -> None:
+        self.view = "tasks" if self.view == "agents" else "agents"
+        self._apply_view()
+        self.notify("view: every task (v: agents)" if self.view == "tasks"
+                    else "view: agents, one per slot (v: every task)")
 
     def action_next_failed(self) -> None:
         grid = self._dashboard_grid()
@@ -391,7 +432,7 @@ class SwarmApp(App[int]):
     def action_follow_log(self) -> None:
         if isinstance(self.screen, Dashboard):
             self.screen.query_one(EventLog).follow()
-            self.screen.query_one(AgentGrid).focus()
+            self._focus_view()
 
     def action_freeze(self) -> None:
         self.frozen = not self.frozen

@@ -1,0 +1,106 @@
+"""The agents view: one cell per concurrency slot — what each of the swarm's agents is
+doing right now (its task, state, time on the current call, streamed tokens).
+
+It always fits the screen: the cell width is the widest at which every slot fits, from
+`◐ demo-00042    1.2s 340t` down to a bare glyph, so 140 agents read at 80×24 without
+scrolling. Drawn with the Line API, redrawn whole each refresh (the times move anyway).
+"""
+
+from __future__ import annotations
+
+from rich.segment import Segment
+from rich.style import Style
+from textual.strip import Strip
+from textual.widget import Widget
+
+from swarm_tui.engine.snapshot import SlotCell, Snapshot
+from swarm_tui.ui.grid import GLYPHS
+
+WIDTHS = (28, 20, 14, 9, 6, 3, 2)  # a cell's width, widest first (with its gap)
+IDLE = "·"
+
+
+def fit(n: int, width: int, height: int) -> tuple[int, int]:
+    """(cell width, columns): the widest cell at which n cells fit width × height."""
+    for w in WIDTHS:
+        cols = max(1, width // w)
+        if -(-n // cols) <= height:
+            return w, cols
+    return WIDTHS[-1], max(1, width // WIDTHS[-1])
+
+
+def _elapsed(s: float) -> str:
+    if s < 10:
+        return f"{s:.1f}s"
+    if s < 600:
+        return f"{s:.0f}s"
+    return f"{s / 60:.0f}m"
+
+
+def _tokens(chars: int | None) -> str:
+    if chars is None:
+        return ""
+    t = chars // 4  # the estimate the engine uses for streamed text
+    return f"{t}t" if t < 1000 else f"{t / 1000:.1f}kt"
+
+
+def cell_text(slot: SlotCell, now_s: float, w: int) -> str:
+    c = slot.cell
+    if c is None:
+        return IDLE.ljust(w)[:w]
+    glyph = GLYPHS.get(c.state, "?")
+    took = _elapsed(max(0.0, now_s - slot.started_s)) if slot.started_s is not None else ""
+    tok = _tokens(slot.chars)
+    if w >= 28:
+        text = f"{glyph} {c.task_id[-12:]:<12} {took:>5} {tok:>5}"
+    elif w >= 20:
+        text = f"{glyph} {c.task_id[-6:]:<6} {took:>5} {tok:>5}"
+    elif w >= 14:
+        text = f"{glyph} {took:>5} {tok:>5}"
+    elif w >= 9:
+        text = f"{glyph} {took:>5}"
+    elif w >= 6:
+        text = f"{glyph} {took[:3]:>3}"
+    else:
+        text = glyph
+    return text.ljust(w)[:w]
+
+
+class AgentsView(Widget):
+    DEFAULT_CSS = "AgentsView { height: 1fr; }"
+    COMPONENT_CLASSES = {f"agentgrid--{s}" for s in GLYPHS} | {"agents--idle",
+                                                               "agents--header"}
+
+    def __init__(self, **kw) -> None:
+        super().__init__(**kw)
+        self.slots: tuple[SlotCell, ...] = ()
+        self.now_s = 0.0
+        self.working = 0
+
+    def show(self, snap: Snapshot) -> None:
+        self.slots = snap.slots
+        self.now_s = snap.elapsed_s
+        self.working = sum(1 for s in snap.slots if s.cell is not None)
+        self.refresh()
+
+    def render_line(self, y: int) -> Strip:
+        width = self.size.width
+        base = self.rich_style
+        if y == 0:
+            head = (f" agents: {self.working} of {len(self.slots)} working"
+                    "  ·  v: every task (filter, sort, detail)")
+            style = base + self.get_component_rich_style("agents--header", partial=True)
+            return Strip([Segment(head[:width], style)]).extend_cell_length(width, base)
+        w, cols = fit(len(self.slots), width, max(1, self.size.height - 1))
+        start = (y - 1) * cols
+        row = self.slots[start:start + cols]
+        if not row:
+            return Strip.blank(width, base)
+        styles: dict[str, Style] = {
+            s: base + self.get_component_rich_style(f"agentgrid--{s}", partial=True)
+            for s in GLYPHS}
+        idle = base + self.get_component_rich_style("agents--idle", partial=True)
+        segments = [Segment(cell_text(s, self.now_s, w),
+                            styles.get(s.cell.state, base) if s.cell is not None else idle)
+                    for s in row]
+        return Strip(segments).extend_cell_length(width, base).crop(0, width)
