@@ -16,7 +16,7 @@ from textual.widget import Widget
 from swarm_tui.engine.snapshot import SlotCell, Snapshot
 from swarm_tui.ui.grid import GLYPHS
 
-WIDTHS = (28, 20, 14, 9, 6, 3, 2)  # a cell's width, widest first (with its gap)
+WIDTHS = (28, 20, 14, 9, 7, 6, 3, 2)  # a cell's width, widest first (with its gap)
 IDLE = "·"
 
 
@@ -59,6 +59,8 @@ def cell_text(slot: SlotCell, now_s: float, w: int) -> str:
         text = f"{glyph} {took:>5} {tok:>5}"
     elif w >= 9:
         text = f"{glyph} {took:>5}"
+    elif w >= 7:
+        text = f"{glyph} {took:>4}"
     elif w >= 6:
         text = f"{glyph} {took[:3]:>3}"
     else:
