@@ -453,3 +453,26 @@ def test_the_agents_view_fits_140_agents_at_80x24():
     assert cell_text(SlotCell(0, cell, 0.5, 2000), 1.8, 28).split()[1:] == [
         cell.task_id, "1.3s", "500t"]
     assert cell_text(SlotCell(0, None, None, None), 1.8, 6) == "·     "
+
+
+async def test_more_agents_than_cells_says_how_many_are_not_shown():
+    import dataclasses
+    import re
+
+    from swarm_tui.engine.snapshot import SlotCell
+    from swarm_tui.ui.agents import AgentsView
+
+    snap = mid_run_snapshot()
+    cell = snap.agents[60]
+    snap = dataclasses.replace(snap, slots=tuple(SlotCell(i, cell, 1.0, 40) for i in range(1000)))
+    app = SwarmApp(FixedSource(snap), refresh_s=10)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause(0.2)
+        await app.tick()
+        view = app.screen.query_one(AgentsView)
+        await wait_for(lambda: len(view.slots) == 1000)
+        rows = view.size.height - 1
+        lines = [view.render_line(y).text for y in range(1, rows + 1)]
+        shown = sum(line.count("◐") for line in lines)
+        more = re.search(r"\+(\d+) more", lines[-1])
+        assert more is not None and shown + int(more.group(1)) == 1000, lines[-1]

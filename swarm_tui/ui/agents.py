@@ -93,11 +93,18 @@ class AgentsView(Widget):
                     "  ·  v: every task (filter, sort, detail)")
             style = base + self.get_component_rich_style("agents--header", partial=True)
             return Strip([Segment(head[:width], style)]).extend_cell_length(width, base)
-        w, cols = fit(len(self.slots), width, max(1, self.size.height - 1))
+        rows = max(1, self.size.height - 1)
+        w, cols = fit(len(self.slots), width, rows)
         start = (y - 1) * cols
         row = self.slots[start:start + cols]
         if not row:
             return Strip.blank(width, base)
+        hidden = len(self.slots) - rows * cols
+        more = ""
+        if hidden > 0 and y == rows:  # more agents than cells even at a glyph each
+            keep = max(0, cols - 12 // w - 1)  # room for " +NNNN more"
+            more = f" +{len(self.slots) - start - keep} more"
+            row = row[:keep]
         styles: dict[str, Style] = {
             s: base + self.get_component_rich_style(f"agentgrid--{s}", partial=True)
             for s in GLYPHS}
@@ -105,4 +112,6 @@ class AgentsView(Widget):
         segments = [Segment(cell_text(s, self.now_s, w),
                             styles.get(s.cell.state, base) if s.cell is not None else idle)
                     for s in row]
+        if more:
+            segments.append(Segment(more, base))
         return Strip(segments).extend_cell_length(width, base).crop(0, width)
