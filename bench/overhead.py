@@ -59,7 +59,7 @@ async def bare(url: str, n: int, conc: int, transport: str) -> dict:
 
 
 async def runner(url: str, n: int, conc: int) -> dict:
-    from swarm_tui.config import RetryConfig, RoutingConfig
+    from swarm_tui.config_sections import RetryConfig, RoutingConfig
     from swarm_tui.engine.routing import SingleGateway
     from swarm_tui.engine.runner import RunPolicy, SwarmRunner
     from swarm_tui.gateway.client import GatewayClient

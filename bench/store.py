@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import sim_process
-from swarm_tui.config import RetryConfig, RoutingConfig
+from swarm_tui.config_sections import RetryConfig, RoutingConfig
 from swarm_tui.engine import events as ev
 from swarm_tui.engine.routing import SingleGateway
 from swarm_tui.engine.runner import RunPolicy, SwarmRunner

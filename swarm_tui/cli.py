@@ -27,7 +27,7 @@ from swarm_tui.cli_parser import (
     build_parser,
 )
 from swarm_tui.commands import history
-from swarm_tui.config import FLAG_SETTINGS, LoadedConfig, format_validation_error, load_config
+from swarm_tui.config_sections import format_validation_error
 from swarm_tui.engine.state import RunStatus
 from swarm_tui.errors import (
     EXIT_BUDGET_STOPPED,
@@ -41,6 +41,7 @@ from swarm_tui.errors import (
 from swarm_tui.gateway.keys import redact
 
 if TYPE_CHECKING:
+    from swarm_tui.config import LoadedConfig
     from swarm_tui.execution.stored_run import Outcome
 
 
@@ -141,6 +142,9 @@ def _load_tasks(args: argparse.Namespace, console: bool = False):
 def _config(args: argparse.Namespace) -> LoadedConfig:
     """The config with this command line's setting flags as its top layer (checked there:
     `--concurrency 0` is refused as the file's `concurrency = 0` would be)."""
+    # here, not at the top: `runs`, `report`, `export` need no pydantic-settings
+    from swarm_tui.config import FLAG_SETTINGS, load_config
+
     return load_config(args.config, {f: getattr(args, f, None) for f in FLAG_SETTINGS})
 
 

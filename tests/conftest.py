@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from swarm_tui.config import RetryConfig, RoutingConfig
+from swarm_tui.config_sections import RetryConfig, RoutingConfig
 from swarm_tui.engine.events import Event
 from swarm_tui.engine.routing import SingleGateway
 from swarm_tui.engine.runner import RunPolicy, SwarmRunner

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from swarm_tui.canary import state as cs
-from swarm_tui.config import AlertKind, AlertsConfig, SlaConfig
+from swarm_tui.config_sections import AlertKind, AlertsConfig, SlaConfig
 from swarm_tui.engine import events as ev
 from swarm_tui.engine.looplag import LoopLag
 from swarm_tui.engine.state import Agent, Attempt

@@ -11,7 +11,7 @@ import pytest
 
 from swarm_tui.canary.analysis import FAIL, INCONCLUSIVE, PASS, BucketFigures, evaluate
 from swarm_tui.canary.stats import binomial_excess_p, mann_whitney_greater, wilson, z_two_sided
-from swarm_tui.config import CanaryGates
+from swarm_tui.config_sections import CanaryGates
 from swarm_tui.engine.routing import BASELINE, CANDIDATE
 from swarm_tui.engine.summary import Percentiles
 

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from swarm_tui.canary.controller import read_view
-from swarm_tui.config import CanaryConfig, load_config
+from swarm_tui.config import load_config
+from swarm_tui.config_sections import CanaryConfig
 from swarm_tui.execution.wiring import RunOptions
 from swarm_tui.run_sources import LiveSource
 from swarm_tui.store import canary as cs

@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from swarm_tui.canary.analysis import FAIL, INCONCLUSIVE, BucketFigures, evaluate
-from swarm_tui.config import CanaryGates, SlaConfig
+from swarm_tui.config_sections import CanaryGates, SlaConfig
 from swarm_tui.engine.looplag import CLIENT_BOUND_MS
 from swarm_tui.engine.routing import BASELINE, CANDIDATE
 from swarm_tui.engine.summary import Percentiles, summarize

@@ -183,7 +183,7 @@ async def test_a_budget_stop_does_not_wait_out_retry_backoffs(sim_factory):
     run ends when the calls in flight do, and that task stays unsent (resumable)."""
     import asyncio
 
-    from swarm_tui.config import RetryConfig
+    from swarm_tui.config_sections import RetryConfig
     from tests.conftest import client_for, make_runner, tasks
 
     server = sim_factory(profile="fixed:30", rate_503=0.4)

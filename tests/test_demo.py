@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import sqlite3
 
-from swarm_tui.config import RetryConfig, RoutingConfig
+from swarm_tui.config_sections import RetryConfig, RoutingConfig
 from swarm_tui.engine.routing import SingleGateway
 from swarm_tui.engine.runner import RunPolicy, SwarmRunner
 from swarm_tui.prices import load_price_table

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
-from swarm_tui.config import RetryConfig, RoutingConfig
+from swarm_tui.config_sections import RetryConfig, RoutingConfig
 from swarm_tui.engine import events as ev
 from swarm_tui.engine.state import FINAL_STATES
 from swarm_tui.workload import Task, demo_tasks

@@ -17,7 +17,7 @@ from statistics import quantiles
 import httpx2
 import pytest
 
-from swarm_tui.config import RetryConfig, RoutingConfig
+from swarm_tui.config_sections import RetryConfig, RoutingConfig
 from swarm_tui.engine import events as ev
 from swarm_tui.gateway.client import GatewayClient
 from swarm_tui.gateway.errors import CONNECTION, PROTOCOL, RATE_LIMITED, SERVER

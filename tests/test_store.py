@@ -9,7 +9,7 @@ import sqlite3
 
 import pytest
 
-from swarm_tui.config import SlaConfig
+from swarm_tui.config_sections import SlaConfig
 from swarm_tui.engine.summary import summarize
 from swarm_tui.errors import UserError
 from swarm_tui.store.db import open_db

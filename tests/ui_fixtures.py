@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import random
 
-from swarm_tui.config import SlaConfig
+from swarm_tui.config_sections import SlaConfig
 from swarm_tui.engine.snapshot import AgentCell, SlotCell, Snapshot
 from swarm_tui.run_sources import AgentDetail
 
@@ -112,7 +112,7 @@ def canary_view():
     from swarm_tui.canary.analysis import Analysis, evaluate, figures
     from swarm_tui.canary.controller import CanaryView
     from swarm_tui.canary.state import CanaryState
-    from swarm_tui.config import CanaryConfig
+    from swarm_tui.config_sections import CanaryConfig
     from swarm_tui.store.canary import ActionRecord
 
     cfg = CanaryConfig(baseline="direct", candidate="gateway-b", mode="auto", min_samples=100)

@@ -14,7 +14,7 @@ from enum import StrEnum
 from pydantic import BaseModel, Field
 
 from swarm_tui.canary.stats import binomial_excess_p, mann_whitney_greater, wilson
-from swarm_tui.config import CanaryGates
+from swarm_tui.config_sections import CanaryGates
 from swarm_tui.engine.aggregate import Usage
 from swarm_tui.engine.looplag import CLIENT_BOUND_MS
 from swarm_tui.engine.routing import BASELINE, CANDIDATE

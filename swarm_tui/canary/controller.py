@@ -19,7 +19,7 @@ import aiosqlite
 from swarm_tui.canary import state as st
 from swarm_tui.canary.analysis import Analysis
 from swarm_tui.canary.auto import decide
-from swarm_tui.config import CanaryConfig
+from swarm_tui.config_sections import CanaryConfig
 from swarm_tui.engine.looplag import LoopLag
 from swarm_tui.engine.routing import CanaryRouter
 from swarm_tui.report.fmt import short_duration

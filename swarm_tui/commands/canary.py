@@ -10,7 +10,8 @@ from pathlib import Path
 import aiosqlite
 
 from swarm_tui.canary import state as st
-from swarm_tui.config import CanaryConfig, LoadedConfig
+from swarm_tui.config import LoadedConfig
+from swarm_tui.config_sections import CanaryConfig
 from swarm_tui.errors import EXIT_OK, UserError
 from swarm_tui.report import canary as report
 from swarm_tui.report import fmt

@@ -7,13 +7,16 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import aiosqlite
 
-from swarm_tui.config import LoadedConfig, load_config
 from swarm_tui.engine.cost import CostReport
 from swarm_tui.engine.summary import RunSummary
 from swarm_tui.errors import EXIT_OK, UserError
+
+if TYPE_CHECKING:
+    from swarm_tui.config import LoadedConfig
 
 
 async def summary_json(conn: aiosqlite.Connection, path: Path, summary: RunSummary,
@@ -58,6 +61,8 @@ async def report(conn: aiosqlite.Connection, path: Path, args: argparse.Namespac
         else:
             print(compare_table(a, b))
         return EXIT_OK
+    from swarm_tui.config import load_config
+
     cfg = load_config(args.config)
     cost = await stored_cost(conn, run, cfg)
     if args.json:
@@ -68,6 +73,7 @@ async def report(conn: aiosqlite.Connection, path: Path, args: argparse.Namespac
 
 
 async def cost(conn: aiosqlite.Connection, path: Path, args: argparse.Namespace) -> int:
+    from swarm_tui.config import load_config
     from swarm_tui.report.cost import cost_text, stored_cost
     from swarm_tui.store.runs import get_run
 

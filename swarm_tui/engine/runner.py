@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from swarm_tui.config import RetryConfig, RoutingConfig
+from swarm_tui.config_sections import RetryConfig, RoutingConfig
 from swarm_tui.engine import events as ev
 from swarm_tui.engine.looplag import LoopLag
 from swarm_tui.engine.retry import retry_wait_s

@@ -18,7 +18,7 @@ from typing import Any
 
 from hdrh.histogram import HdrHistogram
 
-from swarm_tui.config import SlaConfig
+from swarm_tui.config_sections import SlaConfig
 from swarm_tui.engine import events as ev
 from swarm_tui.engine.state import STATES, RunStatus, TaskState
 

@@ -16,7 +16,7 @@ from typing import Protocol
 
 from pydantic import BaseModel, Field
 
-from swarm_tui.config import SlaConfig
+from swarm_tui.config_sections import SlaConfig
 from swarm_tui.engine.aggregate import Usage
 from swarm_tui.engine.looplag import CLIENT_BOUND_MS
 from swarm_tui.engine.state import TaskState

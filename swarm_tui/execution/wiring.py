@@ -10,7 +10,8 @@ import secrets
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from swarm_tui.config import SIM_GATEWAY, CanaryConfig, GatewayConfig, LoadedConfig
+from swarm_tui.config import LoadedConfig
+from swarm_tui.config_sections import SIM_GATEWAY, CanaryConfig, GatewayConfig
 from swarm_tui.engine.events import Consumer
 from swarm_tui.engine.routing import CanaryRouter, Router, SingleGateway
 from swarm_tui.engine.runner import RunPolicy, SwarmRunner

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from swarm_tui.canary import state as cs
-from swarm_tui.config import AlertKind, AlertsConfig, SlaConfig
+from swarm_tui.config_sections import AlertKind, AlertsConfig, SlaConfig
 from swarm_tui.engine import events as ev
 from swarm_tui.engine.looplag import LoopLag
 from swarm_tui.engine.runner import BUDGET_STOPPED

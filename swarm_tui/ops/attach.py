@@ -6,7 +6,8 @@ import asyncio
 import contextlib
 from typing import TYPE_CHECKING
 
-from swarm_tui.config import AlertKind, Settings
+from swarm_tui.config import Settings
+from swarm_tui.config_sections import AlertKind
 from swarm_tui.engine import events as ev
 from swarm_tui.engine.state import RunStatus
 from swarm_tui.ops.alerts import Alert, AlertWatch

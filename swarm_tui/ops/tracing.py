@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from swarm_tui.config import TelemetryConfig
+from swarm_tui.config_sections import TelemetryConfig
 from swarm_tui.engine import events as ev
 from swarm_tui.engine.state import AttemptOutcome
 from swarm_tui.errors import UserError

@@ -19,7 +19,7 @@ from typing import Any
 
 import aiohttp
 
-from swarm_tui.config import AlertsConfig, WebhookConfig
+from swarm_tui.config_sections import AlertsConfig, WebhookConfig
 from swarm_tui.ops.alerts import Alert
 
 BACKOFF_S = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0)

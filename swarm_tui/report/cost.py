@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import aiosqlite
 
-from swarm_tui.config import LoadedConfig
 from swarm_tui.engine.cost import CostLine, CostReport, cost_report
 from swarm_tui.report.fmt import usd
 from swarm_tui.store.runs import RunRecord, task_rows
+
+if TYPE_CHECKING:
+    from swarm_tui.config import LoadedConfig
 
 
 def long_model_of(run: RunRecord, cfg: LoadedConfig) -> str | None:

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import aiosqlite
 
-from swarm_tui.config import LoadedConfig, SlaConfig
+from swarm_tui.config import LoadedConfig
+from swarm_tui.config_sections import SlaConfig
 from swarm_tui.engine.cost import CostReport
 from swarm_tui.engine.snapshot import (
     LOG_LINES,

@@ -17,7 +17,7 @@ from pydantic import BaseModel
 
 from swarm_tui.canary import state as st
 from swarm_tui.canary.analysis import Analysis, evaluate, figures
-from swarm_tui.config import CanaryConfig
+from swarm_tui.config_sections import CanaryConfig
 from swarm_tui.engine.routing import BASELINE, CANDIDATE
 from swarm_tui.store.control import os_user
 from swarm_tui.store.db import db_error

@@ -16,7 +16,7 @@ from typing import Any
 import aiosqlite
 from pydantic import BaseModel
 
-from swarm_tui.config import SlaConfig
+from swarm_tui.config_sections import SlaConfig
 from swarm_tui.engine.state import Agent, RunStatus
 from swarm_tui.engine.summary import RunSummary, summarize
 from swarm_tui.errors import UserError

@@ -26,7 +26,7 @@ from textual.widgets import Footer, Input, Static
 from textual.worker import Worker
 
 from swarm_tui.canary.controller import CanaryView
-from swarm_tui.config import CanaryConfig
+from swarm_tui.config_sections import CanaryConfig
 from swarm_tui.engine.snapshot import AgentCell, Snapshot
 from swarm_tui.engine.state import TaskState
 from swarm_tui.errors import EXIT_HANGUP, UserError

@@ -1,0 +1,246 @@
+"""The config's sections as plain pydantic models (no pydantic-settings): what the engine,
+the store, the canary and the reports read. `config.py` layers them into the settings (flags,
+environment, TOML file); keeping these apart lets `runs` and `report` start without loading
+pydantic-settings.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+SIM_GATEWAY = "sim"  # reserved gateway name: the built-in simulator
+
+PosFloat = Annotated[float, Field(gt=0)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class GatewayConfig(_Strict):
+    base_url: str
+    # env vars holding keys (each may be comma-separated)
+    key_env: list[str] = Field(default_factory=list)
+    key_file: Path | None = None
+    timeout_s: PosFloat = 30.0
+    max_concurrency: Annotated[int, Field(ge=1, le=10_000)] = 140
+    stream: bool = True
+    model: str | None = None  # pins every task on this gateway to one model
+    theme: str | None = None
+    # which key takes the next call: least-in-flight | round-robin | proactive (the key
+    # with the most x-ratelimit-remaining headroom; waits instead of hitting a 429)
+    key_strategy: Literal["least-in-flight", "round-robin", "proactive"] = "least-in-flight"
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, v: str) -> str:
+        if not v.startswith(("http://", "https://")):
+            raise ValueError("must start with http:// or https://")
+        return v.rstrip("/")
+
+
+class RoutingConfig(_Strict):
+    enabled: bool = True
+    long_context_tokens: Annotated[int, Field(ge=1)] = 1000
+    long_model: str = "kimi-k2.5"
+    short_model: str = "deepseek-v3.2"
+    fallback: dict[str, list[str]] = Field(
+        default_factory=lambda: {"kimi-k2.5": ["deepseek-v3.2"], "deepseek-v3.2": ["kimi-k2.5"]}
+    )
+
+
+class RetryConfig(_Strict):
+    max_attempts: Annotated[int, Field(ge=1, le=20)] = 3
+    base_backoff_s: PosFloat = 0.25
+    max_backoff_s: PosFloat = 8.0
+    retry_after_cap_s: PosFloat = 30.0
+    # a task waits out 429s (they never spend its attempts) this long before its fallback
+    # model or failure
+    rate_limit_max_wait_s: PosFloat = 600.0
+
+
+class SlaConfig(_Strict):
+    p95_ms: PosFloat = 350.0
+    min_success: Annotated[float, Field(ge=0, le=1)] = 0.99
+    # which success rate the SLA judges: per call (as the team measured its gateways: every
+    # answered call, retries and 429s included) or per task (after retries and fallbacks)
+    success_basis: Literal["call", "task"] = "call"
+
+
+class PriceOverride(_Strict):
+    input: Annotated[float, Field(ge=0)]
+    output: Annotated[float, Field(ge=0)]
+    cached_input: Annotated[float, Field(ge=0)] | None = None
+    source: str = "user config"
+    checked: str | None = None
+
+
+def parse_duration(v: object) -> float:
+    """Seconds from a number or a string like "24h", "30m", "90s", "1.5s"."""
+    if isinstance(v, bool):
+        raise ValueError("a duration is a number of seconds or a string like 24h / 30m / 90s")
+    if isinstance(v, int | float):
+        seconds = float(v)
+    elif isinstance(v, str):
+        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*", v)
+        if not m:
+            raise ValueError(f"'{v}' is not a duration (use e.g. 24h, 30m, 90s)")
+        seconds = float(m.group(1)) * _UNITS[m.group(2) or "s"]
+    else:
+        raise ValueError("a duration is a number of seconds or a string like 24h / 30m / 90s")
+    if seconds <= 0:
+        raise ValueError("a duration must be positive")
+    return seconds
+
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+Duration = Annotated[float, BeforeValidator(parse_duration)]
+
+
+class CanaryGates(_Strict):
+    p95_ms: PosFloat = 350.0
+    min_success: Annotated[float, Field(ge=0, le=1)] = 0.99
+    cost_tolerance: Annotated[float, Field(ge=0)] = 0.10  # candidate $/task ≤ baseline × (1+tol)
+    max_p95_ratio: PosFloat | None = None  # optional: candidate p95 ≤ baseline p95 × ratio
+    # a gate fails only on evidence significant at this confidence (Wilson bound for the
+    # success rate and the share of calls past p95_ms; Mann-Whitney for the p95 ratio)
+    confidence: Annotated[float, Field(ge=0.5, le=0.999)] = 0.95
+
+
+class CanaryConfig(_Strict):
+    """A baseline and a candidate gateway; traffic moves by user hash, stage by stage."""
+
+    enabled: bool = True
+    baseline: str
+    candidate: str
+    stages: list[Annotated[int, Field(ge=1, le=100)]] = Field(
+        default_factory=lambda: [5, 25, 50, 100])
+    bake: Duration | list[Duration] = 86_400.0  # per stage: one value, or one per stage
+    mode: Literal["manual", "auto"] = "manual"
+    min_samples: Annotated[int, Field(ge=1)] = 100
+    failure_limit: Annotated[int, Field(ge=1)] = 3
+    interval: Duration = 10.0   # how often the running process evaluates the gates
+    window: Duration = 900.0    # the rolling window shown next to the stage's figures
+    gates: CanaryGates = Field(default_factory=CanaryGates)
+
+    @field_validator("stages")
+    @classmethod
+    def _increasing(cls, v: list[int]) -> list[int]:
+        if not v or any(b <= a for a, b in itertools.pairwise(v)) or v[-1] != 100:
+            raise ValueError("must be strictly increasing percentages ending at 100")
+        return v
+
+    @model_validator(mode="after")
+    def _bake_per_stage(self) -> CanaryConfig:
+        if isinstance(self.bake, list) and len(self.bake) != len(self.stages):
+            raise ValueError(f"bake: {len(self.bake)} values for {len(self.stages)} stages")
+        if self.baseline == self.candidate:
+            raise ValueError("baseline and candidate must be different gateways")
+        return self
+
+    @property
+    def name(self) -> str:
+        return f"{self.baseline}->{self.candidate}"
+
+    def bake_s(self, stage: int) -> float:
+        if isinstance(self.bake, list):
+            return self.bake[min(max(stage, 0), len(self.bake) - 1)]
+        return self.bake
+
+
+class StoreConfig(_Strict):
+    # how long dispatch stays paused on an unwritable database before the run stops
+    # (calls in flight are awaited and journaled; exit 2)
+    unwritable_grace_s: PosFloat = 60.0
+
+
+class AlertKind(StrEnum):
+    """What an alert is about (a webhook's `events` picks among them)."""
+
+    CANARY_PROMOTE = "canary_promote"
+    CANARY_ABORT = "canary_abort"
+    CANARY_PAUSE = "canary_pause"
+    SLA_BREACH = "sla_breach"          # sustained for [alerts] sla_sustain
+    BUDGET_80 = "budget_80"
+    BUDGET_STOP = "budget_stop"
+    KEYS_EXHAUSTED = "keys_exhausted"  # every key of a gateway cooling, disabled or retired
+    RUN_FINISHED = "run_finished"
+    RUN_FAILED = "run_failed"          # the store failed under it (exit 2)
+    RUN_INTERRUPTED = "run_interrupted"  # cancelled, hung up or stopped at the budget cap
+
+
+class WebhookConfig(_Strict):
+    """One alert receiver. The URL is a secret (a Slack webhook URL is a credential): give it
+    in the environment (`url_env`) or the file; it is shown and logged by `name` only."""
+
+    name: str
+    url: str | None = None
+    url_env: str | None = None
+    format: Literal["json", "slack"] = "json"
+    events: list[AlertKind] = Field(default_factory=lambda: list(AlertKind))
+
+    @model_validator(mode="after")
+    def _one_url(self) -> WebhookConfig:
+        if (self.url is None) == (self.url_env is None):
+            raise ValueError(f"webhook '{self.name}': give exactly one of url / url_env")
+        if self.url is not None and not re.match(r"https?://", self.url):
+            raise ValueError(f"webhook '{self.name}': url must start with http:// or https://")
+        return self
+
+    def resolved_url(self) -> str | None:
+        return self.url if self.url is not None else os.environ.get(self.url_env or "")
+
+
+class AlertsConfig(_Strict):
+    webhooks: list[WebhookConfig] = Field(default_factory=list)
+    # an SLA breach alerts once it has held this long (one bad interval is not an incident)
+    sla_sustain: Duration = 120.0
+    sla_window: Duration = 60.0     # the rolling window its p95 / success are taken over
+    sla_min_calls: Annotated[int, Field(ge=1)] = 50
+    attempts: Annotated[int, Field(ge=1, le=20)] = 5   # per delivery, with backoff
+    timeout_s: PosFloat = 5.0       # per HTTP request
+    # at the end of a run, how long its last alerts may hold the exit
+    drain_s: Annotated[float, Field(ge=0, le=120)] = 10.0
+
+
+class TelemetryConfig(_Strict):
+    """OpenTelemetry traces (the `otel` extra): one span per attempt, exported over OTLP/HTTP
+    to `otlp_endpoint`; nothing at all when it is unset."""
+
+    otlp_endpoint: str | None = None
+    service_name: str = "swarm-tui"
+
+
+class UiConfig(_Strict):
+    theme: str | None = None        # default swarm-dark; a gateway's own theme wins
+    refresh_s: Annotated[float, Field(ge=0.05, le=10)] = 0.25
+    # the dashboard's first view: one cell per concurrency slot, or every task (key v)
+    view: Literal["agents", "tasks"] = "agents"
+    keys: dict[str, str] = Field(default_factory=dict)  # binding id -> keys, e.g. "run.pause"
+
+
+def format_validation_error(place: str, err: ValidationError) -> str:
+    """One line: the place, the dotted key, what is wrong (+ how many more)."""
+    errors = err.errors()
+    first = errors[0]
+    key = ".".join(str(p) for p in first["loc"]) or "(top level)"
+    msg = first["msg"]
+    if first["type"] == "extra_forbidden":
+        msg = "unknown key"
+    more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"{place}: {key}: {msg}{more}"
