@@ -70,3 +70,62 @@ def test_the_canary_latency_gate_is_inconclusive_while_the_client_is_bound():
     slow = {BASELINE: _figures(280), CANDIDATE: _figures(500)}
     verdicts = {v.gate: v for v in evaluate(slow, gates, 100, client_lag_ms=45.0)}
     assert verdicts["p95"].result == FAIL
+
+
+def test_a_call_ends_when_its_last_bytes_left_the_socket_never_outside_send_and_handled():
+    from swarm_tui.gateway.client import CallResult
+
+    res = CallResult(sent_at=10.0, wire_end=10.2)
+    res.end_at_wire(10.5)  # the engine got to the answer 300 ms after it was read
+    assert res.latency_ms == pytest.approx(200.0) and res.handling_ms == 0.0
+    late = CallResult(sent_at=10.0, wire_end=10.6)  # a later answer's bytes: ignored
+    late.end_at_wire(10.5)
+    assert late.latency_ms == pytest.approx(500.0)
+    unknown = CallResult(sent_at=10.0)  # no wire time (another transport)
+    unknown.end_at_wire(10.5)
+    assert unknown.latency_ms == pytest.approx(500.0)
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_wire_times_are_taken_for_every_call_and_bound_the_latency(sim_factory, stream):
+    """Through the real SDK and aiohttp: each call's last bytes were timed off the socket,
+    between its send and the moment the engine handled them, while a thread hogs the GIL
+    (the engine then gets to an answer later than it was read)."""
+    import asyncio
+    import time
+
+    server = sim_factory(profile="fixed:60")
+    stop = threading.Event()
+
+    def hog() -> None:
+        while not stop.is_set():
+            sum(range(2_000_000))
+
+    thread = threading.Thread(target=hog, daemon=True)
+    async with client_for(server, stream=stream) as gw:
+        class Sink:
+            def on_first_token(self, at: float) -> None: ...
+
+            def on_progress(self, chars: int, at: float) -> None: ...
+
+        async def one():
+            slot = gw.pick_key("deepseek-v3.2")
+            assert slot is not None
+            handled_before = time.perf_counter()
+            res = await gw.complete(slot, "deepseek-v3.2",
+                                    [{"role": "user", "content": "hi"}], 16, None, Sink())
+            return res, handled_before
+
+        first = await one()  # a key-model's first call goes alone (it learns the quota)
+        thread.start()
+        try:
+            results = [first, *await asyncio.gather(*(one() for _ in range(40)))]
+        finally:
+            stop.set()
+            thread.join()
+    for res, _ in results:
+        assert res.error is None
+        assert res.wire_end > res.sent_at  # timed off the socket, after the send
+        assert res.handling_ms >= 0.0
+    # the gateway's time, not ours: ≥ the server's 60 ms (what it was asked to take)
+    assert min(r.latency_ms for r, _ in results) >= 55.0

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import json
 import time
 from dataclasses import dataclass
@@ -20,6 +21,10 @@ try:  # the SDK's own aiohttp transport; we only add a trace hook to its session
     from openai._vendor.httpx_aiohttp import AiohttpTransport
 except ImportError:  # pragma: no cover - a future SDK moved it: fall back, no wire timestamp
     AiohttpTransport = None  # type: ignore[assignment,misc]
+try:  # the connection protocol whose data_received sees bytes as the loop reads them
+    from aiohttp.client_proto import ResponseHandler
+except ImportError:  # pragma: no cover - moved: latency ends where the engine handles it
+    ResponseHandler = None  # type: ignore[assignment,misc]
 
 from swarm_tui.errors import UserError
 from swarm_tui.gateway.errors import (
@@ -69,14 +74,48 @@ class CallResult:
     headers: dict[str, str] | None = None
     error: CallError | None = None
     rate_note: str | None = None  # the key-model slowed down after this call (for the log)
+    wire_end: float = 0.0  # when the transport last read bytes of this answer off its socket
 
     @property
     def latency_ms(self) -> float:
         return (self.ended_at - self.sent_at) * 1000.0
 
+    @property
+    def handling_ms(self) -> float:
+        """From the answer's last bytes read off the socket to the engine handling them."""
+        return (self.ended_at - self.wire_end) * 1000.0 if self.wire_end else 0.0
+
+    def end_at_wire(self, handled_at: float) -> None:
+        """The call ends when its last bytes came off the socket, not when a busy engine
+        got to them (the loop reads a socket as soon as it runs; parsing and our code may
+        wait behind other work). Never later than handled, never before the send."""
+        self.ended_at = handled_at
+        if self.sent_at < self.wire_end < handled_at:
+            self.ended_at = self.wire_end
+
 
 _CURRENT_CALL: contextvars.ContextVar[CallResult | None] = contextvars.ContextVar(
     "swarm_tui_call", default=None)
+
+
+if ResponseHandler is not None:
+    class _WireTimedHandler(ResponseHandler):
+        """aiohttp's connection protocol, noting when bytes come off the socket for the
+        call the connection serves: the event loop calls data_received as it reads, before
+        any of our code (or the SDK's parsing) runs for them."""
+
+        timed: CallResult | None = None
+
+        def set_response_params(self, **kw: Any) -> None:
+            # called in the task that sends the request, just before it does: our call
+            self.timed = _CURRENT_CALL.get()
+            super().set_response_params(**kw)
+
+        def data_received(self, data: bytes) -> None:
+            timed = self.timed
+            if timed is not None and not timed.ended_at:
+                timed.wire_end = time.perf_counter()
+            super().data_received(data)
 
 
 async def _on_headers_sent(_session: Any, _ctx: Any, _params: Any) -> None:
@@ -102,6 +141,10 @@ def build_http_client(transport: Transport, pool: int, timeout_s: float) -> http
     def session() -> aiohttp.ClientSession:
         connector = aiohttp.TCPConnector(limit=pool, keepalive_timeout=limits.keepalive_expiry,
                                          ssl=wire.ssl_context)
+        if ResponseHandler is not None and hasattr(connector, "_factory"):
+            # aiohttp builds each connection's protocol from this factory
+            connector._factory = functools.partial(  # type: ignore[assignment]
+                _WireTimedHandler, loop=asyncio.get_running_loop())
         return aiohttp.ClientSession(connector=connector, trace_configs=[trace])
 
     wire.client = session
@@ -208,7 +251,9 @@ class GatewayClient:
         finally:
             _CURRENT_CALL.reset(token)
         if not res.ended_at or res.error is not None:
-            res.ended_at = time.perf_counter()
+            res.end_at_wire(time.perf_counter())
+        if res.ttft_ms is not None and res.ttft_ms > res.latency_ms:
+            res.ttft_ms = res.latency_ms  # its first token was handled after its last byte came
         if res.error is None and res.finish_reason is None:
             res.error = CallError(CONNECTION, None, "stream ended before a finish_reason")
         if res.error is None and not (res.tokens_in or res.tokens_out):
@@ -347,7 +392,7 @@ def _take_completion(res: CallResult, completion: Any) -> None:
         res.finish_reason = choices[0].get("finish_reason") or "stop"
     # Non-streamed: the whole answer arrives at once, so TTFT equals latency — one clock
     # reading for both (two readings differed by >1 ms on a loaded machine).
-    res.ended_at = time.perf_counter()
+    res.end_at_wire(time.perf_counter())
     res.ttft_ms = res.latency_ms
 
 
