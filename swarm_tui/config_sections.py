@@ -163,6 +163,13 @@ class CanaryConfig(_Strict):
         return self.bake
 
 
+SIM_CANARY_GATEWAY = "sim-canary"
+# A canary on the simulator for demos: 30 s bakes, so a few minutes show every stage.
+SIM_CANARY = CanaryConfig.model_validate(
+    {"baseline": SIM_GATEWAY, "candidate": SIM_CANARY_GATEWAY, "mode": "auto", "bake": "30s",
+     "min_samples": 100, "interval": "5s", "window": "2m"})
+
+
 class StoreConfig(_Strict):
     # how long dispatch stays paused on an unwritable database before the run stops
     # (calls in flight are awaited and journaled; exit 2)

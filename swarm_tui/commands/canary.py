@@ -21,7 +21,7 @@ from swarm_tui.store import canary as cs
 def canary_config(cfg: LoadedConfig) -> CanaryConfig:
     c = cfg.settings.canary
     if c is None and cfg.simulated_only:
-        from swarm_tui.execution.wiring import SIM_CANARY
+        from swarm_tui.config_sections import SIM_CANARY
 
         return SIM_CANARY  # no gateways configured: the simulator's demo canary
     if c is None:

@@ -11,7 +11,13 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from swarm_tui.config import LoadedConfig
-from swarm_tui.config_sections import SIM_GATEWAY, CanaryConfig, GatewayConfig
+from swarm_tui.config_sections import (
+    SIM_CANARY,
+    SIM_CANARY_GATEWAY,
+    SIM_GATEWAY,
+    CanaryConfig,
+    GatewayConfig,
+)
 from swarm_tui.engine.events import Consumer
 from swarm_tui.engine.routing import CanaryRouter, Router, SingleGateway
 from swarm_tui.engine.runner import RunPolicy, SwarmRunner
@@ -23,12 +29,6 @@ from swarm_tui.gateway.keys import keys_from_env, read_key_file
 from swarm_tui.sim.server import SimProcess
 from swarm_tui.sim.settings import SimSettings
 from swarm_tui.workload import Task
-
-SIM_CANARY_GATEWAY = "sim-canary"
-# A canary on the simulator for demos: 30 s bakes, so a few minutes show every stage.
-SIM_CANARY = CanaryConfig.model_validate(
-    {"baseline": SIM_GATEWAY, "candidate": SIM_CANARY_GATEWAY, "mode": "auto", "bake": "30s",
-     "min_samples": 100, "interval": "5s", "window": "2m"})
 
 
 @dataclass
