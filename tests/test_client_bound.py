@@ -127,5 +127,6 @@ async def test_wire_times_are_taken_for_every_call_and_bound_the_latency(sim_fac
         assert res.error is None
         assert res.wire_end > res.sent_at  # timed off the socket, after the send
         assert res.handling_ms >= 0.0
+        assert res.ttft_ms is not None and 0.0 < res.ttft_ms <= res.latency_ms
     # the gateway's time, not ours: ≥ the server's 60 ms (what it was asked to take)
     assert min(r.latency_ms for r, _ in results) >= 55.0

@@ -306,7 +306,10 @@ class GatewayClient:
                 if content:
                     now = time.perf_counter()
                     if res.ttft_ms is None:
-                        res.ttft_ms = (now - res.sent_at) * 1000.0
+                        # read off the socket no later than the newest bytes the loop read
+                        # (those hold this token, or came after it), never after now
+                        wire = res.wire_end if res.sent_at < res.wire_end < now else now
+                        res.ttft_ms = (wire - res.sent_at) * 1000.0
                         sink.on_first_token(now)
                     parts.append(content)
                     chars += len(content)
