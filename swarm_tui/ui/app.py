@@ -17,7 +17,7 @@ import signal
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from textual.app import App, ComposeResult, SystemCommand
+from textual.app import App, ComposeResult, ScreenStackError, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.geometry import Size
@@ -201,8 +201,17 @@ class SwarmApp(App[int]):
         elif hasattr(source, "open"):
             self._worker = self.run_worker(source.open(), name="open", exit_on_error=False)
 
+    def _shown_dashboard(self) -> Dashboard | None:
+        """The dashboard if it is the screen shown; None otherwise — also while the app
+        is closing (a refresh tick that fires as the screens are taken down found none)."""
+        try:
+            screen = self.screen
+        except ScreenStackError:
+            return None
+        return screen if isinstance(screen, Dashboard) else None
+
     async def tick(self) -> None:
-        if self.frozen or not isinstance(self.screen, Dashboard):
+        if self.frozen or self._shown_dashboard() is None:
             return
         snap = None
         if self.source is not None:
@@ -223,9 +232,9 @@ class SwarmApp(App[int]):
         self.render_snapshot()
 
     def render_snapshot(self) -> None:
-        screen = self.screen
-        if not isinstance(screen, Dashboard) or not screen.query(StatusBar):
-            return  # not composed yet (a tick can come first)
+        screen = self._shown_dashboard()
+        if screen is None or not screen.query(StatusBar):
+            return  # not composed yet (a tick can come first), or closing
         s = self.snapshot
         idle = self.idle_message if self.source is None else "starting…"
         screen.query_one(StatusBar).show(s, idle if s is None else "")
