@@ -138,9 +138,13 @@ async def test_serve_shows_the_console_in_a_browser(tmp_path):
                 # the agents view: its header and agents at work
                 assert "agents:" in screen and "RUNNING" in screen
                 assert "◐" in screen or "○" in screen
-                await asyncio.sleep(1.0)  # let the canvas paint the frames received
-                shot = await page.call("Page.captureScreenshot", format="png")
-        png = base64.b64decode(shot["data"])
+                # the canvas paints the frames received a moment later: wait for a drawn
+                # console (a blank page compresses to a few KB), not for a fixed time
+                png = b""
+                while time.monotonic() < deadline and len(png) <= 20_000:
+                    shot = await page.call("Page.captureScreenshot", format="png")
+                    png = base64.b64decode(shot["data"])
+                    await asyncio.sleep(0.2)
         ARTIFACTS.mkdir(exist_ok=True)
         (ARTIFACTS / "serve-console.png").write_bytes(png)
         assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000  # a drawn console
