@@ -285,6 +285,9 @@ def cmd_watch(args: argparse.Namespace) -> int:
     from swarm_tui.run_sources import StoreSource
     from swarm_tui.store.db import resolve_db_path
 
+    if args.headless and args.metrics_port is None:
+        raise UserError("watch --headless: nothing to do without --metrics-port (the "
+                        "console is the other way to watch)")
     cfg = _config(args)
     db = resolve_db_path(args.db)
     if not db.exists():
@@ -294,9 +297,24 @@ def cmd_watch(args: argparse.Namespace) -> int:
     probe = StoreSource(db, args.run_id)
     run_async(probe.open())
     run_async(probe.close())
+    assert probe.run_id is not None and probe.record is not None
     args.readonly = args.readonly or not args.write
-    return _console(args, cfg, source=StoreSource(db, probe.run_id, write=not args.readonly,
-                                                  cfg=cfg), db_path=db)
+    if args.metrics_port is None:
+        return _console(args, cfg, source=StoreSource(db, probe.run_id,
+                                                      write=not args.readonly, cfg=cfg),
+                        db_path=db)
+    from swarm_tui.commands.watch import follow_headless, metrics_for
+
+    metrics, server = metrics_for(db, probe.run_id, probe.record.simulated, args.metrics_port,
+                                  args.metrics_bind or "127.0.0.1")
+    source = StoreSource(db, probe.run_id, write=not args.readonly, cfg=cfg, observer=metrics)
+    try:
+        if args.headless:
+            run_async(follow_headless(source, metrics, server, args.metrics_linger or 0.0))
+            return EXIT_OK
+        return _console(args, cfg, source=source, db_path=db)
+    finally:
+        server.close()
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

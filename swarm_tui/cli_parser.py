@@ -69,9 +69,13 @@ def _execution_flags(p: argparse.ArgumentParser) -> None:
                    help="skip the GET /models check of the gateway and keys")
     p.add_argument("--insecure-key-file", action="store_true",
                    help="accept a key file readable by group/others (warns)")
+    _metrics_flags(p, "the run while it executes")
+
+
+def _metrics_flags(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument("--metrics-port", type=_port, metavar="PORT",
-                   help="serve Prometheus metrics on http://BIND:PORT/metrics while the run "
-                   "executes (0: any free port)")
+                   help=f"serve Prometheus metrics of {what} on http://BIND:PORT/metrics "
+                   "(0: any free port)")
     p.add_argument("--metrics-bind", metavar="ADDR",
                    help="address the metrics endpoint listens on (default 127.0.0.1; "
                    "0.0.0.0 for a Prometheus on another host)")
@@ -136,6 +140,9 @@ def build_parser() -> argparse.ArgumentParser:
     watch.add_argument("run_id", nargs="?", help="default: the newest running run")
     watch.add_argument("--write", action="store_true",
                        help="allow pause / resume / cancel / concurrency through the store")
+    watch.add_argument("--headless", action="store_true",
+                       help="no console: follow the run to its end serving --metrics-port")
+    _metrics_flags(watch, "the watched run, counted from its stored rows")
     _console_flags(watch)
 
     serve = sub.add_parser("serve", help="the console in a browser (textual-serve): watch a "

@@ -103,6 +103,21 @@ def promlint(text: str) -> list[str]:
     return problems
 
 
+def assert_agrees_with_stored(final: str, stored: dict) -> None:
+    """A final scrape's counters against the run's stored figures (`run --json`)."""
+    assert promlint(final) == []
+    for state in ("succeeded", "failed", "cancelled"):
+        assert total(final, "swarm_tui_tasks_total", state=state) == stored[state], state
+    assert total(final, "swarm_tui_calls_total") == stored["calls"]
+    assert total(final, "swarm_tui_calls_total", outcome="error", error_class="server") > 0
+    ok_calls = total(final, "swarm_tui_calls_total", outcome="ok")
+    assert ok_calls == round(stored["calls"] * stored["call_success_rate"])
+    assert total(final, "swarm_tui_cost_usd_total") == pytest.approx(stored["cost_usd"],
+                                                                       rel=1e-9)
+    assert total(final, "swarm_tui_tokens_total", direction="input") == stored["tokens"]["input"]
+    assert total(final, "swarm_tui_call_latency_seconds_count") == ok_calls
+
+
 @pytest.mark.slow
 def test_metrics_scraped_during_a_run_match_its_stored_figures(env):
     port = free_port()
@@ -130,24 +145,71 @@ def test_metrics_scraped_during_a_run_match_its_stored_figures(env):
         proc.kill()
     assert proc.returncode in (0, 3), err  # 3: 5 % of calls fail the 99 % SLA
     stored = json.loads(out)
-    assert promlint(final) == []
-    for state in ("succeeded", "failed", "cancelled"):
-        assert total(final, "swarm_tui_tasks_total", state=state) == stored[state], state
-    assert total(final, "swarm_tui_calls_total") == stored["calls"]
-    assert total(final, "swarm_tui_calls_total", outcome="error", error_class="server") > 0
-    assert total(final, "swarm_tui_calls_total", outcome="ok") == round(
-        stored["calls"] * stored["call_success_rate"])
-    assert total(final, "swarm_tui_cost_usd_total") == pytest.approx(stored["cost_usd"],
-                                                                       rel=1e-9)
-    assert total(final, "swarm_tui_tokens_total", direction="input") == stored["tokens"]["input"]
+    assert_agrees_with_stored(final, stored)
     ok_calls = total(final, "swarm_tui_calls_total", outcome="ok")
-    assert total(final, "swarm_tui_call_latency_seconds_count") == ok_calls
     # the console's buckets: ≤ 100 ms holds every call of an 80 ms server on an idle machine,
     # so only its existence and order are asserted (a loaded machine adds client time)
     assert total(final, "swarm_tui_call_latency_seconds_bucket", le="0.35") <= ok_calls
     assert total(final, "swarm_tui_calls_in_flight") == 0
     # bounded labels: no task id, no key (the simulator's key starts sk-sim-)
     assert "demo-0" not in final and "sk-sim-" not in final
+
+
+@pytest.mark.slow
+def test_a_watcher_serves_the_run_it_follows_as_metrics(env):
+    """`watch RUN --headless --metrics-port`: the counters, read from the stored rows by
+    another process, agree with the executor's own figures at the end."""
+    run = subprocess.Popen(
+        [sys.executable, "-m", "swarm_tui", "run", "--demo", "1200", "--headless", "--json",
+         "--concurrency", "20", "--sim-profile", "fixed:80", "--sim-rate-503", "0.05",
+         "--sim-rate-429", "0", "--rate", "250"],
+        env={**__import__("os").environ, **env}, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    port = free_port()
+    watch = None
+    try:
+        def running() -> str | None:
+            r = swarm("runs", "--json", env=env)
+            rows = json.loads(r.stdout) if r.returncode == 0 and r.stdout.strip() else []
+            return next((x["id"] for x in rows if x["status"] == "running"), None)
+
+        run_id = wait_until(running, what="the run to be stored as running")
+        assert isinstance(run_id, str)
+        watch = subprocess.Popen(
+            [sys.executable, "-m", "swarm_tui", "watch", run_id, "--headless",
+             "--metrics-port", str(port), "--metrics-linger", "60"],
+            env={**__import__("os").environ, **env}, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+        during = wait_until(lambda: (t := scrape(port)) and total(t, "swarm_tui_tasks_total")
+                            and total(t, "swarm_tui_run_ended") == 0 and t,
+                            what="a live scrape of the watcher")
+        assert isinstance(during, str)
+        assert total(during, "swarm_tui_run_info", run_id=run_id, simulated="true") == 1
+        assert total(during, "swarm_tui_concurrency_limit") == 20
+        assert promlint(during) == []
+        out, err = run.communicate(timeout=90)
+        assert run.returncode in (0, 3), err
+        final = wait_until(lambda: (t := scrape(port)) and total(t, "swarm_tui_run_ended") == 1
+                           and t, what="the watcher's final scrape")
+        assert isinstance(final, str)
+        _, werr = watch.communicate(timeout=60)
+        assert watch.returncode == 0, werr
+        assert f"127.0.0.1:{port}/metrics" in werr
+    finally:
+        run.kill()
+        if watch is not None:
+            watch.kill()
+    assert_agrees_with_stored(final, json.loads(out))
+    assert total(final, "swarm_tui_tasks_remaining") == 0
+    assert "demo-0" not in final and "sk-sim-" not in final
+
+
+def test_watch_headless_without_a_metrics_port_is_one_line(env):
+    r = swarm("watch", "--headless", env=env)
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == [
+        "swarm-tui: error: watch --headless: nothing to do without --metrics-port (the console is "
+        "the other way to watch)"]
 
 
 def test_a_busy_metrics_port_is_one_line_before_the_run(env):

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from swarm_tui.engine import events as ev
-from swarm_tui.engine.snapshot import HIST_EDGES_MS, key_rows
+from swarm_tui.engine.snapshot import HIST_EDGES_MS, KeyRow, key_rows
 from swarm_tui.engine.state import AttemptOutcome, TaskState
 from swarm_tui.errors import UserError
 
@@ -83,7 +84,7 @@ class RunMetrics:
                            "final", registry=r)
         self.final_scraped = _FinalScrape()
         r.register(self.final_scraped)
-        info = Gauge(f"{NS}_run_info", "The run this process executes (value 1)",
+        info = Gauge(f"{NS}_run_info", "The run this process executes or watches (value 1)",
                      ("run_id", "simulated"), registry=r)
         info.labels(run_id, str(simulated).lower()).set(1)
         # label children by key: prometheus_client validates labels on each .labels() call
@@ -105,45 +106,65 @@ class RunMetrics:
             a = e.agent
             if e.attempt is not None:
                 self._attempt(a, e.attempt)
-            self._child(self.tasks, a.gateway, a.model, a.bucket, str(a.state)).inc()
-            self._child(self.tokens, a.gateway, a.model, "input").inc(a.tokens_in)
-            self._child(self.tokens, a.gateway, a.model, "output").inc(a.tokens_out)
-            if a.cost_usd is not None:
-                self._child(self.cost, a.gateway, a.model).inc(a.cost_usd)
-            elif a.state == TaskState.SUCCEEDED:
-                self._child(self.unpriced, a.model).inc()
+            self.count_task(a.gateway, a.model, a.bucket, str(a.state), a.tokens_in,
+                            a.tokens_out, a.cost_usd)
 
     def _attempt(self, a: Agent, x: Attempt) -> None:
-        outcome = x.outcome
-        self._child(self.calls, x.gateway, x.model, a.bucket, outcome,
-                    x.error_class or "").inc()
+        self.count_call(x.gateway, x.model, a.bucket, str(x.outcome), x.error_class,
+                        x.latency_ms, x.ttft_ms)
+
+    # -- the counting itself: from engine events here, from stored rows for a watcher -------
+    def count_call(self, gateway: str, model: str, bucket: str, outcome: str,
+                   error_class: str | None, latency_ms: float | None,
+                   ttft_ms: float | None) -> None:
+        self._child(self.calls, gateway, model, bucket, outcome, error_class or "").inc()
         if outcome == AttemptOutcome.OK:
-            if x.latency_ms is not None:
-                self._child(self.latency, x.gateway, x.model, a.bucket).observe(
-                    x.latency_ms / 1000.0)
-            if x.ttft_ms is not None:
-                self._child(self.ttft, x.gateway, x.model, a.bucket).observe(x.ttft_ms / 1000.0)
+            if latency_ms is not None:
+                self._child(self.latency, gateway, model, bucket).observe(latency_ms / 1000.0)
+            if ttft_ms is not None:
+                self._child(self.ttft, gateway, model, bucket).observe(ttft_ms / 1000.0)
+
+    def count_task(self, gateway: str, model: str, bucket: str, state: str, tokens_in: int,
+                   tokens_out: int, cost_usd: float | None) -> None:
+        self._child(self.tasks, gateway, model, bucket, state).inc()
+        self._child(self.tokens, gateway, model, "input").inc(tokens_in)
+        self._child(self.tokens, gateway, model, "output").inc(tokens_out)
+        if cost_usd is not None:
+            self._child(self.cost, gateway, model).inc(cost_usd)
+        elif state == TaskState.SUCCEEDED:
+            self._child(self.unpriced, model).inc()
 
     # -- sampled once a second on the engine's loop ----------------------------------------
     def sample(self, runner: SwarmRunner, canary: CanaryController | None) -> None:
-        self.in_flight.set(runner.in_flight)
-        self.concurrency.set(runner.limit)
-        self.remaining.set(len(runner.agents) - runner.done)
-        self.paused.set(1 if (runner.paused or runner.holds) else 0)
-        for row in key_rows(runner.gateways):
+        lag = runner.loop_lag.recent_p95_ms()
+        view = canary.view if canary is not None else None
+        self.set_gauges(
+            in_flight=runner.in_flight, concurrency=runner.limit,
+            remaining=len(runner.agents) - runner.done,
+            paused=bool(runner.paused or runner.holds), keys=key_rows(runner.gateways),
+            lag_s=lag / 1000.0 if lag is not None else None,
+            canary_pct=view.state.pct if view is not None else None,
+            gates=[(v.gate, v.result) for v in view.analysis.verdicts]
+            if view is not None and view.analysis is not None else ())
+
+    def set_gauges(self, *, in_flight: int, concurrency: int, remaining: int, paused: bool,
+                   keys: Iterable[KeyRow], lag_s: float | None, canary_pct: float | None,
+                   gates: Iterable[tuple[str, str]] = ()) -> None:
+        self.in_flight.set(in_flight)
+        self.concurrency.set(concurrency)
+        self.remaining.set(remaining)
+        self.paused.set(1 if paused else 0)
+        for row in keys:
             for state in KEY_STATES:
                 self._child(self.keys, row.gateway, row.fingerprint, state).set(
                     1 if row.state == state else 0)
-        lag = runner.loop_lag.recent_p95_ms()
-        if lag is not None:
-            self.lag.set(lag / 1000.0)
-        view = canary.view if canary is not None else None
-        if view is not None:
-            self.canary.set(view.state.pct / 100.0)
-            for verdict in view.analysis.verdicts if view.analysis is not None else ():
-                for result in GATE_RESULTS:
-                    self._child(self.gates, verdict.gate, result).set(
-                        1 if verdict.result == result else 0)
+        if lag_s is not None:
+            self.lag.set(lag_s)
+        if canary_pct is not None:
+            self.canary.set(canary_pct / 100.0)
+        for gate, verdict in gates:
+            for result in GATE_RESULTS:
+                self._child(self.gates, gate, result).set(1 if verdict == result else 0)
 
     def end(self) -> None:
         self.ended.set(1)

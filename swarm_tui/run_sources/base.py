@@ -3,6 +3,7 @@ for a run in the store (watched while another process executes it, or replayed).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -50,3 +51,18 @@ class RunSource(Protocol):
     async def key_op(self, op: str, ref: str, secret: str | None = None,
                      label: str | None = None) -> str: ...
     async def shutdown(self) -> None: ...
+
+
+class RowObserver(Protocol):
+    """Takes a followed run's stored rows, each once (what `watch --metrics-port` counts):
+    ops.metrics.RunMetrics is one, fed here from rows as it is fed from engine events live."""
+
+    def count_call(self, gateway: str, model: str, bucket: str, outcome: str,
+                   error_class: str | None, latency_ms: float | None,
+                   ttft_ms: float | None) -> None: ...
+    def count_task(self, gateway: str, model: str, bucket: str, state: str, tokens_in: int,
+                   tokens_out: int, cost_usd: float | None) -> None: ...
+    def set_gauges(self, *, in_flight: int, concurrency: int, remaining: int, paused: bool,
+                   keys: Iterable[KeyRow], lag_s: float | None, canary_pct: float | None,
+                   gates: Iterable[tuple[str, str]] = ()) -> None: ...
+    def end(self) -> None: ...

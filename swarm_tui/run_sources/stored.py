@@ -21,7 +21,7 @@ from swarm_tui.engine.snapshot import (
 )
 from swarm_tui.engine.state import RunStatus, TaskState
 from swarm_tui.errors import UserError
-from swarm_tui.run_sources.base import AgentDetail
+from swarm_tui.run_sources.base import AgentDetail, RowObserver
 from swarm_tui.store import reads
 from swarm_tui.store.control import queue_command
 from swarm_tui.store.db import open_db
@@ -53,6 +53,7 @@ class _Follow:
         self.buckets = [t[3] for t in tasks]
         self.working: set[int] = set()  # cells shown working from the executor's heartbeat
         self.results_at = self.attempts_at = self.events_at = 0
+        self.ended = 0  # result rows read: tasks ended (cancelled ones too)
         self.final = False  # the run had ended when its rows were last read
         self.snapshot: Snapshot | None = None
 
@@ -98,8 +99,11 @@ class StoreSource:
     kind = "watch"
 
     def __init__(self, db_path: Path, run_id: str | None, *, write: bool = False,
-                 replay: bool = False, cfg: LoadedConfig | None = None) -> None:
+                 replay: bool = False, cfg: LoadedConfig | None = None,
+                 observer: RowObserver | None = None) -> None:
         self.db_path = db_path
+        self.observer = observer  # e.g. `watch --metrics-port`: fed each stored row once
+        self._observed = (0, 0)  # (result rowid, attempt id) the observer has had
         self.cfg = cfg  # for the cost panel's price table (shipped table without it)
         self.run_id = run_id
         self.readonly = not write
@@ -123,7 +127,7 @@ class StoreSource:
                     raise UserError(f"database {self.db_path}: no running run to watch "
                                     "(give a RUN_ID, see `swarm-tui runs`)")
                 self.run_id = runs[0].id
-            await get_run(self.conn, self.run_id, self.db_path)  # unknown id: one line
+            self.record = await get_run(self.conn, self.run_id, self.db_path)  # unknown: 1 line
         except BaseException:
             await self.close()  # aiosqlite's thread would keep the process alive
             raise
@@ -164,6 +168,7 @@ class StoreSource:
         _show_working(f, live.get("agents") or [])
         keys, _ = await self.keys()
         canary = "canary: off"
+        canary_pct: float | None = None
         c = self.cfg.settings.canary if self.cfg is not None else None
         if c is not None and c.enabled and self.kind == "watch":
             from swarm_tui.store.canary import read_state
@@ -171,6 +176,7 @@ class StoreSource:
             state = await read_state(self.conn, c.name)
             if state is not None:
                 canary = f"canary {state.pct}% {state.status}"
+                canary_pct = state.pct
         m = f.metrics
         ended = m.succeeded + m.failed
         f.snapshot = metrics_snapshot(
@@ -188,15 +194,33 @@ class StoreSource:
             keys=keys, readonly=self.readonly, source=self.kind, canary=canary,
             budget_usd=run.config.get("budget_usd"))
         f.final = not self.active  # the rows read after the status was final are all there are
+        if self.observer is not None:
+            self._observe_gauges(f, run, live, keys, canary_pct)
         return f.snapshot
+
+    def _observe_gauges(self, f: _Follow, run: RunRecord, live: dict, keys: tuple[KeyRow, ...],
+                        canary_pct: float | None) -> None:
+        assert self.observer is not None
+        lag = live.get("lag_p95_ms")
+        self.observer.set_gauges(
+            in_flight=int(live.get("in_flight", 0)),
+            concurrency=int(live.get("concurrency") or run.config.get("concurrency", 0)),
+            remaining=run.total - f.ended,
+            paused=self.paused or bool(live.get("paused")), keys=keys,
+            lag_s=lag / 1000.0 if lag is not None else None, canary_pct=canary_pct)
+        if f.final:
+            self.observer.end()
 
     async def _read_new_rows(self, f: _Follow, started_at: float) -> None:
         """Feed the metrics with the results, attempts and events stored since last time."""
         assert self.conn is not None and self.run_id is not None
         m = f.metrics
         results = await reads.results_after(self.conn, self.run_id, f.results_at)
-        for (_rowid, seq, state, model, bucket, latency, ttft, t_in, t_out, cost, estimated,
-             attempts, error_class, finished_at) in results:
+        obs = self.observer
+        for (rowid, seq, state, model, bucket, latency, ttft, t_in, t_out, cost, estimated,
+             attempts, error_class, finished_at, gateway) in results:
+            if obs is not None and rowid > self._observed[0]:
+                obs.count_task(gateway, model, bucket, state, t_in, t_out, cost)
             i = f.index.get(seq)
             if i is None:
                 continue  # a task this reader does not know (cannot happen: tasks come first)
@@ -209,9 +233,15 @@ class StoreSource:
                 m.task_failed(error_class, at_s)
         if results:
             f.results_at = results[-1][0]
+            f.ended += len(results)
         lines: list[tuple[float, str]] = []
         attempts = await reads.attempts_after(self.conn, self.run_id, f.attempts_at)
-        for _id, seq, n, outcome, sent_at, c, sc, wait, msg in attempts:
+        for (id_, seq, n, outcome, sent_at, c, sc, wait, msg, model, gateway, latency,
+             ttft) in attempts:
+            if obs is not None and id_ > self._observed[1]:
+                i = f.index.get(seq)
+                obs.count_call(gateway, model, f.buckets[i] if i is not None else "?",
+                               outcome, c, latency, ttft)
             if outcome not in ("ok", "error"):
                 continue  # a cancelled call was never answered
             m.call_ended(outcome == "ok")
@@ -223,6 +253,10 @@ class StoreSource:
                               else f"FAIL   {tid} #{n} {c} {sc or ''} {(msg or '')[:60]}"))
         if attempts:
             f.attempts_at = attempts[-1][0]
+        # a new executor session re-reads the run from its start: the observer's counters
+        # take each stored row once
+        self._observed = (max(self._observed[0], f.results_at),
+                          max(self._observed[1], f.attempts_at))
         events = await reads.events_after(self.conn, self.run_id, f.events_at)
         lines += [(at, f"{_EVENT_TAGS.get(kind, kind.upper()[:6]):6} "
                        f"{detail or _EVENT_TEXT.get(kind, '')}")

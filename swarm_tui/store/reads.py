@@ -122,7 +122,7 @@ async def task_list(conn: aiosqlite.Connection, run_id: str) -> list[tuple]:
 
 RESULT_FIELDS = ("rowid", "seq", "state", "model", "bucket", "latency_ms", "ttft_ms",
                  "tokens_in", "tokens_out", "cost_usd", "usage_estimated", "attempts",
-                 "error_class", "finished_at")
+                 "error_class", "finished_at", "gateway")
 
 
 async def results_after(conn: aiosqlite.Connection, run_id: str, after: int) -> list[tuple]:
@@ -136,9 +136,10 @@ async def results_after(conn: aiosqlite.Connection, run_id: str, after: int) -> 
 
 async def attempts_after(conn: aiosqlite.Connection, run_id: str, after: int) -> list[tuple]:
     """(id, seq, number, outcome, sent_at, error_class, status_code, retry_wait_s,
-    error_message) of attempts stored after id `after`, oldest first."""
+    error_message, model, gateway, latency_ms, ttft_ms) of attempts stored after id
+    `after`, oldest first."""
     cols = ("id, seq, number, outcome, sent_at, error_class, status_code, retry_wait_s, "
-            "error_message")
+            "error_message, model, gateway, latency_ms, ttft_ms")
     sql = (f"SELECT {cols} FROM attempts WHERE run_id=? ORDER BY id" if not after else
            f"SELECT {cols} FROM attempts WHERE id > ? AND +run_id=? ORDER BY id")
     async with conn.execute(sql, (run_id,) if not after else (after, run_id)) as cur:
