@@ -240,6 +240,9 @@ def _console(args: argparse.Namespace, cfg, **kw) -> int:
 
     # with no gateways configured, the canary panel shows the simulator's demo canary
     canary = canary_config(cfg) if cfg.settings.canary or cfg.simulated_only else None
+    from swarm_tui.runtime import tune_gc
+
+    tune_gc()  # the console's key presses wait on the collector's walks otherwise
     app = SwarmApp(refresh_s=ui.refresh_s, theme=theme, keymap=ui.keys, view=ui.view,
                    readonly=args.readonly, canary=canary, **kw)
     code = app.run()

@@ -114,4 +114,4 @@ class AgentsView(Widget):
                     for s in row]
         if more:
             segments.append(Segment(more, base))
-        return Strip(segments).extend_cell_length(width, base).crop(0, width)
+        return Strip(segments).simplify().extend_cell_length(width, base).crop(0, width)
