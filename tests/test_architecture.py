@@ -35,6 +35,20 @@ def test_sql_is_written_only_under_store():
     assert not offenders, offenders
 
 
+def test_the_console_asks_its_run_source_only_what_the_protocol_declares():
+    """One RunSource protocol for live, watched and replayed runs: the console never probes
+    a source (or itself) with getattr / hasattr — mypy checks the calls against it."""
+    import ast
+
+    offenders = []
+    for name in ("app.py", "widgets.py", "keys_panel.py", "cost_panel.py", "canary_panel.py"):
+        tree = ast.parse((ROOT / "swarm_tui" / "ui" / name).read_text())
+        offenders += [f"{name}:{n.lineno}" for n in ast.walk(tree)
+                      if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+                      and n.func.id in ("getattr", "hasattr")]
+    assert not offenders, offenders
+
+
 def test_core_modules_do_not_load_textual_at_runtime():
     """Beyond the import graph: importing the command line and every non-ui layer must not
     load Textual (a lazy import inside a function would slip past the static check)."""

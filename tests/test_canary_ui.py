@@ -131,7 +131,7 @@ def test_canary_panel_snapshot(snap_compare, monkeypatch):
     monkeypatch.setattr(canary_panel, "time", fake_time)
     view = canary_view()
     source = FixedSource(mid_run_snapshot())
-    source.canary = types.SimpleNamespace(view=view)
+    source.canary_view = view
 
     async def open_panel(pilot):
         await pilot.pause(0.2)

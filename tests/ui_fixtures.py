@@ -86,6 +86,7 @@ class FixedSource:
         self.active = True
         self.paused = False
         self.commands: list[tuple[str, str | None]] = []
+        self.canary_view = None
 
     async def snapshot(self) -> Snapshot:
         return self.snap
@@ -99,6 +100,24 @@ class FixedSource:
 
     async def keys(self):
         return self.snap.keys, self.snap.waiting_for_keys
+
+    async def start(self) -> None:
+        return None
+
+    async def cost(self):
+        return None
+
+    async def key_op(self, op: str, ref: str, secret: str | None = None,
+                     label: str | None = None) -> str:
+        self.commands.append((f"key_{op}", ref))
+        return f"key {ref}: {op}"
+
+    def canary_live(self):
+        view = self.canary_view  # a test's live canary evaluation, if it sets one
+        return (view.cfg, view) if view is not None else None
+
+    async def canary_act(self, action: str, arg: str | None, reason: str | None) -> bool:
+        return False
 
     async def shutdown(self) -> None:
         self.active = False

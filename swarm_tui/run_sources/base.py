@@ -5,10 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
+from swarm_tui.engine.control import Command
 from swarm_tui.engine.cost import CostReport
 from swarm_tui.engine.snapshot import KeyRow, Snapshot
+
+if TYPE_CHECKING:
+    from swarm_tui.canary.controller import CanaryView
+    from swarm_tui.config_sections import CanaryConfig
 
 
 @dataclass
@@ -33,7 +38,8 @@ class AgentDetail:
 
 
 class RunSource(Protocol):
-    """Everything the console asks of a run. `kind`: live | watch | replay."""
+    """Everything the console asks of a run — the console probes no attribute beyond
+    these. `kind`: live (executed by this process) | watch | replay."""
 
     kind: str
     readonly: bool
@@ -43,13 +49,20 @@ class RunSource(Protocol):
     def active(self) -> bool: ...
     @property
     def paused(self) -> bool: ...
+    async def start(self) -> None:
+        """Live: execute the run (returns at its end). Stored: open it (returns at once)."""
     async def snapshot(self) -> Snapshot | None: ...
     async def detail(self, seq: int) -> AgentDetail | None: ...
-    async def control(self, command: str, arg: str | None = None) -> bool: ...
+    async def control(self, command: Command, arg: str | None = None) -> bool: ...
     async def keys(self) -> tuple[tuple[KeyRow, ...], str | None]: ...
     async def cost(self) -> CostReport | None: ...
     async def key_op(self, op: str, ref: str, secret: str | None = None,
                      label: str | None = None) -> str: ...
+    def canary_live(self) -> tuple[CanaryConfig, CanaryView | None] | None:
+        """This process's canary controller's config and latest evaluation (live runs
+        with a canary); None: the canary is read from and acted on in the store."""
+    async def canary_act(self, action: str, arg: str | None, reason: str | None) -> bool:
+        """Through the live controller; False: the caller acts on the stored canary."""
     async def shutdown(self) -> None: ...
 
 

@@ -7,8 +7,9 @@ import dataclasses
 import threading
 from pathlib import Path
 
-from swarm_tui.canary.controller import CanaryController
+from swarm_tui.canary.controller import CanaryController, CanaryView
 from swarm_tui.config import LoadedConfig
+from swarm_tui.config_sections import CanaryConfig
 from swarm_tui.engine import events as ev
 from swarm_tui.engine.control import apply_command
 from swarm_tui.engine.cost import CostReport, cost_report
@@ -61,9 +62,15 @@ class LiveSource:
         self._want_paused = False
         self._done = threading.Event()
 
-    async def run(self) -> None:
+    async def start(self) -> None:
         """Awaitable from the UI's loop; the engine runs on its own thread and loop."""
         await asyncio.to_thread(self._thread_main)
+
+    def canary_live(self) -> tuple[CanaryConfig, CanaryView | None] | None:
+        c = self.canary
+        if c is None:
+            return None
+        return c.cfg, c.view if self.active else None
 
     def _thread_main(self) -> None:
         from swarm_tui.aio import run_async

@@ -137,7 +137,14 @@ class StoreSource:
             await self.conn.close()
             self.conn = None
 
+    start = open
     shutdown = close
+
+    def canary_live(self) -> None:
+        return None  # another process's canary: read from and acted on in the store
+
+    async def canary_act(self, action: str, arg: str | None, reason: str | None) -> bool:
+        return False
 
     async def snapshot(self) -> Snapshot | None:
         """The run as stored, read incrementally: the rows stored since the last tick feed

@@ -27,9 +27,11 @@ from textual.worker import Worker
 
 from swarm_tui.canary.controller import CanaryView
 from swarm_tui.config_sections import CanaryConfig
+from swarm_tui.engine.control import Command
 from swarm_tui.engine.snapshot import AgentCell, Snapshot
 from swarm_tui.engine.state import TaskState
 from swarm_tui.errors import EXIT_HANGUP, UserError
+from swarm_tui.run_sources.base import RunSource
 from swarm_tui.ui.agents import AgentsView
 from swarm_tui.ui.canary_panel import CanaryScreen
 from swarm_tui.ui.cost_panel import CostScreen
@@ -78,8 +80,12 @@ def _key_names(keys: str) -> str:
 
 
 class Dashboard(Screen[None]):
+    def __init__(self, view: str) -> None:
+        super().__init__()
+        self.view = view  # "agents" | "tasks": which of the two is shown first
+
     def compose(self) -> ComposeResult:
-        agents = getattr(self.app, "view", "agents") == "agents"
+        agents = self.view == "agents"
         yield StatusBar(id="status")
         yield AgentsView(id="agents", classes="" if agents else "hidden")
         yield AgentGrid(id="grid", classes="hidden" if agents else "")
@@ -124,9 +130,9 @@ class SwarmApp(App[int]):
 
     def __init__(
         self,
-        source=None,
+        source: RunSource | None = None,
         *,
-        start_source: Callable[[], object] | None = None,
+        start_source: Callable[[], RunSource] | None = None,
         db_path: Path | None = None,
         refresh_s: float = 0.25,
         theme: str | None = None,
@@ -140,7 +146,7 @@ class SwarmApp(App[int]):
         super().__init__()
         self.view = view  # "agents": one cell per concurrency slot; "tasks": every task
         self.canary_cfg = canary
-        self.source = source
+        self.source: RunSource | None = source
         self.start_source = start_source  # builds a LiveSource on demand (demo key)
         self.db_path = db_path
         self.refresh_s = refresh_s
@@ -170,7 +176,7 @@ class SwarmApp(App[int]):
         self.theme = self._wanted_theme
         if self._keymap:
             self.set_keymap(self._keymap)
-        self.push_screen(Dashboard())
+        self.push_screen(Dashboard(self.view))
         if self.source is not None:
             self._start(self.source)
         self.set_interval(self.refresh_s, self.tick)
@@ -180,7 +186,7 @@ class SwarmApp(App[int]):
 
     def _hang_up(self) -> None:
         async def leave() -> None:
-            if self.run_active and getattr(self.source, "kind", "") == "live":
+            if self.source is not None and self.run_active and self.source.kind == "live":
                 await self.source.shutdown()
             self.exit(EXIT_HANGUP, return_code=EXIT_HANGUP)
 
@@ -191,15 +197,14 @@ class SwarmApp(App[int]):
         if self.source is not None:
             await self.source.shutdown()
 
-    def _start(self, source) -> None:
+    def _start(self, source: RunSource) -> None:
         self.source = source
         if isinstance(self.screen, Dashboard) and self.screen.query(EventLog):
             self.screen.query_one(EventLog).reset()  # never another run's lines
-        if hasattr(source, "run"):
-            self._worker = self.run_worker(source.run(), name="engine", exclusive=True,
-                                           exit_on_error=False)
-        elif hasattr(source, "open"):
-            self._worker = self.run_worker(source.open(), name="open", exit_on_error=False)
+        # live: the worker lasts the run (exclusive: one engine); stored: it opens and ends
+        live = source.kind == "live"
+        self._worker = self.run_worker(source.start(), name="engine" if live else "open",
+                                       exclusive=live, exit_on_error=False)
 
     def _shown_dashboard(self) -> Dashboard | None:
         """The dashboard if it is the screen shown; None otherwise — also while the app
@@ -215,14 +220,15 @@ class SwarmApp(App[int]):
             return
         snap = None
         if self.source is not None:
-            if getattr(self.source, "error", None):
+            if self.source.error:
                 self.message = f"error: {self.source.error}"
             try:
                 snap = await self.source.snapshot()
             except (AssertionError, UserError) as e:
                 self.message = str(e) if isinstance(e, UserError) else self.message
         if (snap is not None and snap is self.snapshot and self.message == self._shown_message
-                and self.size == self._shown_size and getattr(self.source, "kind", "") == "replay"):
+                and self.size == self._shown_size and self.source is not None
+                and self.source.kind == "replay"):
             # a finished replay read to its end hands back the same snapshot: nothing to
             # redraw (only for replays: a first frame drawn before the layout settled is
             # redrawn by the next tick — skipping that left stale pictures under load)
@@ -237,7 +243,7 @@ class SwarmApp(App[int]):
             return  # not composed yet (a tick can come first), or closing
         s = self.snapshot
         idle = self.idle_message if self.source is None else "starting…"
-        screen.query_one(StatusBar).show(s, idle if s is None else "")
+        screen.query_one(StatusBar).show(s, idle if s is None else "", self.frozen)
         message = self.message
         cells = list(s.agents) if s is not None else []
         if self._filter is not None:
@@ -256,7 +262,7 @@ class SwarmApp(App[int]):
 
     @property
     def run_active(self) -> bool:
-        return bool(self.source is not None and getattr(self.source, "active", False))
+        return self.source is not None and self.source.active
 
     # -- commands palette ----------------------------------------------------------------
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
@@ -276,28 +282,31 @@ class SwarmApp(App[int]):
         return rows
 
     # -- actions -------------------------------------------------------------------------
-    def _guard(self, what: str) -> bool:
-        """True when the action may change the run; tells the user why not otherwise."""
-        if self.readonly or (self.source is not None and getattr(self.source, "readonly", False)):
+    def _guard(self, what: str) -> RunSource | None:
+        """The run's source when the action may change the run; None (and the user told
+        why) otherwise."""
+        if self.readonly or (self.source is not None and self.source.readonly):
             self.notify(f"{what}: read-only console", severity="warning")
-            return False
-        if not self.run_active:
+            return None
+        if self.source is None or not self.source.active:
             self.notify(f"{what}: no active run", severity="warning")
-            return False
-        return True
+            return None
+        return self.source
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen(self.key_rows()))
 
     async def action_toggle_pause(self) -> None:
-        if not self._guard("pause"):
+        source = self._guard("pause")
+        if source is None:
             return
-        paused = bool(getattr(self.source, "paused", False))
-        await self.source.control("resume" if paused else "pause")
+        paused = source.paused
+        await source.control(Command.RESUME if paused else Command.PAUSE)
         self.notify("resumed" if paused else "paused: no new calls; in-flight calls finish")
 
     async def action_concurrency(self, direction: int) -> None:
-        if not self._guard("concurrency") or self.snapshot is None:
+        source = self._guard("concurrency")
+        if source is None or self.snapshot is None:
             return
         # from the latest *requested* value: ten fast presses are ten steps, though the
         # snapshot still shows the value before the first one
@@ -305,17 +314,18 @@ class SwarmApp(App[int]):
             self._want_concurrency = None  # applied: the snapshot is current again
         base = self._want_concurrency or self.snapshot.concurrency
         n = max(1, base + direction * CONCURRENCY_STEP)
-        if await self.source.control("concurrency", str(n)):
+        if await source.control(Command.CONCURRENCY, str(n)):
             self._want_concurrency = n
             self.notify(f"concurrency → {n}")
 
     def action_cancel_run(self) -> None:
-        if not self._guard("cancel"):
+        source = self._guard("cancel")
+        if source is None:
             return
 
         async def answer(yes: bool | None) -> None:
             if yes:
-                await self.source.control("cancel")
+                await source.control(Command.CANCEL)
                 self.notify("run cancelled; in-flight calls stopped, results kept")
 
         self.push_screen(ConfirmScreen("Cancel the whole run? Queued tasks stay resumable."),
@@ -324,12 +334,13 @@ class SwarmApp(App[int]):
     def action_cancel_agent(self) -> None:
         grid = self._dashboard_grid()
         cell = grid.selected if grid is not None else None
-        if cell is None or not self._guard("cancel agent"):
+        source = self._guard("cancel agent") if cell is not None else None
+        if cell is None or source is None:
             return
 
         async def answer(yes: bool | None) -> None:
             if yes:
-                await self.source.control("cancel_agent", str(cell.seq))
+                await source.control(Command.CANCEL_AGENT, str(cell.seq))
                 self.notify(f"cancel requested for {cell.task_id}")
 
         self.push_screen(ConfirmScreen(f"Cancel agent {cell.task_id}?"), answer)
@@ -481,35 +492,35 @@ class SwarmApp(App[int]):
         self.push_screen(RunsScreen(items, self._replay, self._compare))
 
     def action_cost(self) -> None:
-        if self.source is None or not hasattr(self.source, "cost"):
+        if self.source is None:
             self.notify("no run here: start one (d) or replay one (h)", severity="warning")
             return
         self.push_screen(CostScreen(self.source))
 
     def action_keys(self) -> None:
-        if self.source is None or not hasattr(self.source, "key_op"):
+        if self.source is None:
             self.notify("no run here: keys belong to a running swarm", severity="warning")
             return
-        readonly = self.readonly or bool(getattr(self.source, "readonly", False))
+        readonly = self.readonly or self.source.readonly
         self.push_screen(KeysScreen(self.source, readonly))
 
     def action_canary(self) -> None:
-        controller = getattr(self.source, "canary", None)
-        if self.canary_cfg is None and controller is not None:
-            self.canary_cfg = controller.cfg  # e.g. the simulator's demo canary
+        live = self.source.canary_live() if self.source is not None else None
+        if self.canary_cfg is None and live is not None:
+            self.canary_cfg = live[0]  # e.g. the simulator's demo canary
         if self.canary_cfg is None or self.db_path is None:
             self.notify("no canary configured ([canary] baseline / candidate in the config)",
                         severity="warning")
             return
-        readonly = self.readonly or bool(getattr(self.source, "readonly", False))
+        readonly = self.readonly or (self.source is not None and self.source.readonly)
         self.push_screen(CanaryScreen(self._canary_view, self._canary_act, readonly))
 
     async def _canary_view(self) -> CanaryView | None:
         from swarm_tui.canary.controller import read_view
 
-        controller = getattr(self.source, "canary", None)
-        if controller is not None and controller.view is not None and self.run_active:
-            return controller.view  # this process's live run: its latest evaluation
+        live = self.source.canary_live() if self.source is not None else None
+        if live is not None and live[1] is not None:
+            return live[1]  # this process's live run: its latest evaluation
         # after the run: what is stored (actions taken since went to the store)
         assert self.canary_cfg is not None and self.db_path is not None
         return await read_view(self.db_path, self.canary_cfg)
@@ -517,8 +528,7 @@ class SwarmApp(App[int]):
     async def _canary_act(self, action: str, arg: str | None, reason: str | None) -> None:
         from swarm_tui.canary.controller import act_stored
 
-        act_live = getattr(self.source, "canary_act", None)
-        if act_live is not None and await act_live(action, arg, reason):
+        if self.source is not None and await self.source.canary_act(action, arg, reason):
             return
         assert self.canary_cfg is not None and self.db_path is not None
         await act_stored(self.db_path, self.canary_cfg, action, arg, reason)
@@ -561,13 +571,14 @@ class SwarmApp(App[int]):
     def action_request_quit(self) -> None:
         # A live run cannot outlive this process, so quitting stops it: always ask first
         # (even read-only). Watching another process's run just detaches.
-        if not self.run_active or getattr(self.source, "kind", "") != "live":
+        source = self.source
+        if source is None or not source.active or source.kind != "live":
             self.exit(0)
             return
 
         async def answer(yes: bool | None) -> None:
             if yes:
-                await self.source.shutdown()  # cancelled, results flushed, then we leave
+                await source.shutdown()  # cancelled, results flushed, then we leave
                 self.exit(130, return_code=130)
 
         self.push_screen(ConfirmScreen("A run is active. Cancel it and quit? "

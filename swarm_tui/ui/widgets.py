@@ -43,7 +43,7 @@ class StatusBar(Static):
     Parts degrade by priority to the bar's width; every name that came from a user, a
     gateway or a run id is escaped, never markup."""
 
-    def show(self, s: Snapshot | None, message: str = "") -> None:
+    def show(self, s: Snapshot | None, message: str = "", frozen: bool = False) -> None:
         if s is None:
             self.update(Content.from_markup(f"[b]swarm-tui[/]  {escape(message)}"))
             return
@@ -53,7 +53,7 @@ class StatusBar(Static):
             badge += f" [reverse $accent] {s.source.upper()} [/]"
         if s.readonly:
             badge += " [dim]read-only[/]"
-        if self.app is not None and getattr(self.app, "frozen", False):
+        if frozen:
             badge += " [reverse $accent] FROZEN [/]"
         state = s.status.upper()
         if s.waiting_for_keys and s.status == RunStatus.RUNNING:
