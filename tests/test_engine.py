@@ -173,7 +173,7 @@ async def test_bad_request_is_never_retried(sim_factory):
     server = sim_factory(profile="fixed:10")
     async with client_for(server) as gw:
         runner = make_runner(gw, [Task(id="t", prompt="x", max_tokens=10**6 - 1)])
-        runner.agents[0].messages = []  # the simulator answers 400: model and messages required
+        runner.agents[0].model = ""  # the simulator answers 400: model and messages required
         await runner.run()
     a = runner.agents[0]
     assert a.state == "failed" and a.error_class == "bad_request" and len(a.attempts) == 1
@@ -233,8 +233,9 @@ async def test_missing_usage_is_estimated_and_marked(sim_factory):
         assert a.state == "succeeded" and a.usage_estimated
         assert a.tokens_out == -(-len(a.response_text) // 4)
         # the chat template's tokens count: 4 per message and 3 for the reply's opening
-        chars = sum(len(m["content"]) for m in a.messages)
-        assert a.tokens_in == -(-chars // 4) + 4 * len(a.messages) + 3
+        messages = a.task.messages()
+        chars = sum(len(m["content"]) for m in messages)
+        assert a.tokens_in == -(-chars // 4) + 4 * len(messages) + 3
 
 
 def test_token_estimates_calibrate_to_the_usage_a_gateway_reported():

@@ -56,7 +56,7 @@ class RunPolicy:
     spent_before_usd: float = 0.0    # what earlier sessions of this run already cost
     # open-loop pace: at most this many sends per second (None: as fast as slots free up)
     max_calls_per_s: float | None = None
-    # False when a store keeps every result: a finished task's answer and messages are let
+    # False when a store keeps every result: a finished task's answer is let
     # go once its event is out (the writer copied them), so memory does not grow with the
     # answers of a long run (~4.8 KB each in the team's shape); the detail view reads the
     # answer back from the store
@@ -132,10 +132,7 @@ class SwarmRunner:
         self._pace_timer: asyncio.TimerHandle | None = None
 
     def _agent(self, i: int, task: Task) -> Agent:
-        messages = [{"role": "user", "content": task.prompt}]
-        if task.system:
-            messages.insert(0, {"role": "system", "content": task.system})
-        agent = Agent(i, i, task, "", "", "", [], messages, runner=self)
+        agent = Agent(i, i, task, "", "", "", [], runner=self)
         self._route(agent)
         return agent
 
@@ -539,7 +536,7 @@ class SwarmRunner:
     async def _attempt(self, agent: Agent, attempt: Attempt, gw: GatewayClient, slot) -> None:
         task = agent.task
         try:
-            res = await gw.complete(slot, agent.model, agent.messages, task.max_tokens,
+            res = await gw.complete(slot, agent.model, task.messages(), task.max_tokens,
                                     task.temperature, agent)
         except asyncio.CancelledError:
             if attempt.outcome != AttemptOutcome.RUNNING:  # already reaped after a cancel
@@ -683,4 +680,3 @@ class SwarmRunner:
         self.emit(kind, agent, agent.attempts[-1] if agent.attempts else None)
         if not self.policy.keep_answers:
             agent.response_text = None
-            agent.messages = []

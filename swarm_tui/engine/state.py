@@ -85,7 +85,6 @@ class Agent:
     gateway: str
     bucket: str
     fallbacks: list[str]
-    messages: list[dict[str, str]]
     state: str = QUEUED
     key_fp: str | None = None
     attempts: list[Attempt] = field(default_factory=list)

@@ -101,7 +101,8 @@ class SimApp:
             body = json.loads(await _read_body(receive))
             model = body["model"]
             messages = body["messages"]
-            if not isinstance(model, str) or not isinstance(messages, list) or not messages:
+            if not isinstance(model, str) or not model or not isinstance(messages, list) \
+                    or not messages:
                 raise ValueError
         except (ValueError, KeyError, TypeError):
             self.stats["400"] += 1
