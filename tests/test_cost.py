@@ -200,3 +200,60 @@ async def test_a_budget_stop_does_not_wait_out_retry_backoffs(sim_factory):
     states = {a.state for a in runner.agents}
     assert "retrying" not in states and "queued" in states
     assert any(a.attempts and a.state == "queued" for a in runner.agents)  # a dropped retry
+
+
+def test_the_stored_cost_summed_by_the_database_equals_the_per_task_report(tmp_path):
+    """`cost` reads a stored run's succeeded tasks summed per breakdown and timeline step
+    (store/cost_rows.py); every figure equals the report built task by task."""
+    import asyncio
+
+    from swarm_tui.config import load_config
+    from swarm_tui.report.cost import TIMELINE_STEPS, stored_cost
+    from swarm_tui.store.db import open_db
+    from swarm_tui.store.runs import get_run, task_rows
+
+    env = {"SWARM_TUI_DB": str(tmp_path / "runs.db"), "XDG_CONFIG_HOME": str(tmp_path / "x")}
+    r = swarm("run", "--demo", "400", "--headless", "--json", "--quiet", "--sim-profile",
+              "fixed:20", "--sim-rate-503", "0.05", "--sim-rate-429", "0", env=env)
+    run_id = json.loads(r.stdout)["run_id"]
+    # a second key and some estimated usage, so those breakdowns have more than one group
+    with sqlite3.connect(env["SWARM_TUI_DB"]) as c:
+        c.execute("UPDATE results SET key_fp = 'sk-…zz#1', usage_estimated = 1 "
+                  "WHERE seq % 7 = 0")
+    cfg = load_config(None)
+
+    async def both():
+        conn = await open_db(Path(env["SWARM_TUI_DB"]), create=False)
+        try:
+            run = await get_run(conn, run_id, Path(env["SWARM_TUI_DB"]))
+            rows = await task_rows(conn, run_id)
+            per_task = cost_report(
+                rows, cfg.prices, run_id=run.id, wall_s=run.wall_ms / 1000.0,
+                tasks_per_day=cfg.settings.tasks_per_day, long_model="kimi-k2.5",
+                finished_s=[(x.finished_at - run.started_at) if x.finished_at else None
+                            for x in rows], steps=TIMELINE_STEPS)
+            return per_task, await stored_cost(conn, run, cfg)
+        finally:
+            await conn.close()
+
+    per_task, summed = asyncio.run(both())
+    a, b = per_task.model_dump(), summed.model_dump()
+    assert a["total"]["tasks"] > 300 and len(a["by_key"]) == 2
+    assert a["total"]["estimated_tasks"] > 0
+    assert _approx_equal(a, b)
+
+
+def _approx_equal(a, b, path: str = "") -> bool:
+    """Deep equality with floats to 1e-9 relative (the database sums in another order)."""
+    if isinstance(a, dict):
+        assert a.keys() == b.keys(), path
+        return all(_approx_equal(a[k], b[k], f"{path}.{k}") for k in a)
+    if isinstance(a, list):
+        assert len(a) == len(b), path
+        return all(_approx_equal(x, y, f"{path}[{i}]")
+                   for i, (x, y) in enumerate(zip(a, b, strict=True)))
+    if isinstance(a, float):
+        assert b == pytest.approx(a, rel=1e-9, abs=1e-12), path
+        return True
+    assert a == b, path
+    return True

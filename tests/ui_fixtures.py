@@ -192,6 +192,7 @@ class CostRow:
     cached_in: int = 0
     usage_estimated: bool = False
     cost_usd: float | None = None
+    tasks: int = 1
 
 
 def cost_report_fixture(budget_usd: float | None = None):

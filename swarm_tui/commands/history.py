@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 async def summary_json(conn: aiosqlite.Connection, path: Path, summary: RunSummary,
                        cfg: LoadedConfig, cost: CostReport | None = None) -> str:
     """The run's summary plus its cost breakdown: the same object `report --json` prints
-    (`cost`: the breakdown when the caller has it already — it reads every task row)."""
+    (`cost`: the breakdown when the caller has it already)."""
     from swarm_tui.report.cost import stored_cost
     from swarm_tui.store.runs import get_run
 

@@ -19,14 +19,16 @@ class Usage:
     unpriced_models: set[str] = field(default_factory=set)
 
     def add(self, tokens_in: int, tokens_out: int, cost_usd: float | None, *,
-            cached_in: int = 0, estimated: bool = False, model: str | None = None) -> None:
-        self.tasks += 1
+            cached_in: int = 0, estimated: bool = False, model: str | None = None,
+            tasks: int = 1) -> None:
+        """One task, or `tasks` of them summed already (a stored run's aggregate rows)."""
+        self.tasks += tasks
         self.tokens_in += tokens_in
         self.tokens_out += tokens_out
         self.cached_in += cached_in
-        self.estimated_tasks += bool(estimated)
+        self.estimated_tasks += tasks if estimated else 0
         if cost_usd is None:
-            self.unpriced_tasks += 1
+            self.unpriced_tasks += tasks
             if model is not None:
                 self.unpriced_models.add(model)
         else:

@@ -21,6 +21,11 @@ DAYS_PER_MONTH = 30
 
 
 class CostRow(Protocol):
+    """One task (an engine Agent, a stored task row), or a group of a stored run's
+    succeeded tasks summed by the database (`tasks` of them: store/cost_rows.py)."""
+
+    @property
+    def tasks(self) -> int: ...
     state: str
     model: str
     gateway: str
@@ -94,7 +99,7 @@ def _line(rows: Iterable[CostRow]) -> CostLine:
     for r in rows:
         if r.state == TaskState.SUCCEEDED:
             u.add(r.tokens_in, r.tokens_out, r.cost_usd, cached_in=r.cached_in,
-                  estimated=r.usage_estimated)
+                  estimated=r.usage_estimated, tasks=r.tasks)
     return CostLine(tasks=u.tasks, tokens_in=u.tokens_in, tokens_out=u.tokens_out,
                     cached_in=u.cached_in, cost_usd=u.cost_usd,
                     cost_per_task_usd=u.cost_per_task_usd, unpriced_tasks=u.unpriced_tasks,
@@ -163,7 +168,7 @@ def what_if(done: Sequence[CostRow], prices: PriceTable, total: CostLine,
     out = []
     for name, price in prices.prices.items():
         usd = _repriced(done, price) or 0.0
-        per_task = usd / len(done)
+        per_task = usd / sum(r.tasks for r in done)
         out.append(WhatIf(
             model=name, cost_usd=usd, cost_per_task_usd=per_task,
             month_usd=per_task * tasks_per_day * DAYS_PER_MONTH,

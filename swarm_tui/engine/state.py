@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, ClassVar
 
 from swarm_tui.workload import Task
 
@@ -111,6 +111,7 @@ class Agent:
     progress_at: float = 0.0     # perf_counter of the last progress event
     handle: asyncio.Task[None] | asyncio.TimerHandle | None = field(default=None, repr=False)
     runner: Any = field(default=None, repr=False)
+    tasks: ClassVar[int] = 1  # as a cost row: one task (a stored aggregate row sums many)
 
     @property
     def id(self) -> str:

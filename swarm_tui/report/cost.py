@@ -8,7 +8,10 @@ import aiosqlite
 
 from swarm_tui.engine.cost import CostLine, CostReport, cost_report
 from swarm_tui.report.fmt import usd
-from swarm_tui.store.runs import RunRecord, task_rows
+from swarm_tui.store.cost_rows import cost_groups
+from swarm_tui.store.runs import RunRecord
+
+TIMELINE_STEPS = 30  # the cost timeline's equal parts of the run
 
 if TYPE_CHECKING:
     from swarm_tui.config import LoadedConfig
@@ -22,13 +25,13 @@ def long_model_of(run: RunRecord, cfg: LoadedConfig) -> str | None:
 async def stored_cost(conn: aiosqlite.Connection, run: RunRecord, cfg: LoadedConfig
                       ) -> CostReport:
     """Recorded costs as billed at run time; what-ifs priced on the current table."""
-    rows = await task_rows(conn, run.id)
+    wall_s = run.wall_ms / 1000.0
+    rows = await cost_groups(conn, run.id, run.started_at, wall_s, TIMELINE_STEPS)
     tpd = int(run.config.get("settings", {}).get("tasks_per_day")
               or cfg.settings.tasks_per_day)
-    return cost_report(rows, cfg.prices, run_id=run.id, wall_s=run.wall_ms / 1000.0,
+    return cost_report(rows, cfg.prices, run_id=run.id, wall_s=wall_s,
                        tasks_per_day=tpd, long_model=long_model_of(run, cfg),
-                       finished_s=[(r.finished_at - run.started_at) if r.finished_at else None
-                                   for r in rows],
+                       finished_s=[r.finished_s for r in rows], steps=TIMELINE_STEPS,
                        budget_usd=run.config.get("budget_usd"))
 
 

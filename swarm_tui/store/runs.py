@@ -11,7 +11,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import aiosqlite
 from pydantic import BaseModel
@@ -153,6 +153,7 @@ class StoredTask:
     finished_at: float | None = None
     calls_ok: int = 0      # the task's answered calls, from its attempts (per-call success)
     calls_failed: int = 0
+    tasks: ClassVar[int] = 1  # as a cost row: one task
 
 
 async def task_rows(conn: aiosqlite.Connection, run_id: str) -> list[StoredTask]:

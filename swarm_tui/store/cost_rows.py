@@ -1,0 +1,53 @@
+"""A stored run's succeeded tasks summed by the database for the cost report: one row per
+(model, gateway, bucket, key, estimated, priced, timeline step) instead of one per task,
+so `cost` and `report` of a 100,000-task run read a few hundred rows, not 100,000.
+
+Repricing sums is exact: a price is linear in the tokens (cached input at its own rate;
+cached_in is summed as stored, and a row never reports more cached than input tokens).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import aiosqlite
+
+from swarm_tui.engine.state import TaskState
+
+
+@dataclass(slots=True)
+class CostGroup:
+    """`tasks` succeeded tasks summed; satisfies engine.cost.CostRow."""
+
+    model: str
+    gateway: str
+    bucket: str
+    key_fp: str | None
+    usage_estimated: bool
+    cost_usd: float | None          # None: unpriced (every task of the group is)
+    tokens_in: int
+    tokens_out: int
+    cached_in: int
+    tasks: int
+    finished_s: float | None        # the middle of its timeline step (seconds into the run)
+    state: str = TaskState.SUCCEEDED
+
+
+async def cost_groups(conn: aiosqlite.Connection, run_id: str, started_at: float,
+                      wall_s: float, steps: int) -> list[CostGroup]:
+    """Succeeded tasks summed per breakdown key and timeline step (`steps` equal parts of
+    `wall_s`, as engine.cost's timeline cuts them)."""
+    step_sql = ("MIN(?, MAX(0, CAST((finished_at - ?) / ? * ? AS INTEGER)))"
+                if wall_s > 0 else "0 + 0 * (? + ? + ? + ?)")
+    sql = (f"SELECT model, gateway, bucket, key_fp, usage_estimated, cost_usd IS NULL, "
+           f"{step_sql} AS step, COUNT(*), SUM(tokens_in), SUM(tokens_out), SUM(cached_in), "
+           "SUM(cost_usd) FROM results WHERE run_id = ? AND state = ? "
+           "GROUP BY 1, 2, 3, 4, 5, 6, 7")
+    params = (steps - 1, started_at, wall_s or 1.0, steps, run_id, str(TaskState.SUCCEEDED))
+    async with conn.execute(sql, params) as cur:
+        rows = await cur.fetchall()
+    return [CostGroup(model=m, gateway=g, bucket=b, key_fp=k, usage_estimated=bool(est),
+                      cost_usd=None if unpriced else float(cost or 0.0), tokens_in=int(t_in),
+                      tokens_out=int(t_out), cached_in=int(cached), tasks=int(n),
+                      finished_s=(step + 0.5) / steps * wall_s if wall_s > 0 else None)
+            for m, g, b, k, est, unpriced, step, n, t_in, t_out, cached, cost in rows]
