@@ -73,7 +73,7 @@ async def main() -> None:
     assert src.conn is not None and src.run_id is not None
     c0 = cpu_seconds()
     run = await get_run(src.conn, src.run_id, db)
-    rows = await task_rows(src.conn, src.run_id)
+    rows = [r async for chunk in task_rows(src.conn, src.run_id) for r in chunk]
     summarize(rows, run_id=run.id, sla=run.sla, wall_ms=run.wall_ms, status=run.status,
               simulated=run.simulated)
     full_ms = (cpu_seconds() - c0) * 1000

@@ -61,7 +61,8 @@ async def engine_phase(url: str, n: int, conc: int, db: Path, with_store: bool) 
     if with_store:
         conn = await open_db(db)
         claim = take_lock(db, "engine")
-        await create_run(conn, "engine", runner, name=None, simulated=True, config={}, claim=claim)
+        await create_run(conn, "engine", runner.agents, demo_tasks(n), name=None,
+                     simulated=True, config={}, claim=claim)
         writer = StoreWriter(conn, db, "engine", runner, claim=claim)
         writer.start()
     t0 = time.perf_counter()
@@ -84,7 +85,8 @@ async def capacity_phase(n: int, db: Path) -> dict:
     conn = await open_db(db)
     t0 = time.perf_counter()
     claim = take_lock(db, "capacity")
-    await create_run(conn, "capacity", runner, name=None, simulated=True, config={}, claim=claim)
+    await create_run(conn, "capacity", runner.agents, demo_tasks(n), name=None,
+                     simulated=True, config={}, claim=claim)
     setup_s = time.perf_counter() - t0
     writer = StoreWriter(conn, db, "capacity", runner, claim=claim)
     text = "the swarm agent answers with a short careful summary " * 90  # ~4.8 KB

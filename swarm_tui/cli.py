@@ -114,16 +114,18 @@ def cmd_sim(args: argparse.Namespace) -> int:
 
 
 def _load_tasks(args: argparse.Namespace, console: bool = False):
-    from swarm_tui.workload import demo_tasks, parse_workload
+    from swarm_tui.workload import Workload
 
     if (args.workload is None) == (args.demo is None):
         raise UserError("run: give a workload file or --demo N (one of them)")
     if args.demo is not None:
         if args.demo < 0:
             raise UserError("--demo N: N must be at least 1")
-        return demo_tasks(args.demo or (DEMO_CONSOLE_TASKS if console else DEMO_HEADLESS_TASKS))
+        return Workload.demo(args.demo or (DEMO_CONSOLE_TASKS if console
+                                           else DEMO_HEADLESS_TASKS))
     path = Path(args.workload)
-    tasks, bad = parse_workload(path)
+    tasks = Workload.from_file(path)  # checked whole here; read again as the run is stored
+    bad = tasks.bad
     for b in bad[:20]:
         print(f"swarm-tui: {b}", file=sys.stderr)
     if len(bad) > 20:
@@ -265,7 +267,7 @@ def cmd_console(args: argparse.Namespace) -> int:
     """Bare `swarm-tui`: the console; offers the demo swarm (key d) on the simulator."""
     from swarm_tui.run_sources import LiveSource
     from swarm_tui.store.db import resolve_db_path
-    from swarm_tui.workload import demo_tasks
+    from swarm_tui.workload import Workload
 
     cfg = _config(args)
     db = resolve_db_path(args.db)
@@ -274,7 +276,7 @@ def cmd_console(args: argparse.Namespace) -> int:
     def start_demo() -> LiveSource:
         demo_opts = replace(opts, max_calls_per_s=demo_pace(DEMO_CONSOLE_TASKS),
                             incidents=cfg.simulated_only)
-        return LiveSource(cfg, demo_opts, demo_tasks(DEMO_CONSOLE_TASKS), db,
+        return LiveSource(cfg, demo_opts, Workload.demo(DEMO_CONSOLE_TASKS), db,
                           readonly=args.readonly)
 
     where = "the built-in simulator (SIMULATED)" if cfg.simulated_only else "the default gateway"
@@ -377,6 +379,7 @@ async def _resume(conn, path, args: argparse.Namespace) -> int:
         resumable_tasks,
         spent_usd,
     )
+    from swarm_tui.workload import Workload
 
     run = await get_run(conn, args.run_id, path)
     status = run.effective_status()
@@ -388,7 +391,8 @@ async def _resume(conn, path, args: argparse.Namespace) -> int:
     claim = take_lock(path, run.id)
     try:
         await claim_run(conn, await get_run(conn, args.run_id, path), claim, path)
-        seqs, tasks, prior = await resumable_tasks(conn, run.id)
+        seqs, heads, prior = await resumable_tasks(conn, run.id)
+        tasks = Workload.stored(heads)
         if not tasks:
             await release_run(conn, run.id, status if status != "interrupted" else "finished",
                               claim)

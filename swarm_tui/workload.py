@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -56,6 +57,29 @@ class Task(BaseModel):
     def prompt_tokens_estimate(self) -> int:
         return estimate_tokens(self.prompt) + (estimate_tokens(self.system) if self.system else 0)
 
+    def head(self) -> TaskHead:
+        return TaskHead(self.id, self.user_id, self.model, self.max_tokens,
+                        self.prompt_tokens_estimate())
+
+
+@dataclass(slots=True)
+class TaskHead:
+    """What the engine holds of a task until it is sent: what routing and the budget's
+    estimate need, not its prompt (~3 KB in the team's shape, read back at the send)."""
+
+    id: str
+    user_id: str | None
+    model: str | None
+    max_tokens: int | None
+    prompt_tokens: int
+
+    @property
+    def routing_user(self) -> str:
+        return self.user_id if self.user_id is not None else self.id
+
+    def prompt_tokens_estimate(self) -> int:
+        return self.prompt_tokens
+
 
 @dataclass(frozen=True, slots=True)
 class BadLine:
@@ -74,16 +98,15 @@ def _reason(e: ValidationError) -> str:
     return f"{key}: {msg}"
 
 
-def parse_workload(path: Path) -> tuple[list[Task], list[BadLine]]:
-    """Parse every line; return the good tasks and every bad line (file:line: reason)."""
+def scan_workload(path: Path) -> Iterator[Task | BadLine]:
+    """Each line's task, or why it is bad (file:line: reason), in file order; a duplicate
+    id is a bad line. Holds nothing but the ids seen."""
     try:
         fh = path.open("r", encoding="utf-8-sig")  # a BOM (Windows editors) is not data
     except FileNotFoundError:
         raise UserError(f"workload {path}: file not found") from None
     except (IsADirectoryError, PermissionError) as e:
         raise UserError(f"workload {path}: cannot read: {e.strerror}") from None
-    tasks: list[Task] = []
-    bad: list[BadLine] = []
     seen: dict[str, int] = {}
     with fh:
         try:
@@ -94,30 +117,90 @@ def parse_workload(path: Path) -> tuple[list[Task], list[BadLine]]:
                 try:
                     obj = json.loads(line)
                 except json.JSONDecodeError as e:
-                    bad.append(BadLine(str(path), n, f"invalid JSON: {e.msg} (column {e.colno})"))
+                    yield BadLine(str(path), n, f"invalid JSON: {e.msg} (column {e.colno})")
                     continue
                 except RecursionError:
-                    bad.append(BadLine(str(path), n, "invalid JSON: nested too deeply"))
+                    yield BadLine(str(path), n, "invalid JSON: nested too deeply")
                     continue
                 if not isinstance(obj, dict):
-                    bad.append(BadLine(str(path), n, "expected a JSON object"))
+                    yield BadLine(str(path), n, "expected a JSON object")
                     continue
                 try:
                     task = Task.model_validate(obj)
                 except RecursionError:
-                    bad.append(BadLine(str(path), n, "metadata: nested too deeply"))
+                    yield BadLine(str(path), n, "metadata: nested too deeply")
                     continue
                 except ValidationError as e:
-                    bad.append(BadLine(str(path), n, _reason(e)))
+                    yield BadLine(str(path), n, _reason(e))
                     continue
                 if task.id in seen:
-                    bad.append(BadLine(str(path), n, f"id: duplicate of line {seen[task.id]}"))
+                    yield BadLine(str(path), n, f"id: duplicate of line {seen[task.id]}")
                     continue
                 seen[task.id] = n
-                tasks.append(task)
+                yield task
         except UnicodeDecodeError:
             raise UserError(f"workload {path}: not UTF-8 text") from None
+
+
+def parse_workload(path: Path) -> tuple[list[Task], list[BadLine]]:
+    """Parse every line; return the good tasks and every bad line (file:line: reason)."""
+    tasks: list[Task] = []
+    bad: list[BadLine] = []
+    for item in scan_workload(path):
+        (bad if isinstance(item, BadLine) else tasks).append(item)  # type: ignore[arg-type]
     return tasks, bad
+
+
+class Workload:
+    """A run's tasks, never held whole: their heads (for the engine) from one pass, and a
+    new pass over the source whenever the whole tasks are needed (the store's rows).
+
+    A 100,000-line workload of ~3 KB prompts is ~420 MB as Task objects; as heads ~20 MB."""
+
+    def __init__(self, heads: list[TaskHead], reread: Callable[[], Iterator[Task]],
+                 bad: Sequence[BadLine] = ()) -> None:
+        self.heads = heads
+        self.bad = list(bad)
+        self._reread = reread
+
+    def __len__(self) -> int:
+        return len(self.heads)
+
+    def __iter__(self) -> Iterator[Task]:
+        """The good tasks again, in the order of `heads`."""
+        return self._reread()
+
+    @classmethod
+    def of(cls, tasks: Sequence[Task]) -> Workload:
+        """Tasks already in memory (tests, small swarms)."""
+        return cls([t.head() for t in tasks], lambda: iter(tasks))
+
+    @classmethod
+    def stored(cls, heads: list[TaskHead]) -> Workload:
+        """A resumed run's tasks: its rows exist, each prompt is read from them at its send."""
+        def reread() -> Iterator[Task]:
+            raise RuntimeError("a resumed run's tasks are read from its store")
+        return cls(heads, reread)
+
+    @classmethod
+    def from_file(cls, path: Path) -> Workload:
+        heads: list[TaskHead] = []
+        bad: list[BadLine] = []
+        for item in scan_workload(path):
+            if isinstance(item, BadLine):
+                bad.append(item)
+            else:
+                heads.append(item.head())
+
+        def reread() -> Iterator[Task]:
+            for item in scan_workload(path):
+                if isinstance(item, Task):
+                    yield item
+        return cls(heads, reread, bad)
+
+    @classmethod
+    def demo(cls, n: int, seed: int = 7) -> Workload:
+        return cls([t.head() for t in iter_demo(n, seed)], lambda: iter_demo(n, seed))
 
 
 _WORDS = (
@@ -127,6 +210,10 @@ _WORDS = (
 
 
 def demo_tasks(n: int, seed: int = 7, max_tokens: int = 1200) -> list[Task]:
+    return list(iter_demo(n, seed, max_tokens))
+
+
+def iter_demo(n: int, seed: int = 7, max_tokens: int = 1200) -> Iterator[Task]:
     """The team's shape: prompts of ~720 tokens on average, up to 1,200 output tokens.
 
     About one task in seven carries a long document (1,000-1,500 tokens) so the
@@ -134,7 +221,6 @@ def demo_tasks(n: int, seed: int = 7, max_tokens: int = 1200) -> list[Task]:
     """
     rng = random.Random(seed)
     corpus = " ".join(rng.choice(_WORDS) for _ in range(4000))  # sliced per task: cheap
-    tasks = []
     for i in range(n):
         long_doc = rng.random() < 0.15
         tokens = rng.randint(1000, 1500) if long_doc else rng.randint(450, 850)
@@ -142,13 +228,10 @@ def demo_tasks(n: int, seed: int = 7, max_tokens: int = 1200) -> list[Task]:
         body = (corpus[start:] + " " + corpus)[: tokens * CHARS_PER_TOKEN]
         # user ids spread over the hash space so canary buckets are realistic
         uid = "user-" + hashlib.sha256(f"{seed}:{i % max(1, n // 3)}".encode()).hexdigest()[:10]
-        tasks.append(
-            Task(
-                id=f"demo-{i:05d}",
-                prompt=f"Task {i}: {body}"[: tokens * CHARS_PER_TOKEN],
-                system="You are a careful sub-agent. Answer concisely.",
-                user_id=uid,
-                max_tokens=max_tokens,
-            )
+        yield Task(
+            id=f"demo-{i:05d}",
+            prompt=f"Task {i}: {body}"[: tokens * CHARS_PER_TOKEN],
+            system="You are a careful sub-agent. Answer concisely.",
+            user_id=uid,
+            max_tokens=max_tokens,
         )
-    return tasks

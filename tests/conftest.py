@@ -7,11 +7,12 @@ import os
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import pytest
 
 from swarm_tui.config_sections import RetryConfig, RoutingConfig
+from swarm_tui.engine.bodies import TaskBodies
 from swarm_tui.engine.events import Event
 from swarm_tui.engine.routing import SingleGateway
 from swarm_tui.engine.runner import RunPolicy, SwarmRunner
@@ -19,7 +20,7 @@ from swarm_tui.gateway.client import GatewayClient
 from swarm_tui.prices import load_price_table
 from swarm_tui.sim.server import SimServer
 from swarm_tui.sim.settings import SimSettings
-from swarm_tui.workload import Task
+from swarm_tui.workload import Task, TaskHead
 
 TEST_KEY = "sk-test-0123456789abcdefghijklmnop"
 
@@ -81,15 +82,15 @@ def make_client(server: SimServer, *, keys: list[str] | None = None, stream: boo
 
 
 def make_runner(
-    gateway: GatewayClient, task_list: list[Task], *, concurrency: int = 100,
+    gateway: GatewayClient, task_list: Sequence[Task | TaskHead], *, concurrency: int = 100,
     retry: RetryConfig | None = None, routing: RoutingConfig | None = None,
-    consumers=(), seed: int = 3,
+    consumers=(), seed: int = 3, bodies: TaskBodies | None = None,
 ) -> SwarmRunner:
     policy = RunPolicy(concurrency, retry or RetryConfig(base_backoff_s=0.01, max_backoff_s=0.05),
                        routing or RoutingConfig(), "deepseek-v3.2")
     prices = load_price_table(None, {}, "test")
     return SwarmRunner(task_list, {gateway.name: gateway}, SingleGateway(gateway.name), policy,
-                       prices, consumers, seed=seed)
+                       prices, consumers, seed=seed, bodies=bodies)
 
 
 @contextlib.asynccontextmanager

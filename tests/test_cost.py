@@ -226,7 +226,7 @@ def test_the_stored_cost_summed_by_the_database_equals_the_per_task_report(tmp_p
         conn = await open_db(Path(env["SWARM_TUI_DB"]), create=False)
         try:
             run = await get_run(conn, run_id, Path(env["SWARM_TUI_DB"]))
-            rows = await task_rows(conn, run_id)
+            rows = [r async for chunk in task_rows(conn, run_id) for r in chunk]
             per_task = cost_report(
                 rows, cfg.prices, run_id=run.id, wall_s=run.wall_ms / 1000.0,
                 tasks_per_day=cfg.settings.tasks_per_day, long_model="kimi-k2.5",

@@ -227,13 +227,14 @@ async def test_hang_past_timeout_is_a_timeout(sim_factory):
 async def test_missing_usage_is_estimated_and_marked(sim_factory):
     server = sim_factory(profile="fixed:10", usage_mode="none")
     async with client_for(server) as gw:
-        runner = make_runner(gw, tasks(3))
+        sent = tasks(3)
+        runner = make_runner(gw, sent)
         await runner.run()
-    for a in runner.agents:
+    for a, task in zip(runner.agents, sent, strict=True):
         assert a.state == "succeeded" and a.usage_estimated
         assert a.tokens_out == -(-len(a.response_text) // 4)
         # the chat template's tokens count: 4 per message and 3 for the reply's opening
-        messages = a.task.messages()
+        messages = task.messages()
         chars = sum(len(m["content"]) for m in messages)
         assert a.tokens_in == -(-chars // 4) + 4 * len(messages) + 3
 

@@ -26,6 +26,7 @@ from swarm_tui.store.db import open_db
 from swarm_tui.store.ownership import take_lock
 from swarm_tui.store.runs import create_run, resumable_tasks
 from swarm_tui.store.spill import find_journals, read_journal
+from swarm_tui.store.task_bodies import StoredBodies
 from swarm_tui.store.writer import STORE_HOLD, STORE_STOPPED, StoreWriter
 from tests.conftest import TEST_KEY, assert_one_line_error, make_client, make_runner, swarm, tasks
 
@@ -106,7 +107,8 @@ async def test_full_store_holds_dispatch_journals_and_resume_sends_only_unanswer
     log = _Log()
     runner.consumers.append(log)
     claim = take_lock(path, "full")
-    await create_run(conn, "full", runner.agents, name=None, simulated=True, config={}, claim=claim)
+    await create_run(conn, "full", runner.agents, work, name=None,
+                     simulated=True, config={}, claim=claim)
     async with conn.execute("PRAGMA page_count") as cur:
         pages = (await cur.fetchone())[0]
     # the database may grow by ~40 pages: a few hundred results, then "database or disk is full"
@@ -145,7 +147,8 @@ async def test_full_store_holds_dispatch_journals_and_resume_sends_only_unanswer
     assert len(seqs) == 3000 - len(answered)
     before = server.app.stats["requests"]
     gw = make_client(server)
-    runner = make_runner(gw, todo, concurrency=50)
+    bodies = StoredBodies(path, "full")  # heads only: the prompts are read at each send
+    runner = make_runner(gw, todo, concurrency=50, bodies=bodies)
     for a, s, p in zip(runner.agents, seqs, prior, strict=True):
         a.seq, a.prior_attempts = s, p
     claim = take_lock(path, "full")
@@ -154,6 +157,7 @@ async def test_full_store_holds_dispatch_journals_and_resume_sends_only_unanswer
     writer.start()
     await runner.run()
     await writer.close("finished")
+    await bodies.aclose()
     await gw.aclose()
     await conn.close()
     assert server.app.stats["requests"] - before == len(seqs)  # only never-answered tasks
@@ -317,9 +321,11 @@ async def test_an_executor_that_lost_its_claim_cannot_write(sim_factory, tmp_pat
     path = tmp_path / "runs.db"
     conn = await open_db(path)
     gw = make_client(server)
-    runner = make_runner(gw, tasks(400, prefix="c"), concurrency=20)
+    work = tasks(400, prefix="c")
+    runner = make_runner(gw, work, concurrency=20)
     claim = take_lock(path, "c")
-    await create_run(conn, "c", runner.agents, name=None, simulated=True, config={}, claim=claim)
+    await create_run(conn, "c", runner.agents, work, name=None,
+                     simulated=True, config={}, claim=claim)
     writer = StoreWriter(conn, path, "c", runner, claim=claim, flush_interval=0.05)
     writer.start()
     # another executor (another host) takes the run over — from its own thread: a blocking

@@ -87,9 +87,10 @@ async def _stored_run(sim_factory, tmp_path, n=400, **sim):
     path = tmp_path / "runs.db"
     conn = await open_db(path)
     async with client_for(server) as gw:
-        runner = make_runner(gw, tasks(n, prefix="s"), concurrency=60)
+        work = tasks(n, prefix="s")
+        runner = make_runner(gw, work, concurrency=60)
         claim = take_lock(path, "r1")
-        await create_run(conn, "r1", runner.agents, name="t", simulated=True,
+        await create_run(conn, "r1", runner.agents, work, name="t", simulated=True,
                          config={"settings": {"sla": {"p95_ms": 350, "min_success": 0.99}}},
                          claim=claim)
         writer = StoreWriter(conn, path, "r1", runner, claim=claim, flush_interval=0.05,
@@ -164,10 +165,12 @@ async def test_closing_during_a_flush_loses_nothing(tmp_path):
     conn = await open_db(path)
     gw = GatewayClient("sim", "http://127.0.0.1:9/v1", [("sk-unused-0000000000000000", None)],
                        pool=1)
-    runner = make_runner(gw, tasks(6000, prefix="c"))
+    work = tasks(6000, prefix="c")
+    runner = make_runner(gw, work)
     runner.started_wall = 1.0
     claim = take_lock(path, "c")
-    await create_run(conn, "c", runner.agents, name=None, simulated=True, config={}, claim=claim)
+    await create_run(conn, "c", runner.agents, work, name=None,
+                     simulated=True, config={}, claim=claim)
     writer = StoreWriter(conn, path, "c", runner, claim=claim, max_rows=500)
     writer.start()
     for i, a in enumerate(runner.agents):

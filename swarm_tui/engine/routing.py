@@ -6,7 +6,7 @@ import hashlib
 from typing import Protocol
 
 from swarm_tui.config_sections import RoutingConfig
-from swarm_tui.workload import Task
+from swarm_tui.workload import Task, TaskHead
 
 BASELINE = "baseline"  # the bucket of every task until a canary splits traffic
 CANDIDATE = "candidate"
@@ -18,7 +18,7 @@ def canary_slot(user_id: str) -> int:
 
 
 def choose_model(
-    task: Task, routing: RoutingConfig, default_model: str, pinned: str | None = None
+    task: Task | TaskHead, routing: RoutingConfig, default_model: str, pinned: str | None = None
 ) -> str:
     """Explicit task model > model pinned by the gateway > long/short rule > default."""
     if task.model:
@@ -40,7 +40,7 @@ class Router(Protocol):
     # Bumped whenever routing changes: a task not yet sent is routed again at dispatch.
     version: int
 
-    def route(self, task: Task) -> tuple[str, str]:
+    def route(self, task: Task | TaskHead) -> tuple[str, str]:
         """(gateway name, bucket)."""
         ...
 
@@ -51,7 +51,7 @@ class SingleGateway:
     def __init__(self, gateway: str) -> None:
         self.gateway = gateway
 
-    def route(self, task: Task) -> tuple[str, str]:
+    def route(self, task: Task | TaskHead) -> tuple[str, str]:
         return self.gateway, BASELINE
 
 
@@ -73,7 +73,7 @@ class CanaryRouter:
             self.pct = pct
             self.version += 1
 
-    def route(self, task: Task) -> tuple[str, str]:
+    def route(self, task: Task | TaskHead) -> tuple[str, str]:
         if canary_slot(task.routing_user) < self.pct:
             return self.candidate, CANDIDATE
         return self.baseline, BASELINE

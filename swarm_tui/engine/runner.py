@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from swarm_tui.config_sections import RetryConfig, RoutingConfig
 from swarm_tui.engine import events as ev
+from swarm_tui.engine.bodies import MemoryBodies, TaskBodies
 from swarm_tui.engine.looplag import LoopLag
 from swarm_tui.engine.retry import retry_wait_s
 from swarm_tui.engine.routing import Router, choose_model, fallback_chain
@@ -43,7 +44,7 @@ from swarm_tui.gateway.client import GatewayClient
 from swarm_tui.gateway.errors import AUTH, RATE_LIMITED, CallError
 from swarm_tui.gateway.keypool import KeyPool
 from swarm_tui.prices import PriceTable
-from swarm_tui.workload import Task
+from swarm_tui.workload import Task, TaskHead
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,7 @@ class RunPolicy:
     # False when a store keeps every result: a finished task's answer is let
     # go once its event is out (the writer copied them), so memory does not grow with the
     # answers of a long run (~4.8 KB each in the team's shape); the detail view reads the
-    # answer back from the store
+    # answer back from the store. Its attempts go too (their counts stay: Agent.settle).
     keep_answers: bool = True
 
 
@@ -71,7 +72,7 @@ CANCEL_GRACE_S = 5.0  # after a cancel, calls still running then are booked canc
 class SwarmRunner:
     def __init__(
         self,
-        tasks: Sequence[Task],
+        tasks: Iterable[Task | TaskHead],
         gateways: dict[str, GatewayClient],
         router: Router,
         policy: RunPolicy,
@@ -80,16 +81,27 @@ class SwarmRunner:
         seed: int | None = None,
         seqs: Sequence[int] | None = None,
         prior_attempts: Sequence[int] | None = None,
+        bodies: TaskBodies | None = None,
     ) -> None:
         """`seqs` / `prior_attempts` resume a stored run: each task's number in the run
-        and how many attempts an earlier session already stored for it."""
+        and how many attempts an earlier session already stored for it. With `bodies`
+        (a stored run) `tasks` may be heads only: each prompt is read at its send;
+        without, the tasks given are kept and sent from memory."""
         self.gateways = gateways
         self.policy = policy
         self.prices = prices
         self.consumers = list(consumers)
         self.rng = random.Random(seed)
         self.router = router
-        self.agents = [self._agent(i, t) for i, t in enumerate(tasks)]
+        items: Iterable[Task | TaskHead] = tasks
+        if bodies is None:
+            kept = list(tasks)
+            if not all(isinstance(t, Task) for t in kept):
+                raise TypeError("tasks given as heads need `bodies` to read their prompts from")
+            bodies, items = MemoryBodies(kept), kept  # type: ignore[arg-type]
+        self.bodies = bodies
+        self.agents = [self._agent(i, t.head() if isinstance(t, Task) else t)
+                       for i, t in enumerate(items)]
         for agent, seq in zip(self.agents, seqs or (), strict=False):
             agent.seq = seq
         for agent, prior in zip(self.agents, prior_attempts or (), strict=False):
@@ -131,7 +143,7 @@ class SwarmRunner:
         self._next_send = 0.0  # perf_counter time the pace allows the next send at
         self._pace_timer: asyncio.TimerHandle | None = None
 
-    def _agent(self, i: int, task: Task) -> Agent:
+    def _agent(self, i: int, task: TaskHead) -> Agent:
         agent = Agent(i, i, task, "", "", "", [], runner=self)
         self._route(agent)
         return agent
@@ -433,7 +445,7 @@ class SwarmRunner:
         self.in_flight += 1
         now = time.perf_counter()
         attempt = Attempt(
-            number=agent.prior_attempts + len(agent.attempts) + 1, model=agent.model,
+            number=agent.prior_attempts + agent.sent + 1, model=agent.model,
             gateway=gw.name, key_fp=slot.fingerprint, started_ms=(now - self.t0) * 1000.0,
             queue_ms=(now - agent.ready_at) * 1000.0,
         )
@@ -533,9 +545,27 @@ class SwarmRunner:
     def progress(self, agent: Agent) -> None:
         self.emit(ev.PROGRESS, agent, agent.attempts[-1], str(agent.live_chars // 4))
 
+    async def _body(self, agent: Agent, attempt: Attempt) -> Task:
+        """The task's prompt for this send: at hand (read ahead), or waited for — a wait
+        booked as queue time, like the client's own delay before the wire."""
+        body = agent.body or self.bodies.ready(agent.index, agent.seq)
+        if body is None:
+            t = time.perf_counter()
+            body = await self.bodies.load(agent.index, agent.seq)
+            waited = (time.perf_counter() - t) * 1000.0
+            attempt.started_ms += waited
+            attempt.queue_ms += waited
+            agent.queue_ms += waited
+        agent.body = body  # kept for its retries; let go of when the task is final
+        return body
+
     async def _attempt(self, agent: Agent, attempt: Attempt, gw: GatewayClient, slot) -> None:
-        task = agent.task
         try:
+            try:
+                task = await self._body(agent, attempt)
+            except Exception as e:  # nothing was sent: cancelled, so `resume` sends it
+                self._unreadable(agent, attempt, gw, slot, e)
+                return
             res = await gw.complete(slot, agent.model, task.messages(), task.max_tokens,
                                     task.temperature, agent)
         except asyncio.CancelledError:
@@ -589,6 +619,19 @@ class SwarmRunner:
             self._finish(agent, SUCCEEDED, ev.SUCCEEDED)
             return
         self._failed_attempt(agent, attempt, res.error)
+
+    def _unreadable(self, agent: Agent, attempt: Attempt, gw: GatewayClient, slot,
+                    e: Exception) -> None:
+        gw.release(slot, attempt.model)
+        self.in_flight -= 1
+        self._settle_estimate(agent)
+        attempt.outcome = AttemptOutcome.CANCELLED
+        attempt.latency_ms = 0.0
+        agent.error_class, agent.error_message = "workload", f"prompt unreadable: {e}"
+        self.emit(ev.CONTROL, detail=f"task {agent.id}: its prompt could not be read ({e}); "
+                                     "left unsent for `resume`")
+        self._finish_cancelled(agent)
+        self._wake.set()
 
     def _failed_attempt(self, agent: Agent, attempt: Attempt, err: CallError) -> None:
         attempt.outcome = AttemptOutcome.ERROR
@@ -674,9 +717,11 @@ class SwarmRunner:
     def _finish(self, agent: Agent, state: TaskState, kind: ev.EventKind) -> None:
         agent.state = state
         agent.handle = None
+        agent.body = None
         agent.finished_ms = self.now_ms()
         self.counts[state] += 1
         self.done += 1
         self.emit(kind, agent, agent.attempts[-1] if agent.attempts else None)
         if not self.policy.keep_answers:
             agent.response_text = None
+            agent.settle()

@@ -152,7 +152,7 @@ def _chars_of(a) -> Callable[[], int]:
 
 def _cell(a) -> AgentCell:
     return AgentCell(a.seq, a.task.id, a.state, a.model, a.bucket, a.latency_ms, a.cost_usd,
-                     a.prior_attempts + len(a.attempts), a.error_class)
+                     a.prior_attempts + a.sent, a.error_class)
 
 
 class LiveMetrics:

@@ -10,6 +10,7 @@ value at 1-based rank ceil(p/100 * n).
 from __future__ import annotations
 
 import math
+from array import array
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Protocol
@@ -128,47 +129,62 @@ class RunSummary(Stats):
     client_bound: bool = False
 
 
-def compute_stats(rows: Iterable[TaskRow]) -> Stats:
-    s = Stats()
-    lat: list[float] = []
-    ttft: list[float] = []
-    queue: list[float] = []
-    errors: Counter[str] = Counter()
-    used = Usage()
-    calls_ok = 0
-    for r in rows:
-        s.total += 1
-        calls_ok += r.calls_ok
-        s.calls += r.calls_ok + r.calls_failed
-        if r.state == TaskState.SUCCEEDED:
-            s.succeeded += 1
+class StatsBuilder:
+    """Stats fed one task row at a time: per row it keeps only the floats percentiles need
+    (8 bytes each, in arrays), so a 100,000-task run is summed without holding its rows."""
+
+    def __init__(self) -> None:
+        self.total = self.succeeded = self.failed = self.cancelled = self.unfinished = 0
+        self.calls = self.calls_ok = 0
+        self.lat, self.ttft, self.queue = array("d"), array("d"), array("d")
+        self.errors: Counter[str] = Counter()
+        self.used = Usage()
+
+    def add(self, r: TaskRow) -> None:
+        self.total += 1
+        self.calls_ok += r.calls_ok
+        self.calls += r.calls_ok + r.calls_failed
+        state = r.state
+        if state == TaskState.SUCCEEDED:
+            self.succeeded += 1
             if r.latency_ms is not None:
-                lat.append(r.latency_ms)
+                self.lat.append(r.latency_ms)
             if r.ttft_ms is not None:
-                ttft.append(r.ttft_ms)
-            queue.append(r.queue_ms)
-            used.add(r.tokens_in, r.tokens_out, r.cost_usd, cached_in=r.cached_in,
-                     estimated=r.usage_estimated, model=r.model)
-        elif r.state == TaskState.FAILED:
-            s.failed += 1
-            errors[r.error_class or "other"] += 1
-        elif r.state == TaskState.CANCELLED:
-            s.cancelled += 1
+                self.ttft.append(r.ttft_ms)
+            self.queue.append(r.queue_ms)
+            self.used.add(r.tokens_in, r.tokens_out, r.cost_usd, cached_in=r.cached_in,
+                          estimated=r.usage_estimated, model=r.model)
+        elif state == TaskState.FAILED:
+            self.failed += 1
+            self.errors[r.error_class or "other"] += 1
+        elif state == TaskState.CANCELLED:
+            self.cancelled += 1
         else:
-            s.unfinished += 1
-    ended = s.succeeded + s.failed
-    s.success_rate = s.succeeded / ended if ended else None
-    s.call_success_rate = calls_ok / s.calls if s.calls else None
-    s.latency_ms = Percentiles.of(lat)
-    s.ttft_ms = Percentiles.of(ttft)
-    s.queue_ms = Percentiles.of(queue)
-    s.tokens.input, s.tokens.output = used.tokens_in, used.tokens_out
-    s.tokens.cached_input, s.tokens.estimated_tasks = used.cached_in, used.estimated_tasks
-    s.unpriced_tasks, s.cost_usd = used.unpriced_tasks, used.cost_usd
-    s.cost_per_task_usd = used.cost_per_task_usd
-    s.unpriced_models = sorted(used.unpriced_models)
-    s.errors = dict(errors)
-    return s
+            self.unfinished += 1
+
+    def stats(self) -> Stats:
+        used = self.used
+        ended = self.succeeded + self.failed
+        return Stats(
+            total=self.total, succeeded=self.succeeded, failed=self.failed,
+            cancelled=self.cancelled, unfinished=self.unfinished,
+            success_rate=self.succeeded / ended if ended else None,
+            calls=self.calls,
+            call_success_rate=self.calls_ok / self.calls if self.calls else None,
+            latency_ms=Percentiles.of(sorted(self.lat)), ttft_ms=Percentiles.of(sorted(self.ttft)),
+            queue_ms=Percentiles.of(sorted(self.queue)),
+            tokens=Tokens(input=used.tokens_in, output=used.tokens_out,
+                          cached_input=used.cached_in, estimated_tasks=used.estimated_tasks),
+            cost_usd=used.cost_usd, cost_per_task_usd=used.cost_per_task_usd,
+            unpriced_tasks=used.unpriced_tasks, unpriced_models=sorted(used.unpriced_models),
+            errors=dict(self.errors))
+
+
+def compute_stats(rows: Iterable[TaskRow]) -> Stats:
+    acc = StatsBuilder()
+    for r in rows:
+        acc.add(r)
+    return acc.stats()
 
 
 def sla_verdict(stats: Stats, sla: SlaConfig, client_lag_p95_ms: float | None = None
@@ -198,27 +214,57 @@ def sla_verdict(stats: Stats, sla: SlaConfig, client_lag_p95_ms: float | None = 
                       success_basis=basis, inconclusive=inconclusive if not breaches else None)
 
 
+class SummaryBuilder:
+    """The run's stats and its breakdowns by model, gateway and bucket, in one pass."""
+
+    GROUPS = ("model", "gateway", "bucket")
+
+    def __init__(self) -> None:
+        self.overall = StatsBuilder()
+        self.groups: dict[str, dict[str, StatsBuilder]] = {g: {} for g in self.GROUPS}
+
+    def add(self, r: TaskRow) -> None:
+        self.overall.add(r)
+        for attr, groups in self.groups.items():
+            key = getattr(r, attr)
+            acc = groups.get(key)
+            if acc is None:
+                acc = groups[key] = StatsBuilder()
+            acc.add(r)
+
+    def summary(
+        self, *, run_id: str, sla: SlaConfig, wall_ms: float, name: str | None = None,
+        status: str = "finished", simulated: bool = False, started_at: float | None = None,
+        client_lag: tuple[float | None, float | None] = (None, None),
+    ) -> RunSummary:
+        """`client_lag`: the engine loop's scheduling delay over the run (p95, max) in ms."""
+        overall = self.overall.stats()
+        lag_p95, lag_max = client_lag
+        summary = RunSummary(
+            **overall.model_dump(), run_id=run_id, name=name, status=status,
+            simulated=simulated, started_at=started_at, wall_ms=wall_ms,
+            calls_per_s=((overall.succeeded + overall.failed) / (wall_ms / 1000.0)
+                         if wall_ms else None),
+            sla=sla_verdict(overall, sla, lag_p95),
+            client_lag_p95_ms=lag_p95, client_lag_max_ms=lag_max,
+            client_bound=lag_p95 is not None and lag_p95 >= CLIENT_BOUND_MS,
+        )
+        for attr, target in (("model", summary.by_model), ("gateway", summary.by_gateway),
+                             ("bucket", summary.by_bucket)):
+            groups = self.groups[attr]
+            for key in sorted(groups):
+                target[key] = groups[key].stats()
+        return summary
+
+
 def summarize(
-    rows: Sequence[TaskRow], *, run_id: str, sla: SlaConfig, wall_ms: float,
+    rows: Iterable[TaskRow], *, run_id: str, sla: SlaConfig, wall_ms: float,
     name: str | None = None, status: str = "finished", simulated: bool = False,
     started_at: float | None = None, client_lag: tuple[float | None, float | None] = (None, None),
 ) -> RunSummary:
     """`client_lag`: the engine loop's scheduling delay over the run (p95, max) in ms."""
-    overall = compute_stats(rows)
-    lag_p95, lag_max = client_lag
-    summary = RunSummary(
-        **overall.model_dump(), run_id=run_id, name=name, status=status, simulated=simulated,
-        started_at=started_at, wall_ms=wall_ms,
-        calls_per_s=(overall.succeeded + overall.failed) / (wall_ms / 1000.0) if wall_ms else None,
-        sla=sla_verdict(overall, sla, lag_p95),
-        client_lag_p95_ms=lag_p95, client_lag_max_ms=lag_max,
-        client_bound=lag_p95 is not None and lag_p95 >= CLIENT_BOUND_MS,
-    )
-    for attr, target in (("model", summary.by_model), ("gateway", summary.by_gateway),
-                         ("bucket", summary.by_bucket)):
-        groups: dict[str, list[TaskRow]] = {}
-        for r in rows:
-            groups.setdefault(getattr(r, attr), []).append(r)
-        for key in sorted(groups):
-            target[key] = compute_stats(groups[key])
-    return summary
+    builder = SummaryBuilder()
+    for r in rows:
+        builder.add(r)
+    return builder.summary(run_id=run_id, sla=sla, wall_ms=wall_ms, name=name, status=status,
+                           simulated=simulated, started_at=started_at, client_lag=client_lag)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,8 +26,9 @@ from swarm_tui.ops.attach import RunOps
 from swarm_tui.runtime import tune_gc
 from swarm_tui.store.ownership import Claim, take_lock
 from swarm_tui.store.runs import create_run, get_run, load_summary, save_summary
+from swarm_tui.store.task_bodies import StoredBodies
 from swarm_tui.store.writer import StoreWriter
-from swarm_tui.workload import Task
+from swarm_tui.workload import Task, Workload
 
 
 @dataclass
@@ -58,7 +59,7 @@ def config_snapshot(session: RunSession, opts: RunOptions) -> dict[str, Any]:
 
 async def execute(
     conn: aiosqlite.Connection, db_path: Path, cfg: LoadedConfig, opts: RunOptions,
-    tasks: list[Task], run_id: str, *, show_progress: bool,
+    tasks: Workload | Sequence[Task], run_id: str, *, show_progress: bool,
     seqs: list[int] | None = None, prior_attempts: list[int] | None = None,
     claim: Claim | None = None, consumers: Iterable[Consumer] = (),
     on_start: Callable[[SwarmRunner, RunSession, CanaryController | None], None] | None = None,
@@ -66,11 +67,16 @@ async def execute(
     """Build the session, store the run, run it, and return the summary read back from
     the store, so `run` and `report` print the same figures for the same run.
 
+    The engine holds each task's head only: a new run's rows are written from a second
+    pass over the workload, and every prompt is read back from the store at its send.
+
     A resume passes the `claim` it took before reading what to re-send; a new run takes
     its own. Results the store could not take end the command with exit 2 (one line
     naming the cause and the journal), never with exit 0."""
     # every result goes to the store: the runner need not keep the answers in memory
     session = RunSession(cfg, dataclasses.replace(opts, keep_answers=False))
+    workload = tasks if isinstance(tasks, Workload) else Workload.of(tasks)
+    bodies = StoredBodies(db_path, run_id)
     canary: CanaryController | None = None
     writer: StoreWriter | None = None
     ops: RunOps | None = None
@@ -91,12 +97,14 @@ async def execute(
             # Before the runner exists: every task is routed at the stored percentage.
             canary = CanaryController(session.canary, session.router, db_path)
             await canary.open()
-        runner = session.make_runner(tasks, consumers, seqs=seqs, prior_attempts=prior_attempts)
+        runner = session.make_runner(workload.heads, consumers, seqs=seqs,
+                                     prior_attempts=prior_attempts, bodies=bodies)
         if canary is not None:
             canary.client_lag = runner.loop_lag
         if claim is None:
             claim = take_lock(db_path, run_id)
-            await create_run(conn, run_id, runner.agents, name=opts.name,
+            await create_run(conn, run_id, runner.agents,
+                             (session.forced_model(t) for t in workload), name=opts.name,
                              simulated=session.simulated,
                              config=config_snapshot(session, opts), claim=claim)
         # Park the swarm's long-lived objects (tasks, agents, prompts) outside the GC's
@@ -141,6 +149,7 @@ async def execute(
                       f"until scraped (at most {opts.metrics_linger_s:.0f} s)", file=sys.stderr)
             await ops.linger(opts.metrics_linger_s)
     finally:
+        await bodies.aclose()
         if ops is not None:
             ops.close()
         if claim is not None:

@@ -6,9 +6,11 @@ the same engine the same way.
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import overload
 
 from swarm_tui.config import LoadedConfig
 from swarm_tui.config_sections import (
@@ -18,6 +20,7 @@ from swarm_tui.config_sections import (
     CanaryConfig,
     GatewayConfig,
 )
+from swarm_tui.engine.bodies import TaskBodies
 from swarm_tui.engine.events import Consumer
 from swarm_tui.engine.routing import CanaryRouter, Router, SingleGateway
 from swarm_tui.engine.runner import RunPolicy, SwarmRunner
@@ -28,7 +31,7 @@ from swarm_tui.gateway.keyops import KeyFileWatcher
 from swarm_tui.gateway.keys import keys_from_env, read_key_file
 from swarm_tui.sim.server import SimProcess
 from swarm_tui.sim.settings import SimSettings
-from swarm_tui.workload import Task
+from swarm_tui.workload import Task, TaskHead
 
 
 @dataclass
@@ -196,21 +199,34 @@ class RunSession:
         return warnings
 
     def make_runner(
-        self, tasks: Sequence[Task], consumers: Iterable[Consumer] = (), *,
-        seqs: Sequence[int] | None = None, prior_attempts: Sequence[int] | None = None,
+        self, tasks: Sequence[Task | TaskHead], consumers: Iterable[Consumer] = (),
+        *, seqs: Sequence[int] | None = None, prior_attempts: Sequence[int] | None = None,
+        bodies: TaskBodies | None = None,
     ) -> SwarmRunner:
         s = self.cfg.settings
-        if self.opts.model:
-            forced = {"model": self.opts.model}
-            tasks = [t if t.model else t.model_copy(update=forced) for t in tasks]
+        tasks = [self.forced_model(t) for t in tasks]
         budget = self.opts.budget_usd if self.opts.budget_usd is not None else s.budget_usd
         policy = RunPolicy(self.concurrency, s.retry, s.routing, s.default_model, budget,
                            self.opts.spent_before_usd, self.opts.max_calls_per_s,
                            keep_answers=self.opts.keep_answers)
         self.runner = SwarmRunner(tasks, self.gateways, self.router, policy,
                                   self.cfg.prices, consumers, seed=self.opts.seed, seqs=seqs,
-                                  prior_attempts=prior_attempts)
+                                  prior_attempts=prior_attempts, bodies=bodies)
         return self.runner
+
+    @overload
+    def forced_model(self, task: Task) -> Task: ...
+    @overload
+    def forced_model(self, task: TaskHead) -> TaskHead: ...
+
+    def forced_model(self, task: Task | TaskHead) -> Task | TaskHead:
+        """`--model`: the model of every task that names none (stored so, for resume)."""
+        model = self.opts.model
+        if not model or task.model:
+            return task
+        if isinstance(task, Task):
+            return task.model_copy(update={"model": model})
+        return dataclasses.replace(task, model=model)
 
     def summary(self, run_id: str, status: str) -> RunSummary:
         assert self.runner is not None

@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import threading
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from swarm_tui.canary.controller import CanaryController, CanaryView
 from swarm_tui.config import LoadedConfig
@@ -29,7 +31,7 @@ from swarm_tui.run_sources.base import AgentDetail
 from swarm_tui.store import reads
 from swarm_tui.store.db import open_db
 from swarm_tui.store.runs import new_run_id
-from swarm_tui.workload import Task
+from swarm_tui.workload import Task, Workload
 
 
 class LiveSource:
@@ -44,8 +46,8 @@ class LiveSource:
 
     kind = "live"
 
-    def __init__(self, cfg: LoadedConfig, opts: RunOptions, tasks: list[Task], db_path: Path,
-                 readonly: bool = False) -> None:
+    def __init__(self, cfg: LoadedConfig, opts: RunOptions, tasks: Workload | Sequence[Task],
+                 db_path: Path, readonly: bool = False) -> None:
         self.cfg = cfg
         self.opts = opts
         self.tasks = tasks
@@ -207,37 +209,50 @@ class LiveSource:
         agent = next((a for a in r.agents if a.seq == seq), None)
         if agent is None:
             return None
-        answer = agent.response_text
-        if answer is None and agent.final and not r.policy.keep_answers:
-            answer = await self._stored_answer(seq)  # let go of by the runner once stored
+        answer, body = agent.response_text, agent.body
+        prompt = body.prompt if body is not None else None
+        attempts = [{"number": x.number, "model": x.model, "key_fp": x.key_fp,
+                     "queue_ms": x.queue_ms, "latency_ms": x.latency_ms, "ttft_ms": x.ttft_ms,
+                     "status_code": x.status_code, "error_class": x.error_class,
+                     "error_message": x.error_message, "retry_wait_s": x.retry_wait_s,
+                     "outcome": x.outcome} for x in agent.attempts]
+        if prompt is None or (agent.final and not r.policy.keep_answers):
+            # the runner holds a prompt only while its task is sent, an answer and the
+            # attempts until they are stored
+            stored = await self._stored(seq, agent.final)
+            prompt = prompt or stored[0]
+            answer = answer if answer is not None else stored[1]
+            attempts = attempts or stored[2]
         return AgentDetail(
             seq=agent.seq, task_id=agent.id, state=agent.state, model=agent.model,
             gateway=agent.gateway, bucket=agent.bucket, key_fp=agent.key_fp,
-            prompt=agent.task.prompt, latency_ms=agent.latency_ms, ttft_ms=agent.ttft_ms,
+            prompt=prompt or "", latency_ms=agent.latency_ms, ttft_ms=agent.ttft_ms,
             queue_ms=agent.queue_ms, tokens_in=agent.tokens_in, tokens_out=agent.tokens_out,
             cost_usd=agent.cost_usd,
             error=f"{agent.error_class}: {agent.error_message}" if agent.error_class else None,
-            response_text=answer,
-            attempts=[{"number": x.number, "model": x.model, "key_fp": x.key_fp,
-                       "queue_ms": x.queue_ms, "latency_ms": x.latency_ms, "ttft_ms": x.ttft_ms,
-                       "status_code": x.status_code, "error_class": x.error_class,
-                       "error_message": x.error_message, "retry_wait_s": x.retry_wait_s,
-                       "outcome": x.outcome} for x in agent.attempts],
+            response_text=answer, attempts=attempts,
         )
 
-    async def _stored_answer(self, seq: int) -> str | None:
-        """A finished task's answer as the store has it (the runner does not keep answers
-        of a stored run); a moment after it finished it may not be written yet."""
+    async def _stored(self, seq: int, final: bool
+                      ) -> tuple[str | None, str | None, list[dict[str, Any]]]:
+        """(prompt, answer, attempts) as the store has them; a moment after a task
+        finished they may not be written yet."""
         assert self.run_id is not None
         try:
             conn = await open_db(self.db_path, create=False)
         except UserError:
-            return None
+            return None, None, []
         try:
-            row, _attempts = await reads.task_detail_row(conn, self.run_id, seq)
+            raw = await reads.task_json(conn, self.run_id, seq)
+            row, attempts = (await reads.task_detail_row(conn, self.run_id, seq) if final
+                             else (None, []))
         finally:
             await conn.close()
-        return row[16] if row is not None and row[16] is not None else "(being stored…)"
+        prompt = Task.model_validate_json(raw).prompt if raw is not None else None
+        if not final:
+            return prompt, None, []
+        answer = row[16] if row is not None and row[16] is not None else "(being stored…)"
+        return prompt, answer, attempts
 
     # controls
     async def control(self, command: str, arg: str | None = None) -> bool:

@@ -47,6 +47,14 @@ async def log_rows(conn: aiosqlite.Connection, run_id: str, limit: int = 100
     return errs, events
 
 
+async def task_json(conn: aiosqlite.Connection, run_id: str, seq: int) -> str | None:
+    """What was asked of one task: its workload line as stored."""
+    async with conn.execute("SELECT task_json FROM tasks WHERE run_id=? AND seq=?",
+                            (run_id, seq)) as cur:
+        row = await cur.fetchone()
+    return row[0] if row is not None else None
+
+
 async def task_detail_row(conn: aiosqlite.Connection, run_id: str, seq: int
                           ) -> tuple[tuple | None, list[dict[str, Any]]]:
     """One task's stored result joined with what was asked, and its attempts in order."""

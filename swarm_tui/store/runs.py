@@ -8,7 +8,7 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -18,25 +18,17 @@ from pydantic import BaseModel
 
 from swarm_tui.config_sections import SlaConfig
 from swarm_tui.engine.state import Agent, RunStatus
-from swarm_tui.engine.summary import RunSummary, summarize
+from swarm_tui.engine.summary import RunSummary, SummaryBuilder
 from swarm_tui.errors import UserError
 from swarm_tui.store.ownership import Claim, owner_alive, pid_alive
 from swarm_tui.store.reads import live_figures
-from swarm_tui.workload import Task
+from swarm_tui.workload import Task, TaskHead
 
 ENDED = ("finished", "cancelled", "budget_stopped")
 
 
 def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S-") + os.urandom(2).hex()
-
-
-def workload_hash(tasks: list[Task]) -> str:
-    h = hashlib.sha256()
-    for t in tasks:
-        h.update(t.model_dump_json(exclude_none=True).encode())
-        h.update(b"\n")
-    return h.hexdigest()[:16]
 
 
 class RunRecord(BaseModel):
@@ -89,24 +81,36 @@ def _record(row: tuple) -> RunRecord:
                      owner_started=owner_started, lock_path=lock_path)
 
 
-async def create_run(conn: aiosqlite.Connection, run_id: str, agents: Sequence[Agent], *,
-                     name: str | None, simulated: bool, config: dict[str, Any],
-                     claim: Claim) -> None:
-    tasks = [a.task for a in agents]
+async def create_run(conn: aiosqlite.Connection, run_id: str, agents: Sequence[Agent],
+                     tasks: Iterable[Task], *, name: str | None, simulated: bool,
+                     config: dict[str, Any], claim: Claim) -> None:
+    """The run and its task rows; `tasks` are the agents' whole tasks, in their order (a
+    new pass over the workload: the agents hold no prompt)."""
     now = time.time()
+    digest = hashlib.sha256()
+
+    def rows() -> Iterator[tuple]:
+        # a generator: 100,000 rows of ~3 KB of JSON never exist at once
+        for a, task in zip(agents, tasks, strict=True):
+            if task.id != a.id:
+                raise RuntimeError(f"workload changed while read: {task.id} != {a.id}")
+            line = task.model_dump_json(exclude_none=True)
+            digest.update(line.encode())
+            digest.update(b"\n")
+            yield run_id, a.seq, a.id, line, a.model, a.gateway, a.bucket
+
     await conn.execute("BEGIN IMMEDIATE")
     try:
         await conn.execute(
             f"INSERT INTO runs ({_RUN_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (run_id, name, "running", int(simulated), now, None, now, claim.pid,
-             claim.host, 0.0, len(tasks), workload_hash(tasks), json.dumps(config),
+             claim.host, 0.0, len(agents), "", json.dumps(config),
              None, claim.token, claim.started, str(claim.lock_path)))
         await conn.executemany(
             "INSERT INTO tasks (run_id, seq, task_id, task_json, model, gateway, bucket) "
-            "VALUES (?,?,?,?,?,?,?)",
-            # a generator: 100,000 rows of ~3 KB of JSON never exist at once
-            ((run_id, a.seq, a.task.id, a.task.model_dump_json(exclude_none=True),
-              a.model, a.gateway, a.bucket) for a in agents))
+            "VALUES (?,?,?,?,?,?,?)", rows())
+        await conn.execute("UPDATE runs SET workload_hash=? WHERE id=?",
+                           (digest.hexdigest()[:16], run_id))
         await conn.execute("COMMIT")
     except BaseException:
         # SQLite rolls back by itself on a full disk; a second ROLLBACK would hide the cause
@@ -156,7 +160,9 @@ class StoredTask:
     tasks: ClassVar[int] = 1  # as a cost row: one task
 
 
-async def task_rows(conn: aiosqlite.Connection, run_id: str) -> list[StoredTask]:
+async def task_rows(conn: aiosqlite.Connection, run_id: str, chunk: int = 2000
+                    ) -> AsyncIterator[list[StoredTask]]:
+    """The run's result rows, a chunk at a time (a 100,000-task run is never in memory)."""
     async with conn.execute(
             "SELECT state, model, gateway, bucket, latency_ms, ttft_ms, queue_ms, tokens_in, "
             "tokens_out, cached_in, usage_estimated, cost_usd, error_class, seq, task_id, "
@@ -166,18 +172,21 @@ async def task_rows(conn: aiosqlite.Connection, run_id: str) -> list[StoredTask]
             "(SELECT COUNT(*) FROM attempts a WHERE a.run_id = r.run_id AND a.seq = r.seq "
             " AND a.outcome = 'error') "
             "FROM task_results r WHERE run_id = ? ORDER BY seq", (run_id,)) as cur:
-        return [StoredTask(*r) for r in await cur.fetchall()]
+        while rows := await cur.fetchmany(chunk):
+            yield [StoredTask(*r) for r in rows]
 
 
 async def load_summary(conn: aiosqlite.Connection, run: RunRecord) -> RunSummary:
     """The run's summary computed from its stored rows (what `report` prints)."""
-    rows = await task_rows(conn, run.id)
+    builder = SummaryBuilder()
+    async for rows in task_rows(conn, run.id):
+        for row in rows:
+            builder.add(row)
     live = await live_figures(conn, run.id)  # the executor's last heartbeat
     lag = (live.get("run_lag_p95_ms"), live.get("run_lag_max_ms"))
-    summary = summarize(rows, run_id=run.id, sla=run.sla, wall_ms=run.wall_ms, name=run.name,
-                        client_lag=lag,
-                        status=run.effective_status(), simulated=run.simulated,
-                        started_at=run.started_at)
+    summary = builder.summary(run_id=run.id, sla=run.sla, wall_ms=run.wall_ms, name=run.name,
+                              client_lag=lag, status=run.effective_status(),
+                              simulated=run.simulated, started_at=run.started_at)
     summary.sent_twice = len(await tasks_sent_twice(conn, run.id))
     return summary
 
@@ -198,17 +207,23 @@ async def save_summary(conn: aiosqlite.Connection, summary: RunSummary) -> None:
 
 async def resumable_tasks(
     conn: aiosqlite.Connection, run_id: str
-) -> tuple[list[int], list[Task], list[int]]:
-    """Tasks with no stored result (never finished, or cancelled), with their stored attempts."""
+) -> tuple[list[int], list[TaskHead], list[int]]:
+    """Tasks with no stored result (never finished, or cancelled), with their stored
+    attempts: heads only, read row by row (the prompts are read again at each send)."""
+    seqs: list[int] = []
+    heads: list[TaskHead] = []
+    prior: list[int] = []
     async with conn.execute(
             "SELECT t.seq, t.task_json, (SELECT COALESCE(MAX(number), 0) FROM attempts a "
             "WHERE a.run_id = t.run_id AND a.seq = t.seq) FROM tasks t "
             "LEFT JOIN results r ON r.run_id = t.run_id AND r.seq = t.seq "
             "WHERE t.run_id = ? AND (r.state IS NULL OR r.state = 'cancelled') ORDER BY t.seq",
             (run_id,)) as cur:
-        rows = await cur.fetchall()
-    return ([r[0] for r in rows], [Task.model_validate_json(r[1]) for r in rows],
-            [r[2] for r in rows])
+        async for seq, raw, attempts in cur:
+            seqs.append(seq)
+            heads.append(Task.model_validate_json(raw).head())
+            prior.append(attempts)
+    return seqs, heads, prior
 
 
 async def claim_run(conn: aiosqlite.Connection, run: RunRecord, claim: Claim,

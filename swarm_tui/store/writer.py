@@ -147,7 +147,7 @@ class StoreWriter:
     def _task_row(self, a: Agent) -> tuple:
         finished = self.runner.started_wall + (a.finished_ms or 0.0) / 1000.0
         return (self.run_id, a.seq, a.state, a.model, a.gateway, a.bucket, a.key_fp,
-                a.prior_attempts + len(a.attempts), a.tokens_in, a.tokens_out, a.cached_in,
+                a.prior_attempts + a.sent, a.tokens_in, a.tokens_out, a.cached_in,
                 int(a.usage_estimated), a.cost_usd, a.latency_ms, a.ttft_ms, a.queue_ms,
                 a.status_code, a.error_class, a.error_message, a.response_text, finished)
 
