@@ -241,6 +241,12 @@ def test_the_stored_cost_summed_by_the_database_equals_the_per_task_report(tmp_p
     assert a["total"]["tasks"] > 300 and len(a["by_key"]) == 2
     assert a["total"]["estimated_tasks"] > 0
     assert _approx_equal(a, b)
+    # the sums come from the covering index, never from the answers' overflow pages
+    from swarm_tui.store.cost_rows import cost_groups_sql
+    with sqlite3.connect(env["SWARM_TUI_DB"]) as c:
+        plan = " ".join(str(row[-1]) for row in c.execute(
+            "EXPLAIN QUERY PLAN " + cost_groups_sql(1.0), (29, 0.0, 1.0, 30, run_id, "x")))
+    assert "COVERING INDEX results_cost" in plan, plan
 
 
 def _approx_equal(a, b, path: str = "") -> bool:

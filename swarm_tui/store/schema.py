@@ -225,6 +225,13 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE runs ADD COLUMN live_json TEXT;
     """,
+    # 6 -> 7: the cost report's sums read from an index, not the table: finished_at sits
+    # after response_text, so a table scan walks every answer's overflow pages (100,000
+    # tasks: 0.21 s -> 0.08 s for the cost query)
+    """
+    CREATE INDEX results_cost ON results(run_id, state, model, gateway, bucket, key_fp,
+        usage_estimated, finished_at, cost_usd, tokens_in, tokens_out, cached_in);
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
