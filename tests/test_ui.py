@@ -4,6 +4,7 @@ the readonly/watch rules, keymaps, and watch catching up with another process.""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sqlite3
 import subprocess
@@ -392,7 +393,12 @@ async def test_a_stored_live_run_lets_answers_go_and_the_detail_reads_them_back(
         with sqlite3.connect(tmp_path / "runs.db") as raw:
             stored = raw.execute("SELECT response_text FROM results WHERE seq=?",
                                  (agents[7].seq,)).fetchone()[0]
+            task_json = raw.execute("SELECT task_json FROM tasks WHERE seq=?",
+                                    (agents[7].seq,)).fetchone()[0]
         assert stored and detail.response_text == stored
+        # nor prompts: the runner held only a head, the detail reads the prompt back too
+        assert all(a.body is None for a in agents)
+        assert detail.prompt and detail.prompt == json.loads(task_json)["prompt"]
 
 
 def test_a_snapshot_never_carries_a_cell_not_seen_yet():
