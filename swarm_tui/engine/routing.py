@@ -32,8 +32,9 @@ def choose_model(
     return routing.short_model
 
 
-def fallback_chain(model: str, routing: RoutingConfig) -> list[str]:
-    return [m for m in routing.fallback.get(model, []) if m != model]
+def fallback_chain(model: str, routing: RoutingConfig) -> tuple[str, ...]:
+    # a tuple: every agent on one model can share it (a list each was ~90 B per task)
+    return tuple(m for m in routing.fallback.get(model, []) if m != model)
 
 
 class Router(Protocol):

@@ -100,6 +100,7 @@ class SwarmRunner:
                 raise TypeError("tasks given as heads need `bodies` to read their prompts from")
             bodies, items = MemoryBodies(kept), kept  # type: ignore[arg-type]
         self.bodies = bodies
+        self._chains: dict[str, tuple[str, ...]] = {}  # fallback chain by first model
         self.agents = [self._agent(i, t.head() if isinstance(t, Task) else t)
                        for i, t in enumerate(items)]
         for agent, seq in zip(self.agents, seqs or (), strict=False):
@@ -144,7 +145,7 @@ class SwarmRunner:
         self._pace_timer: asyncio.TimerHandle | None = None
 
     def _agent(self, i: int, task: TaskHead) -> Agent:
-        agent = Agent(i, i, task, "", "", "", [], runner=self)
+        agent = Agent(i, i, task, "", "", "", (), runner=self)
         self._route(agent)
         return agent
 
@@ -157,7 +158,11 @@ class SwarmRunner:
         pinned = self.gateways[gw_name].pinned_model
         agent.model = choose_model(agent.task, self.policy.routing, self.policy.default_model,
                                    pinned)
-        agent.fallbacks = fallback_chain(agent.model, self.policy.routing)
+        chain = self._chains.get(agent.model)
+        if chain is None:
+            chain = self._chains[agent.model] = fallback_chain(agent.model,
+                                                               self.policy.routing)
+        agent.fallbacks = chain
 
     # -- clock and events ------------------------------------------------------------------
     def now_ms(self) -> float:
@@ -696,7 +701,8 @@ class SwarmRunner:
         return wait, "rate_limited 429"
 
     def _fall_back(self, agent: Agent, attempt: Attempt | None, why: str) -> str:
-        previous, agent.model = agent.model, agent.fallbacks.pop(0)
+        previous, agent.model = agent.model, agent.fallbacks[0]
+        agent.fallbacks = agent.fallbacks[1:]
         agent.attempts_on_model = 0
         detail = f"{previous} → {agent.model} after {why}"
         self.emit(ev.FALLBACK, agent, attempt, detail)

@@ -84,7 +84,7 @@ class Agent:
     model: str
     gateway: str
     bucket: str
-    fallbacks: list[str]
+    fallbacks: tuple[str, ...]  # shared by the agents of one model (runner._chains)
     state: str = QUEUED
     key_fp: str | None = None
     attempts: list[Attempt] = field(default_factory=list)  # emptied once stored: `settle`
@@ -147,6 +147,8 @@ class Agent:
         self.settled_ok, self.settled_failed, self.settled_sent = (
             self.calls_ok, self.calls_failed, self.sent)
         self.attempts.clear()
+        # dispatch-time floats a final task never reads again (24 B each)
+        self.budget_est = self.ready_at = self.progress_at = 0.0
 
     def on_first_token(self, at: float) -> None:
         self.state = STREAMING

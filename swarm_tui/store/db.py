@@ -96,6 +96,7 @@ def _validate(path: Path, create: bool) -> bool:
 
 
 _warned: set[Path] = set()
+WAL_KEEP_BYTES = 64 * 1024 * 1024  # what a checkpoint leaves of the WAL file
 
 
 def _warn_if_shared(path: Path) -> None:
@@ -143,6 +144,9 @@ async def open_db(path: Path, *, create: bool = True, reconcile: bool = True
             await conn.execute("PRAGMA journal_mode = WAL")
         await conn.execute("PRAGMA synchronous = NORMAL")  # WAL + NORMAL: durable at checkpoints
         await conn.execute("PRAGMA foreign_keys = ON")
+        # a big run's task rows go in as one transaction (1,000,000 tasks: a 4.4 GB WAL);
+        # without a limit the WAL keeps that size on disk until the last connection closes
+        await conn.execute(f"PRAGMA journal_size_limit = {WAL_KEEP_BYTES}")
         await _migrate(conn, version)
         if reconcile:
             from swarm_tui.store.reconcile import reconcile_runs
