@@ -390,7 +390,7 @@ async def _resume(conn, path, args: argparse.Namespace) -> int:
     # Own the run before reading what to re-send: of two resumes, exactly one gets here.
     claim = take_lock(path, run.id)
     try:
-        await claim_run(conn, await get_run(conn, args.run_id, path), claim, path)
+        await claim_run(conn, await get_run(conn, run.id, path), claim, path)
         seqs, heads, prior = await resumable_tasks(conn, run.id)
         tasks = Workload.stored(heads)
         if not tasks:

@@ -20,6 +20,9 @@ DEMO_CONSOLE_S = 25.0
 DEMO_HEADLESS_TASKS = 100
 
 
+STORED_RUN = "a stored run (see `swarm-tui runs`), or `last` for the newest"
+
+
 def _common(p: argparse.ArgumentParser, top: bool = False) -> None:
     # On a sub-command the default is SUPPRESS: an option given before the sub-command
     # (`swarm-tui --db X runs`) must not be overwritten by the sub-parser's default.
@@ -137,7 +140,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     watch = sub.add_parser("watch", help="attach the console to a run another process executes")
     _common(watch)
-    watch.add_argument("run_id", nargs="?", help="default: the newest running run")
+    watch.add_argument("run_id", nargs="?",
+                       help="default: the newest running run; `last`: the newest run")
     watch.add_argument("--write", action="store_true",
                        help="allow pause / resume / cancel / concurrency through the store")
     watch.add_argument("--headless", action="store_true",
@@ -160,7 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
     resume = sub.add_parser("resume", help="finish an interrupted run: re-send only tasks "
                             "without a stored result, under the same run id")
     _common(resume)
-    resume.add_argument("run_id", help="the interrupted run (see `swarm-tui runs`)")
+    resume.add_argument("run_id", help="the interrupted run (see `swarm-tui runs`), or `last`")
     resume.add_argument("--concurrency", type=int, metavar="N",
                         help="calls in flight (default: the run's own)")
     _execution_flags(resume)
@@ -174,7 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     report = sub.add_parser("report", help="a stored run's summary, or two runs compared")
     _common(report)
-    report.add_argument("run_id", help="a stored run (see `swarm-tui runs`)")
+    report.add_argument("run_id", help=STORED_RUN)
     report.add_argument("--compare", metavar="RUN_B", help="before/after table: RUN_ID vs RUN_B")
     report.add_argument("--json", action="store_true",
                         help="the summary object `run --json` prints")
@@ -182,12 +186,12 @@ def build_parser() -> argparse.ArgumentParser:
     cost = sub.add_parser("cost", help="a run's cost: totals, breakdowns, projections, "
                           "what-if per model and for the routing")
     _common(cost)
-    cost.add_argument("run_id", help="a stored run (see `swarm-tui runs`)")
+    cost.add_argument("run_id", help=STORED_RUN)
     cost.add_argument("--json", action="store_true", help="the breakdown as JSON")
 
     export = sub.add_parser("export", help="a run's tasks and attempts as CSV or JSON Lines")
     _common(export)
-    export.add_argument("run_id", help="a stored run (see `swarm-tui runs`)")
+    export.add_argument("run_id", help=STORED_RUN)
     export.add_argument("--format", choices=["csv", "jsonl"], default="jsonl",
                         help="csv: one row per attempt; jsonl (default): one task per line")
     export.add_argument("--out", metavar="FILE", help="default: standard output")

@@ -39,6 +39,12 @@ def test_run_and_report_print_the_same_summary():
     assert json.loads(rep.stdout) == ran
     text_run = swarm("report", ran["run_id"])
     assert text_run.stdout.startswith(f"SIMULATED run {ran['run_id']} [finished]")
+    # `last` names the newest run (on call: no `runs` first)
+    last = swarm("report", "last", "--json")
+    assert last.returncode == 0, last.stderr
+    assert json.loads(last.stdout) == ran
+    cost = swarm("cost", "last", "--json")
+    assert cost.returncode == 0 and json.loads(cost.stdout)["run_id"] == ran["run_id"]
 
 
 @pytest.mark.usefixtures("no_user_config")

@@ -17,7 +17,7 @@ from swarm_tui.store.ownership import take_lock
 from swarm_tui.store.runs import create_run, get_run, load_summary
 from swarm_tui.store.schema import MIGRATIONS, SCHEMA_VERSION
 from swarm_tui.store.writer import StoreWriter
-from tests.conftest import client_for, make_runner, tasks
+from tests.conftest import client_for, make_client, make_runner, tasks
 
 
 def _digest(path) -> str:
@@ -189,3 +189,21 @@ async def test_closing_during_a_flush_loses_nothing(tmp_path):
     assert writer.stats.rows == 12000 + events and writer.stats.flushes > 1
     raw.close()
     await conn.close()
+
+
+async def test_last_names_the_newest_run_and_an_empty_store_says_so(sim_factory, tmp_path):
+    path = tmp_path / "runs.db"
+    conn = await open_db(path)
+    try:
+        with pytest.raises(UserError, match="no stored runs yet"):
+            await get_run(conn, "last", path)
+        gw = make_client(sim_factory(profile="fixed:5"))
+        for run_id in ("20261204-100000-aaaa", "20261204-100001-bbbb"):
+            runner = make_runner(gw, tasks(3))
+            await create_run(conn, run_id, runner.agents, tasks(3), name=None, simulated=True,
+                             config={}, claim=take_lock(path, run_id))
+            await asyncio.sleep(0.01)  # started_at orders them
+        await gw.aclose()
+        assert (await get_run(conn, "last", path)).id == "20261204-100001-bbbb"
+    finally:
+        await conn.close()

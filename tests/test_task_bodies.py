@@ -44,6 +44,7 @@ async def test_prompts_come_back_whole_a_block_at_a_time_and_the_cache_stays_bou
         # one read per block (the read-ahead included), never the whole workload held
         assert bodies.reads <= n // BLOCK + 2
         assert most <= (KEEP_BEHIND + 2) * BLOCK
+        assert len(bodies._blocks) <= KEEP_BEHIND + 2  # finished reads let go of too
         # a task parked long after its block was let go of is read alone
         assert bodies.ready(3, 3) is None
         before = bodies.reads

@@ -7,7 +7,7 @@ import dataclasses
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from swarm_tui.canary.controller import CanaryController, CanaryView
 from swarm_tui.config import LoadedConfig
@@ -32,6 +32,9 @@ from swarm_tui.store import reads
 from swarm_tui.store.db import open_db
 from swarm_tui.store.runs import new_run_id
 from swarm_tui.workload import Task, Workload
+
+if TYPE_CHECKING:
+    import aiosqlite
 
 
 class LiveSource:
@@ -63,6 +66,7 @@ class LiveSource:
         self.loop: asyncio.AbstractEventLoop | None = None
         self._want_paused = False
         self._done = threading.Event()
+        self._reader: aiosqlite.Connection | None = None  # the detail view's, on the UI loop
 
     async def start(self) -> None:
         """Awaitable from the UI's loop; the engine runs on its own thread and loop."""
@@ -85,6 +89,9 @@ class LiveSource:
     async def shutdown(self, timeout_s: float = 30.0) -> None:
         """The console is closing: a run cannot outlive its process, so cancel it cleanly
         (results flushed, unsent tasks resumable) and wait for the engine thread."""
+        if self._reader is not None:
+            await self._reader.close()
+            self._reader = None
         if self.loop is None:
             return
         if self.active and self.runner is not None:
@@ -238,16 +245,19 @@ class LiveSource:
         """(prompt, answer, attempts) as the store has them; a moment after a task
         finished they may not be written yet."""
         assert self.run_id is not None
-        try:
-            conn = await open_db(self.db_path, create=False)
-        except UserError:
-            return None, None, []
-        try:
-            raw = await reads.task_json(conn, self.run_id, seq)
-            row, attempts = (await reads.task_detail_row(conn, self.run_id, seq) if final
-                             else (None, []))
-        finally:
-            await conn.close()
+        if self._reader is None:
+            try:  # one read connection for every detail; never a reconcile mid-run
+                opened = await open_db(self.db_path, create=False, reconcile=False)
+            except UserError:
+                return None, None, []
+            if self._reader is None:
+                self._reader = opened
+            else:  # two details raced to open it
+                await opened.close()
+        conn = self._reader
+        raw = await reads.task_json(conn, self.run_id, seq)
+        row, attempts = (await reads.task_detail_row(conn, self.run_id, seq) if final
+                         else (None, []))
         prompt = Task.model_validate_json(raw).prompt if raw is not None else None
         if not final:
             return prompt, None, []

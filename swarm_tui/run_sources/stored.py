@@ -128,6 +128,7 @@ class StoreSource:
                                     "(give a RUN_ID, see `swarm-tui runs`)")
                 self.run_id = runs[0].id
             self.record = await get_run(self.conn, self.run_id, self.db_path)  # unknown: 1 line
+            self.run_id = self.record.id  # `last` named the newest
         except BaseException:
             await self.close()  # aiosqlite's thread would keep the process alive
             raise

@@ -119,7 +119,16 @@ async def create_run(conn: aiosqlite.Connection, run_id: str, agents: Sequence[A
         raise
 
 
+LAST = "last"  # a RUN_ID argument meaning the newest stored run (run ids start with a date)
+
+
 async def get_run(conn: aiosqlite.Connection, run_id: str, path: Path) -> RunRecord:
+    """A run by id, or the newest one for `last` (on call: `report last`, no `runs` first)."""
+    if run_id == LAST:
+        newest = await list_runs(conn, 1)
+        if not newest:
+            raise UserError(f"database {path}: no stored runs yet (`last` names the newest)")
+        return newest[0]
     async with conn.execute(f"SELECT {_RUN_COLS} FROM runs WHERE id = ?", (run_id,)) as cur:
         row = await cur.fetchone()
     if row is None:

@@ -39,6 +39,8 @@ class StoredBodies:
     async def load(self, index: int, seq: int) -> Task:
         block = seq // BLOCK
         if block not in self._blocks:
+            if block < self._newest - KEEP_BEHIND:  # let go of (a task parked long)
+                return await self._row(seq)
             self._start(block)
         # shielded: a cancelled send must not cancel the read other sends wait on
         await asyncio.shield(self._blocks[block])
@@ -59,6 +61,10 @@ class StoredBodies:
             floor = (block - KEEP_BEHIND) * BLOCK
             for seq in [s for s in self._cache if s < floor]:
                 del self._cache[seq]
+            # finished reads behind the kept blocks go too (one per 256 tasks otherwise)
+            for old in [b for b, f in self._blocks.items()
+                        if b < block - KEEP_BEHIND and f.done()]:
+                del self._blocks[old]
 
     async def _connection(self) -> aiosqlite.Connection:
         if self._conn is None:
@@ -76,7 +82,7 @@ class StoredBodies:
                     (self.run_id, block * BLOCK, (block + 1) * BLOCK)) as cur:
                 rows = await cur.fetchall()
         except BaseException:
-            del self._blocks[block]  # the next send asks again
+            self._blocks.pop(block, None)  # the next send asks again
             raise
         self.reads += 1
         if block >= self._newest - KEEP_BEHIND:
