@@ -6,8 +6,10 @@
    process's CPU share next to a headless run of the same workload measured in
    the same run (the difference is what the console costs).
 2. 100 agents: bytes written to the terminal per second (target <= 30 KB/s).
+3. With --split: the same presses with the engine in its own process (a headless run,
+   the console attached with `watch --write`), to weigh the issue's "own process" option.
 
-    python bench/ui.py [--presses 60]
+    python bench/ui.py [--presses 60] [--split]
 """
 
 from __future__ import annotations
@@ -111,30 +113,55 @@ def pct(values: list[float], p: float) -> float:
     return values[min(len(values) - 1, max(0, round(p / 100 * len(values)) - 1))]
 
 
+SWARM = ["--demo", "20000", "--concurrency", "1000", "--sim-profile", "fixed:4000",
+         "--sim-rate-429", "0", "--sim-rate-503", "0"]
+
+
+def _presses(con: Console, presses: int) -> tuple[list[float], float, float]:
+    """(latencies in ms, the console's CPU share, wall) of `presses` help-screen round trips."""
+    if con.wait_for(b"RUNNING", 0.0, 30) is None:
+        raise RuntimeError("console did not start")
+    time.sleep(5)  # 1,000 calls in flight and streaming
+    lat = []
+    c0, t0 = cpu_ticks(con.pid), time.perf_counter()
+    for _ in range(presses):
+        t = con.press(b"?")
+        seen = con.wait_for(b"Show the key bindings", t, 5)
+        if seen is not None:
+            lat.append((seen - t) * 1000)
+        time.sleep(0.15)
+        con.press(b"\x1b")
+        time.sleep(0.35)
+    wall = time.perf_counter() - t0
+    cpu = (cpu_ticks(con.pid) - c0) / os.sysconf("SC_CLK_TCK")
+    return lat, cpu / wall, wall
+
+
 def key_latency(db: Path, presses: int, env: dict[str, str] | None = None
                 ) -> tuple[list[float], float, float]:
-    args = ["run", "--demo", "20000", "--concurrency", "1000", "--sim-profile", "fixed:4000",
-            "--sim-rate-429", "0", "--sim-rate-503", "0"]
-    con = Console(args, db, env=env)
+    con = Console(["run", *SWARM], db, env=env)
     try:
-        if con.wait_for(b"RUNNING", 0.0, 30) is None:
-            raise RuntimeError("console did not start")
-        time.sleep(5)  # 1,000 calls in flight and streaming
-        lat = []
-        c0, t0 = cpu_ticks(con.pid), time.perf_counter()
-        for _ in range(presses):
-            t = con.press(b"?")
-            seen = con.wait_for(b"Show the key bindings", t, 5)
-            if seen is not None:
-                lat.append((seen - t) * 1000)
-            time.sleep(0.15)
-            con.press(b"\x1b")
-            time.sleep(0.35)
-        wall = time.perf_counter() - t0
-        cpu = (cpu_ticks(con.pid) - c0) / os.sysconf("SC_CLK_TCK")
+        return _presses(con, presses)
     finally:
         con.stop()
-    return lat, cpu / wall, wall
+
+
+def split_latency(db: Path, presses: int) -> tuple[list[float], float, float]:
+    """The engine in its own process: a headless run, the console attached to it."""
+    env = {**os.environ, "SWARM_TUI_DB": str(db)}
+    proc = subprocess.Popen([sys.executable, "-m", "swarm_tui", "run", *SWARM, "--headless",
+                             "--quiet"], env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    while not db.exists() or os.path.getsize(db) < 4096:
+        time.sleep(0.1)
+    time.sleep(2)  # the run row is written before its task rows
+    con = Console(["watch", "--write"], db)
+    try:
+        return _presses(con, presses)
+    finally:
+        con.stop()  # cancels the run through the store (--write), then quits
+        proc.send_signal(2)
+        proc.wait(60)
 
 
 def headless_cpu(db: Path, seconds: float) -> float:
@@ -169,6 +196,8 @@ def output_rate(db: Path, seconds: float = 10.0) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--presses", type=int, default=60)
+    ap.add_argument("--split", action="store_true",
+                    help="also measure the engine in its own process (watch --write)")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         # baseline in the same run: CPython's own collector thresholds (swarm_tui/runtime.py)
@@ -177,6 +206,7 @@ def main() -> None:
         lat, share, wall = key_latency(Path(tmp) / "a.db", a.presses)
         base = headless_cpu(Path(tmp) / "b.db", wall)
         rate = output_rate(Path(tmp) / "c.db")
+        split = split_latency(Path(tmp) / "s.db", a.presses) if a.split else None
     print("1. 1,000 agents streaming (fixed:4000), console on a pty at 80x24")
     print(f"   key-press -> screen update: p50 {pct(lat, 50):.0f} ms, p99 {pct(lat, 99):.0f} ms "
           f"over {len(lat)}/{a.presses} presses (target p99 <= 100 ms)")
@@ -188,6 +218,12 @@ def main() -> None:
           f"console costs {(share - base) * 100:+.0f} points")
     print("2. 100 agents on the gateway profile, console on a pty at 80x24")
     print(f"   terminal output: {rate / 1024:.1f} KB/s (target <= 30 KB/s)")
+    if split is not None:
+        sl, sshare, _ = split
+        print("3. the engine in its own process (headless run + `watch --write`), same workload")
+        print(f"   key-press -> screen update: p50 {pct(sl, 50):.0f} ms, p99 {pct(sl, 99):.0f} ms "
+              f"over {len(sl)}/{a.presses} presses; p99 ratio split/in-process "
+              f"{pct(sl, 99) / pct(lat, 99):.2f}; console {sshare * 100:.0f}% of a core")
 
 
 if __name__ == "__main__":
