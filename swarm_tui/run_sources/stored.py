@@ -66,6 +66,7 @@ _EVENT_TEXT = {"session_started": "an executor took the run (a new session)"}
 
 
 _FINAL = frozenset({TaskState.SUCCEEDED, TaskState.FAILED, TaskState.CANCELLED})
+TICK_ROWS = 1_000  # results per watch tick while a run executes (attempts: twice that)
 
 
 def _show_working(f: _Follow, agents: list[list]) -> None:
@@ -223,7 +224,11 @@ class StoreSource:
         """Feed the metrics with the results, attempts and events stored since last time."""
         assert self.conn is not None and self.run_id is not None
         m = f.metrics
-        results = await reads.results_after(self.conn, self.run_id, f.results_at)
+        # While the run executes, a tick reads at most TICK_ROWS rows of each kind: a burst
+        # (1,000 calls ending at once) is spread over a few ticks instead of one 100 ms
+        # tick; the first read and the read after the run ended take everything there is.
+        cap = TICK_ROWS if self.active and f.results_at else None
+        results = await reads.results_after(self.conn, self.run_id, f.results_at, cap)
         obs = self.observer
         for (rowid, seq, state, model, bucket, latency, ttft, t_in, t_out, cost, estimated,
              attempts, error_class, finished_at, gateway) in results:
@@ -243,7 +248,8 @@ class StoreSource:
             f.results_at = results[-1][0]
             f.ended += len(results)
         lines: list[tuple[float, str]] = []
-        attempts = await reads.attempts_after(self.conn, self.run_id, f.attempts_at)
+        attempts = await reads.attempts_after(self.conn, self.run_id, f.attempts_at,
+                                              2 * cap if cap and f.attempts_at else None)
         for (id_, seq, n, outcome, sent_at, c, sc, wait, msg, model, gateway, latency,
              ttft) in attempts:
             if obs is not None and id_ > self._observed[1]:

@@ -133,24 +133,33 @@ RESULT_FIELDS = ("rowid", "seq", "state", "model", "bucket", "latency_ms", "ttft
                  "error_class", "finished_at", "gateway")
 
 
-async def results_after(conn: aiosqlite.Connection, run_id: str, after: int) -> list[tuple]:
-    """Results stored after rowid `after` (0: all of the run's), oldest first."""
+def _limited(sql: str, params: tuple, limit: int | None) -> tuple[str, tuple]:
+    return (sql, params) if limit is None else (f"{sql} LIMIT ?", (*params, limit))
+
+
+async def results_after(conn: aiosqlite.Connection, run_id: str, after: int,
+                        limit: int | None = None) -> list[tuple]:
+    """Results stored after rowid `after` (0: all of the run's), oldest first; at most
+    `limit` of them."""
     cols = ", ".join(RESULT_FIELDS)
     sql = (f"SELECT {cols} FROM results WHERE run_id=? ORDER BY rowid" if not after else
            f"SELECT {cols} FROM results WHERE rowid > ? AND +run_id=? ORDER BY rowid")
-    async with conn.execute(sql, (run_id,) if not after else (after, run_id)) as cur:
+    async with conn.execute(*_limited(sql, (run_id,) if not after else (after, run_id),
+                                      limit)) as cur:
         return [tuple(r) for r in await cur.fetchall()]
 
 
-async def attempts_after(conn: aiosqlite.Connection, run_id: str, after: int) -> list[tuple]:
+async def attempts_after(conn: aiosqlite.Connection, run_id: str, after: int,
+                         limit: int | None = None) -> list[tuple]:
     """(id, seq, number, outcome, sent_at, error_class, status_code, retry_wait_s,
     error_message, model, gateway, latency_ms, ttft_ms) of attempts stored after id
-    `after`, oldest first."""
+    `after`, oldest first; at most `limit` of them."""
     cols = ("id, seq, number, outcome, sent_at, error_class, status_code, retry_wait_s, "
             "error_message, model, gateway, latency_ms, ttft_ms")
     sql = (f"SELECT {cols} FROM attempts WHERE run_id=? ORDER BY id" if not after else
            f"SELECT {cols} FROM attempts WHERE id > ? AND +run_id=? ORDER BY id")
-    async with conn.execute(sql, (run_id,) if not after else (after, run_id)) as cur:
+    async with conn.execute(*_limited(sql, (run_id,) if not after else (after, run_id),
+                                      limit)) as cur:
         return [tuple(r) for r in await cur.fetchall()]
 
 
