@@ -15,10 +15,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fcntl
 import os
 import pty
 import select
+import sqlite3
 import struct
 import subprocess
 import sys
@@ -146,15 +148,22 @@ def key_latency(db: Path, presses: int, env: dict[str, str] | None = None
         con.stop()
 
 
+def _has_running_run(db: Path) -> bool:
+    try:
+        with contextlib.closing(sqlite3.connect(db)) as c:
+            return bool(c.execute("SELECT 1 FROM runs WHERE status='running'").fetchone())
+    except sqlite3.Error:  # not created yet
+        return False
+
+
 def split_latency(db: Path, presses: int) -> tuple[list[float], float, float]:
     """The engine in its own process: a headless run, the console attached to it."""
     env = {**os.environ, "SWARM_TUI_DB": str(db)}
     proc = subprocess.Popen([sys.executable, "-m", "swarm_tui", "run", *SWARM, "--headless",
                              "--quiet"], env=env, stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    while not db.exists() or os.path.getsize(db) < 4096:
+    while not _has_running_run(db):  # watch needs a running run to attach to
         time.sleep(0.1)
-    time.sleep(2)  # the run row is written before its task rows
     con = Console(["watch", "--write"], db)
     try:
         return _presses(con, presses)

@@ -202,8 +202,10 @@ async def test_last_names_the_newest_run_and_an_empty_store_says_so(sim_factory,
             runner = make_runner(gw, tasks(3))
             await create_run(conn, run_id, runner.agents, tasks(3), name=None, simulated=True,
                              config={}, claim=take_lock(path, run_id))
-            await asyncio.sleep(0.01)  # started_at orders them
         await gw.aclose()
-        assert (await get_run(conn, "last", path)).id == "20261204-100001-bbbb"
+        # the newest by started_at, not by insertion or id: make the first one the newer
+        await conn.execute("UPDATE runs SET started_at = started_at + 60 "
+                           "WHERE id = '20261204-100000-aaaa'")
+        assert (await get_run(conn, "last", path)).id == "20261204-100000-aaaa"
     finally:
         await conn.close()
