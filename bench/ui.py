@@ -209,9 +209,10 @@ def main() -> None:
                     help="also measure the engine in its own process (watch --write)")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        # baseline in the same run: CPython's own collector thresholds (swarm_tui/runtime.py)
+        # baseline in the same run: CPython's own collector (thresholds, no parking: runtime.py)
         lat0, share0, _ = key_latency(Path(tmp) / "a0.db", a.presses,
-                                      {"SWARM_TUI_GC_THRESHOLDS": "700,10,10"})
+                                      {"SWARM_TUI_GC_THRESHOLDS": "700,10,10",
+                                       "SWARM_TUI_GC_PARK_S": "0"})
         lat, share, wall = key_latency(Path(tmp) / "a.db", a.presses)
         base = headless_cpu(Path(tmp) / "b.db", wall)
         rate = output_rate(Path(tmp) / "c.db")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import gc
 import sys
@@ -23,7 +24,7 @@ from swarm_tui.errors import UserError
 from swarm_tui.execution.progress import run_with_progress
 from swarm_tui.execution.wiring import RunOptions, RunSession
 from swarm_tui.ops.attach import RunOps
-from swarm_tui.runtime import tune_gc
+from swarm_tui.runtime import park_interval, park_survivors, tune_gc
 from swarm_tui.store.ownership import Claim, take_lock
 from swarm_tui.store.runs import create_run, get_run, load_summary, save_summary
 from swarm_tui.store.task_bodies import StoredBodies
@@ -132,9 +133,13 @@ async def execute(
         ops.attach(runner, canary)
         if on_start is not None:
             on_start(runner, session, canary)
+        park_s = park_interval()
+        parking = asyncio.create_task(park_survivors(park_s)) if park_s > 0 else None
         try:
             interrupted = await run_with_progress(runner, show=show_progress)
         finally:
+            if parking is not None:
+                parking.cancel()
             for watcher in watchers:
                 await watcher.stop()
             status = (RunStatus.UNSAVED if writer.failure else RunStatus.CANCELLED
