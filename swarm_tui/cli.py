@@ -289,13 +289,14 @@ def cmd_console(args: argparse.Namespace) -> int:
 def cmd_watch(args: argparse.Namespace) -> int:
     from swarm_tui.run_sources import StoreSource
     from swarm_tui.store.db import resolve_db_path
+    from swarm_tui.store.target import missing_file
 
     if args.headless and args.metrics_port is None:
         raise UserError("watch --headless: nothing to do without --metrics-port (the "
                         "console is the other way to watch)")
     cfg = _config(args)
     db = resolve_db_path(args.db)
-    if not db.exists():
+    if missing_file(db):
         raise UserError(f"database {db}: does not exist (no runs recorded yet)")
     # Resolve the run (and any database error) before the console starts, so a bad id or
     # file is one line and an exit code; the console then opens its own connection.
@@ -326,16 +327,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from swarm_tui.commands.serve import console_command, serve
     from swarm_tui.run_sources import StoreSource
     from swarm_tui.store.db import resolve_db_path
+    from swarm_tui.store.target import missing_file
 
     _config(args)  # a bad config is one line here, not an error page in the browser
     db = resolve_db_path(args.db)
-    if not db.exists():
+    if missing_file(db):
         raise UserError(f"database {db}: does not exist (no runs recorded yet)")
     probe = StoreSource(db, args.run_id)  # a bad id or file: one line, before serving
     run_async(probe.open())
     run_async(probe.close())
     write = args.write and not args.readonly
-    serve(console_command(db.resolve(), args.config, probe.run_id if args.run_id else None,
+    serve(console_command(db, args.config, probe.run_id if args.run_id else None,
                           write, getattr(args, "theme", None)), args.host, args.port, write)
     return EXIT_OK
 
@@ -426,8 +428,9 @@ async def _resume(conn, path, args: argparse.Namespace) -> int:
 
 def cmd_runs(args: argparse.Namespace) -> int:
     from swarm_tui.store.db import resolve_db_path
+    from swarm_tui.store.target import missing_file
 
-    if not resolve_db_path(args.db).exists():
+    if missing_file(resolve_db_path(args.db)):
         print("[]" if args.json else "no runs recorded yet")
         return EXIT_OK
     return run_async(_with_db(args, history.runs, args, create=False))

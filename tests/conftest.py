@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import socket
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 import pytest
 
@@ -20,7 +23,9 @@ from swarm_tui.gateway.client import GatewayClient
 from swarm_tui.prices import load_price_table
 from swarm_tui.sim.server import SimServer
 from swarm_tui.sim.settings import SimSettings
+from swarm_tui.store.target import PgTarget
 from swarm_tui.workload import Task, TaskHead
+from tests.pg_server import ThrowawayPostgres
 
 TEST_KEY = "sk-test-0123456789abcdefghijklmnop"
 
@@ -31,7 +36,57 @@ def _never_the_users_own_dirs(tmp_path_factory, monkeypatch) -> None:
     home = tmp_path_factory.mktemp("home")
     monkeypatch.setenv("XDG_CONFIG_HOME", str(home / "config"))
     monkeypatch.setenv("XDG_DATA_HOME", str(home / "data"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(home / "state"))
     monkeypatch.delenv("SWARM_TUI_CONFIG", raising=False)
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[ThrowawayPostgres]:
+    """One throwaway PostgreSQL for the session (tests/pg_server.py); each test that uses
+    it gets a database of its own. CI has the server (.ci/run installs it): there a
+    missing one fails the suite instead of skipping."""
+    try:
+        server = ThrowawayPostgres()
+    except FileNotFoundError as e:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip(str(e))
+    server.start()
+    yield server
+    server.stop()
+
+
+_databases = itertools.count()
+
+
+def new_pg_database(server: ThrowawayPostgres) -> PgTarget:
+    import psycopg
+
+    name = f"t{next(_databases)}"
+    with psycopg.connect(server.url(), autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {name}")
+    return PgTarget(server.url(name))
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_target(request, tmp_path) -> Path | PgTarget:
+    """A fresh, empty database on each back end: the store suite runs on both."""
+    if request.param == "sqlite":
+        return tmp_path / "runs.db"
+    return new_pg_database(request.getfixturevalue("pg_server"))
+
+
+def raw_rows(target: Path | PgTarget, sql: str, params: Sequence = ()) -> list[tuple]:
+    """Rows read past the store, with the driver of the back end (the store's `?`)."""
+    if isinstance(target, PgTarget):
+        import psycopg
+
+        from swarm_tui.store.pg import translate
+
+        with psycopg.connect(target.url) as c:
+            return [tuple(r) for r in c.execute(translate(sql), params or None).fetchall()]
+    with contextlib.closing(sqlite3.connect(target)) as c:
+        return c.execute(sql, params).fetchall()
 
 
 @pytest.fixture

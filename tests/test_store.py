@@ -17,7 +17,7 @@ from swarm_tui.store.ownership import take_lock
 from swarm_tui.store.runs import create_run, get_run, load_summary
 from swarm_tui.store.schema import MIGRATIONS, SCHEMA_VERSION
 from swarm_tui.store.writer import StoreWriter
-from tests.conftest import client_for, make_client, make_runner, tasks
+from tests.conftest import client_for, make_client, make_runner, raw_rows, tasks
 
 
 def _digest(path) -> str:
@@ -82,9 +82,8 @@ async def test_missing_db_for_readers(tmp_path):
         await open_db(tmp_path / "none.db", create=False)
 
 
-async def _stored_run(sim_factory, tmp_path, n=400, **sim):
+async def _stored_run(sim_factory, path, n=400, **sim):
     server = sim_factory(profile=sim.pop("profile", "gateway"), **sim)
-    path = tmp_path / "runs.db"
     conn = await open_db(path)
     async with client_for(server) as gw:
         work = tasks(n, prefix="s")
@@ -101,23 +100,21 @@ async def _stored_run(sim_factory, tmp_path, n=400, **sim):
     return conn, path, runner, writer
 
 
-async def test_writer_stores_every_task_and_attempt_in_batches(sim_factory, tmp_path):
-    conn, path, runner, writer = await _stored_run(sim_factory, tmp_path, rate_429=0.1,
+async def test_writer_stores_every_task_and_attempt_in_batches(sim_factory, db_target):
+    conn, path, runner, writer = await _stored_run(sim_factory, db_target, rate_429=0.1,
                                                    retry_after_s=0.05)
-    raw = sqlite3.connect(path)
-    states = dict(raw.execute("SELECT state, COUNT(*) FROM task_results GROUP BY state").fetchall())
+    states = dict(raw_rows(path, "SELECT state, COUNT(*) FROM task_results GROUP BY state"))
     expected = {k: v for k, v in runner.counts.items() if v}
     assert states == expected and sum(states.values()) == 400
-    stored_attempts = raw.execute("SELECT COUNT(*) FROM attempts").fetchone()[0]
+    stored_attempts = raw_rows(path, "SELECT COUNT(*) FROM attempts")[0][0]
     assert stored_attempts == sum(len(a.attempts) for a in runner.agents)
     assert stored_attempts > 400  # some 429 retries happened
-    rate_limited = raw.execute(
-        "SELECT COUNT(*) FROM attempts WHERE error_class='rate_limited' AND retry_wait_s=0.05"
-    ).fetchone()[0]
+    rate_limited = raw_rows(
+        path, "SELECT COUNT(*) FROM attempts WHERE error_class='rate_limited' AND retry_wait_s=?",
+        (0.05,))[0][0]
     assert rate_limited > 0
     assert writer.stats.flushes > 3 and writer.stats.max_pending >= 1
-    assert raw.execute("SELECT status, wall_ms > 0 FROM runs").fetchone() == ("finished", 1)
-    raw.close()
+    assert raw_rows(path, "SELECT status, wall_ms > 0 FROM runs") == [("finished", 1)]
     await conn.close()
 
 
@@ -126,12 +123,11 @@ def _nearest_rank(values, p):
     return values[max(1, math.ceil(p / 100 * len(values))) - 1]
 
 
-async def test_report_equals_independent_recomputation_from_raw_rows(sim_factory, tmp_path):
-    conn, path, runner, _ = await _stored_run(sim_factory, tmp_path, n=300)
+async def test_report_equals_independent_recomputation_from_raw_rows(sim_factory, db_target):
+    conn, path, runner, _ = await _stored_run(sim_factory, db_target, n=300)
     summary = await load_summary(conn, await get_run(conn, "r1", path))
-    raw = sqlite3.connect(path)
-    rows = raw.execute("SELECT latency_ms, ttft_ms, cost_usd, tokens_in, tokens_out, model "
-                       "FROM task_results WHERE state='succeeded'").fetchall()
+    rows = raw_rows(path, "SELECT latency_ms, ttft_ms, cost_usd, tokens_in, tokens_out, model "
+                    "FROM task_results WHERE state='succeeded'")
     lat = [r[0] for r in rows]
     ttft = [r[1] for r in rows]
     for p, field in ((50, "p50"), (95, "p95"), (99, "p99")):
@@ -151,17 +147,16 @@ async def test_report_equals_independent_recomputation_from_raw_rows(sim_factory
                      name="t", status="finished", simulated=True, started_at=summary.started_at,
                      client_lag=(runner.loop_lag.run_p95_ms(), runner.loop_lag.run_max_ms()))
     assert live == summary and summary.succeeded == 300
-    raw.close()
     await conn.close()
 
 
-async def test_closing_during_a_flush_loses_nothing(tmp_path):
+async def test_closing_during_a_flush_loses_nothing(db_target):
     """close() while the loop is mid-flush: every row still lands (it once rolled back)."""
     from swarm_tui.engine import events as ev
     from swarm_tui.engine.state import SUCCEEDED, Attempt
     from swarm_tui.gateway.client import GatewayClient
 
-    path = tmp_path / "w.db"
+    path = db_target
     conn = await open_db(path)
     gw = GatewayClient("sim", "http://127.0.0.1:9/v1", [("sk-unused-0000000000000000", None)],
                        pool=1)
@@ -181,18 +176,16 @@ async def test_closing_during_a_flush_loses_nothing(tmp_path):
             await asyncio.sleep(0.001)  # let a flush start
     await writer.close("finished")
     await gw.aclose()
-    raw = sqlite3.connect(path)
     ok = "SELECT COUNT(*) FROM task_results WHERE state='succeeded'"
-    assert raw.execute(ok).fetchone()[0] == 6000
-    assert raw.execute("SELECT COUNT(*) FROM attempts").fetchone()[0] == 6000
-    events = raw.execute("SELECT COUNT(*) FROM events").fetchone()[0]  # backlog holds
+    assert raw_rows(path, ok)[0][0] == 6000
+    assert raw_rows(path, "SELECT COUNT(*) FROM attempts")[0][0] == 6000
+    events = raw_rows(path, "SELECT COUNT(*) FROM events")[0][0]  # backlog holds
     assert writer.stats.rows == 12000 + events and writer.stats.flushes > 1
-    raw.close()
     await conn.close()
 
 
-async def test_last_names_the_newest_run_and_an_empty_store_says_so(sim_factory, tmp_path):
-    path = tmp_path / "runs.db"
+async def test_last_names_the_newest_run_and_an_empty_store_says_so(sim_factory, db_target):
+    path = db_target
     conn = await open_db(path)
     try:
         with pytest.raises(UserError, match="no stored runs yet"):

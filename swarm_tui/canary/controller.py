@@ -12,9 +12,6 @@ import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
-
-import aiosqlite
 
 from swarm_tui.canary import state as st
 from swarm_tui.canary.analysis import Analysis
@@ -24,7 +21,9 @@ from swarm_tui.engine.looplag import LoopLag
 from swarm_tui.engine.routing import CanaryRouter
 from swarm_tui.report.fmt import short_duration
 from swarm_tui.store import canary as cs
+from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.db import db_error, open_db
+from swarm_tui.store.target import DbTarget
 
 POLL_S = 0.5  # another process's change reaches the router within this
 
@@ -54,7 +53,7 @@ class CanaryView:
         return text
 
 
-async def read_view(db_path: Path, cfg: CanaryConfig) -> CanaryView:
+async def read_view(db_path: DbTarget, cfg: CanaryConfig) -> CanaryView:
     """The canary as stored (for a console without a live run here); writes nothing."""
     conn = await open_db(db_path)
     try:
@@ -68,7 +67,7 @@ async def read_view(db_path: Path, cfg: CanaryConfig) -> CanaryView:
         await conn.close()
 
 
-async def act_stored(db_path: Path, cfg: CanaryConfig, action: str, arg: str | None,
+async def act_stored(db_path: DbTarget, cfg: CanaryConfig, action: str, arg: str | None,
                      reason: str | None, source: str = "console") -> st.CanaryState:
     """An action on the stored canary; a runner elsewhere follows it within POLL_S."""
     conn = await open_db(db_path)
@@ -79,7 +78,7 @@ async def act_stored(db_path: Path, cfg: CanaryConfig, action: str, arg: str | N
 
 
 class CanaryController:
-    def __init__(self, cfg: CanaryConfig, router: CanaryRouter, db_path: Path,
+    def __init__(self, cfg: CanaryConfig, router: CanaryRouter, db_path: DbTarget,
                  on_change: Callable[[str], None] | None = None) -> None:
         self.cfg = cfg
         self.router = router
@@ -87,7 +86,7 @@ class CanaryController:
         self.on_change = on_change
         # told of every stage change (old, new): alerts
         self.listeners: list[Callable[[st.CanaryState, st.CanaryState], None]] = []
-        self.conn: aiosqlite.Connection | None = None
+        self.conn: StoreConnection | None = None
         self.state: st.CanaryState | None = None
         self.view: CanaryView | None = None
         self.error: str | None = None

@@ -5,9 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from pathlib import Path
-
-import aiosqlite
 
 from swarm_tui.canary import state as st
 from swarm_tui.config import LoadedConfig
@@ -16,6 +13,8 @@ from swarm_tui.errors import EXIT_OK, UserError
 from swarm_tui.report import canary as report
 from swarm_tui.report import fmt
 from swarm_tui.store import canary as cs
+from swarm_tui.store.conn import StoreConnection
+from swarm_tui.store.target import DbTarget
 
 
 def canary_config(cfg: LoadedConfig) -> CanaryConfig:
@@ -30,7 +29,7 @@ def canary_config(cfg: LoadedConfig) -> CanaryConfig:
     return c
 
 
-async def run(conn: aiosqlite.Connection, path: Path, cfg: LoadedConfig,
+async def run(conn: StoreConnection, path: DbTarget, cfg: LoadedConfig,
               args: argparse.Namespace) -> int:
     c = canary_config(cfg)
     if args.verb == "status":

@@ -6,20 +6,19 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING
-
-import aiosqlite
 
 from swarm_tui.engine.cost import CostReport
 from swarm_tui.engine.summary import RunSummary
 from swarm_tui.errors import EXIT_OK, UserError
+from swarm_tui.store.conn import StoreConnection
+from swarm_tui.store.target import DbTarget
 
 if TYPE_CHECKING:
     from swarm_tui.config import LoadedConfig
 
 
-async def summary_json(conn: aiosqlite.Connection, path: Path, summary: RunSummary,
+async def summary_json(conn: StoreConnection, path: DbTarget, summary: RunSummary,
                        cfg: LoadedConfig, cost: CostReport | None = None) -> str:
     """The run's summary plus its cost breakdown: the same object `report --json` prints
     (`cost`: the breakdown when the caller has it already)."""
@@ -34,7 +33,7 @@ async def summary_json(conn: aiosqlite.Connection, path: Path, summary: RunSumma
     return json.dumps(data, indent=2)
 
 
-async def runs(conn: aiosqlite.Connection, path: Path, args: argparse.Namespace) -> int:
+async def runs(conn: StoreConnection, path: DbTarget, args: argparse.Namespace) -> int:
     from swarm_tui.report.history import runs_listing, runs_table
 
     items = await runs_listing(conn, args.limit)
@@ -45,7 +44,7 @@ async def runs(conn: aiosqlite.Connection, path: Path, args: argparse.Namespace)
     return EXIT_OK
 
 
-async def report(conn: aiosqlite.Connection, path: Path, args: argparse.Namespace) -> int:
+async def report(conn: StoreConnection, path: DbTarget, args: argparse.Namespace) -> int:
     from swarm_tui.report.cost import cost_text, stored_cost
     from swarm_tui.report.history import compare_rows, compare_table, run_summary
     from swarm_tui.report.summary_text import summary_text
@@ -72,7 +71,7 @@ async def report(conn: aiosqlite.Connection, path: Path, args: argparse.Namespac
     return EXIT_OK
 
 
-async def cost(conn: aiosqlite.Connection, path: Path, args: argparse.Namespace) -> int:
+async def cost(conn: StoreConnection, path: DbTarget, args: argparse.Namespace) -> int:
     from swarm_tui.config import load_config
     from swarm_tui.report.cost import cost_text, stored_cost
     from swarm_tui.store.runs import get_run
@@ -83,7 +82,7 @@ async def cost(conn: aiosqlite.Connection, path: Path, args: argparse.Namespace)
     return EXIT_OK
 
 
-async def export(conn: aiosqlite.Connection, path: Path, args: argparse.Namespace) -> int:
+async def export(conn: StoreConnection, path: DbTarget, args: argparse.Namespace) -> int:
     from swarm_tui.report.history import export_run, open_out
     from swarm_tui.store.runs import get_run
 

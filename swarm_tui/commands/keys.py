@@ -18,7 +18,6 @@ import sys
 import time
 from pathlib import Path
 
-import aiosqlite
 from pydantic import BaseModel
 
 from swarm_tui.config import LoadedConfig
@@ -26,8 +25,10 @@ from swarm_tui.engine.state import RunStatus
 from swarm_tui.errors import EXIT_OK, UserError
 from swarm_tui.gateway.keys import fingerprint, keys_from_env, read_key_file
 from swarm_tui.store import reads
+from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.control import queue_command
 from swarm_tui.store.runs import list_runs
+from swarm_tui.store.target import DbTarget
 
 FRESH_S = 5.0  # key state older than this belongs to a run that is no longer alive
 
@@ -76,12 +77,12 @@ def configured(cfg: LoadedConfig, insecure: bool) -> list[KeyListing]:
     return out
 
 
-async def _live(conn: aiosqlite.Connection) -> list[tuple]:
+async def _live(conn: StoreConnection) -> list[tuple]:
     """Key rows of swarms alive right now (their heartbeat refreshes them)."""
     return await reads.live_key_rows(conn, FRESH_S)
 
 
-async def run(conn: aiosqlite.Connection, path: Path, cfg: LoadedConfig,
+async def run(conn: StoreConnection, path: DbTarget, cfg: LoadedConfig,
               args: argparse.Namespace) -> int:
     if args.verb == "list":
         return await _list(conn, cfg, args)
@@ -90,7 +91,7 @@ async def run(conn: aiosqlite.Connection, path: Path, cfg: LoadedConfig,
     return await _steer(conn, args)
 
 
-async def _list(conn: aiosqlite.Connection, cfg: LoadedConfig, args) -> int:
+async def _list(conn: StoreConnection, cfg: LoadedConfig, args) -> int:
     items = {(k.gateway, k.fingerprint): k for k in configured(cfg, args.insecure_key_file)}
     for (run_id, gw, fp, label, source, state, until, reason, fly, calls, r429,
          errs) in await _live(conn):
@@ -181,7 +182,7 @@ def _ends_with_newline(path: Path) -> bool:
         return fh.read(1) == b"\n"
 
 
-async def _steer(conn: aiosqlite.Connection, args) -> int:
+async def _steer(conn: StoreConnection, args) -> int:
     """retire / enable in every running swarm that holds the key."""
     ref = args.fingerprint
     running = {r.id for r in await list_runs(conn, 200)

@@ -16,12 +16,19 @@ import sys
 from pathlib import Path
 
 from swarm_tui.errors import UserError
+from swarm_tui.store.target import DbTarget
 
 
-def console_command(db: Path, config: str | None, run_id: str | None, write: bool,
+def console_command(db: DbTarget, config: str | None, run_id: str | None, write: bool,
                     theme: str | None) -> str:
-    """The command each browser tab runs (a shell line: textual-serve starts it so)."""
-    argv = [sys.executable, "-m", "swarm_tui", "--db", str(db)]
+    """The command each browser tab runs (a shell line: textual-serve starts it so). A
+    server URL with a password came from SWARM_TUI_DB, which the tab's process inherits:
+    it never goes on a command line."""
+    argv = [sys.executable, "-m", "swarm_tui"]
+    if isinstance(db, Path):
+        argv += ["--db", str(db.resolve())]
+    elif not db.has_password:
+        argv += ["--db", db.url]
     if config:
         argv += ["--config", config]
     argv.append("watch")

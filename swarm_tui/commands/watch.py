@@ -14,15 +14,17 @@ from pathlib import Path
 
 from swarm_tui.ops.metrics import MetricsServer, RunMetrics
 from swarm_tui.run_sources import StoreSource
+from swarm_tui.store.target import DbTarget
 
 FOLLOW_S = 1.0  # a headless watcher reads new rows once a second (a scrape interval's worth)
 
 
-def metrics_for(db: Path, run_id: str, simulated: bool, port: int, bind: str
+def metrics_for(db: DbTarget, run_id: str, simulated: bool, port: int, bind: str
                 ) -> tuple[RunMetrics, MetricsServer]:
     metrics = RunMetrics(run_id, simulated)
     server = MetricsServer(metrics, port, bind)  # a busy port: one line, before anything
-    print(f"swarm-tui: metrics of run {run_id} ({db.name}) at "
+    where = db.name if isinstance(db, Path) else str(db)
+    print(f"swarm-tui: metrics of run {run_id} ({where}) at "
           f"http://{bind}:{server.port}/metrics", file=sys.stderr)
     return metrics, server
 

@@ -8,10 +8,7 @@ import gc
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
-
-import aiosqlite
 
 from swarm_tui.canary.controller import CanaryController
 from swarm_tui.config import LoadedConfig
@@ -25,8 +22,10 @@ from swarm_tui.execution.progress import run_with_progress
 from swarm_tui.execution.wiring import RunOptions, RunSession
 from swarm_tui.ops.attach import RunOps
 from swarm_tui.runtime import park_interval, park_survivors, tune_gc
+from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.ownership import Claim, take_lock
 from swarm_tui.store.runs import create_run, get_run, load_summary, save_summary
+from swarm_tui.store.target import DbTarget
 from swarm_tui.store.task_bodies import StoredBodies
 from swarm_tui.store.writer import StoreWriter
 from swarm_tui.workload import Task, Workload
@@ -59,7 +58,7 @@ def config_snapshot(session: RunSession, opts: RunOptions) -> dict[str, Any]:
 
 
 async def execute(
-    conn: aiosqlite.Connection, db_path: Path, cfg: LoadedConfig, opts: RunOptions,
+    conn: StoreConnection, db_path: DbTarget, cfg: LoadedConfig, opts: RunOptions,
     tasks: Workload | Sequence[Task], run_id: str, *, show_progress: bool,
     seqs: list[int] | None = None, prior_attempts: list[int] | None = None,
     claim: Claim | None = None, consumers: Iterable[Consumer] = (),

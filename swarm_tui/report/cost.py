@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import aiosqlite
-
 from swarm_tui.engine.cost import CostLine, CostReport, cost_report
 from swarm_tui.report.fmt import usd
+from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.cost_rows import cost_groups
 from swarm_tui.store.runs import RunRecord
 
@@ -22,7 +21,7 @@ def long_model_of(run: RunRecord, cfg: LoadedConfig) -> str | None:
     return routing.get("long_model") if routing.get("enabled", True) else None
 
 
-async def stored_cost(conn: aiosqlite.Connection, run: RunRecord, cfg: LoadedConfig
+async def stored_cost(conn: StoreConnection, run: RunRecord, cfg: LoadedConfig
                       ) -> CostReport:
     """Recorded costs as billed at run time; what-ifs priced on the current table."""
     wall_s = run.wall_ms / 1000.0

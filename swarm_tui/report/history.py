@@ -9,11 +9,11 @@ import sys
 import time
 from typing import IO, Any
 
-import aiosqlite
 from pydantic import BaseModel
 
 from swarm_tui.engine.summary import RunSummary
 from swarm_tui.store import reads
+from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.runs import ENDED, RunRecord, list_runs, load_summary, tasks_sent_twice
 
 
@@ -32,14 +32,14 @@ class RunListItem(BaseModel):
     unpriced_tasks: int
 
 
-async def run_summary(conn: aiosqlite.Connection, run: RunRecord) -> RunSummary:
+async def run_summary(conn: StoreConnection, run: RunRecord) -> RunSummary:
     """An ended run's stored summary; a live or interrupted one computed from its rows."""
     if run.summary is not None and run.effective_status() in ENDED:
         return RunSummary.model_validate(run.summary)
     return await load_summary(conn, run)
 
 
-async def runs_listing(conn: aiosqlite.Connection, limit: int) -> list[RunListItem]:
+async def runs_listing(conn: StoreConnection, limit: int) -> list[RunListItem]:
     items = []
     for run in await list_runs(conn, limit):
         s = await run_summary(conn, run)
@@ -142,7 +142,7 @@ _ATTEMPT_COLS = ("number", "model", "gateway", "key_fp", "sent_at", "queue_ms", 
                  "tokens_in", "tokens_out", "cached_in", "outcome", "id")
 
 
-async def export_run(conn: aiosqlite.Connection, run: RunRecord, fmt: str, out: IO[str]) -> int:
+async def export_run(conn: StoreConnection, run: RunRecord, fmt: str, out: IO[str]) -> int:
     """JSONL: one task per line with its attempts nested. CSV: one row per attempt, with its
     task's columns (a task never sent gets one row with empty attempt columns)."""
     attempts: dict[int, list[dict[str, Any]]] = {}

@@ -6,7 +6,6 @@ import asyncio
 import dataclasses
 import threading
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from swarm_tui.canary.controller import CanaryController, CanaryView
@@ -31,10 +30,11 @@ from swarm_tui.run_sources.base import AgentDetail
 from swarm_tui.store import reads
 from swarm_tui.store.db import open_db
 from swarm_tui.store.runs import new_run_id
+from swarm_tui.store.target import DbTarget
 from swarm_tui.workload import Task, Workload
 
 if TYPE_CHECKING:
-    import aiosqlite
+    from swarm_tui.store.conn import StoreConnection
 
 
 class LiveSource:
@@ -50,7 +50,7 @@ class LiveSource:
     kind = "live"
 
     def __init__(self, cfg: LoadedConfig, opts: RunOptions, tasks: Workload | Sequence[Task],
-                 db_path: Path, readonly: bool = False) -> None:
+                 db_path: DbTarget, readonly: bool = False) -> None:
         self.cfg = cfg
         self.opts = opts
         self.tasks = tasks
@@ -66,7 +66,7 @@ class LiveSource:
         self.loop: asyncio.AbstractEventLoop | None = None
         self._want_paused = False
         self._done = threading.Event()
-        self._reader: aiosqlite.Connection | None = None  # the detail view's, on the UI loop
+        self._reader: StoreConnection | None = None  # the detail view's, on the UI loop
 
     async def start(self) -> None:
         """Awaitable from the UI's loop; the engine runs on its own thread and loop."""

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import functools
 import time
-from pathlib import Path
-
-import aiosqlite
 
 from swarm_tui.config import LoadedConfig
 from swarm_tui.config_sections import SlaConfig
@@ -23,9 +20,11 @@ from swarm_tui.engine.state import RunStatus, TaskState
 from swarm_tui.errors import UserError
 from swarm_tui.run_sources.base import AgentDetail, RowObserver
 from swarm_tui.store import reads
+from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.control import queue_command
 from swarm_tui.store.db import open_db
 from swarm_tui.store.runs import RunRecord, get_run, list_runs
+from swarm_tui.store.target import DbTarget
 from swarm_tui.workload import Task
 
 
@@ -99,7 +98,7 @@ class StoreSource:
 
     kind = "watch"
 
-    def __init__(self, db_path: Path, run_id: str | None, *, write: bool = False,
+    def __init__(self, db_path: DbTarget, run_id: str | None, *, write: bool = False,
                  replay: bool = False, cfg: LoadedConfig | None = None,
                  observer: RowObserver | None = None) -> None:
         self.db_path = db_path
@@ -109,7 +108,7 @@ class StoreSource:
         self.run_id = run_id
         self.readonly = not write
         self.kind = "replay" if replay else "watch"
-        self.conn: aiosqlite.Connection | None = None
+        self.conn: StoreConnection | None = None
         self.record: RunRecord | None = None
         self.error: str | None = None
         self.active = False

@@ -12,15 +12,16 @@ import sqlite3
 import time
 from pathlib import Path
 
-import aiosqlite
 from pydantic import BaseModel
 
 from swarm_tui.canary import state as st
 from swarm_tui.canary.analysis import Analysis, evaluate, figures
 from swarm_tui.config_sections import CanaryConfig
 from swarm_tui.engine.routing import BASELINE, CANDIDATE
+from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.control import os_user
 from swarm_tui.store.db import db_error
+from swarm_tui.store.target import DbTarget
 
 _COLS = ("name, baseline, candidate, status, pct, stage_started_at, bake_started_at, "
          "passing_since, failures, version, updated_at")
@@ -39,13 +40,13 @@ class ActionRecord(BaseModel):
     metrics: dict | None = None
 
 
-async def read_state(conn: aiosqlite.Connection, name: str) -> st.CanaryState | None:
+async def read_state(conn: StoreConnection, name: str) -> st.CanaryState | None:
     async with conn.execute(f"SELECT {_COLS} FROM canary WHERE name=?", (name,)) as cur:
         row = await cur.fetchone()
     return st.CanaryState(*row) if row else None
 
 
-async def peek_state(conn: aiosqlite.Connection, cfg: CanaryConfig) -> st.CanaryState:
+async def peek_state(conn: StoreConnection, cfg: CanaryConfig) -> st.CanaryState:
     """The stored state, or what it would start as — without writing (read-only views)."""
     found = await read_state(conn, cfg.name)
     if found is not None:
@@ -54,7 +55,7 @@ async def peek_state(conn: aiosqlite.Connection, cfg: CanaryConfig) -> st.Canary
     return st.initial(cfg.name, cfg.baseline, cfg.candidate, cfg.stages, now)
 
 
-async def load_state(conn: aiosqlite.Connection, cfg: CanaryConfig, *, source: str = "cli",
+async def load_state(conn: StoreConnection, cfg: CanaryConfig, *, source: str = "cli",
                      now: float | None = None) -> st.CanaryState:
     """The canary's state, created at its first stage the first time it is seen."""
     found = await read_state(conn, cfg.name)
@@ -65,7 +66,8 @@ async def load_state(conn: aiosqlite.Connection, cfg: CanaryConfig, *, source: s
     await conn.execute("BEGIN IMMEDIATE")
     try:
         await conn.execute(
-            f"INSERT OR IGNORE INTO canary ({_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            f"INSERT INTO canary ({_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?) "
+            "ON CONFLICT (name) DO NOTHING",
             _row(fresh))
         await _audit(conn, fresh.name, now, st.START, os_user(), source, None, fresh,
                      f"first seen: stages {cfg.stages}, mode {cfg.mode}", None)
@@ -81,7 +83,7 @@ def _row(s: st.CanaryState) -> tuple:
             s.bake_started_at, s.passing_since, s.failures, s.version, s.updated_at)
 
 
-async def _audit(conn: aiosqlite.Connection, name: str, now: float, action: str, actor: str,
+async def _audit(conn: StoreConnection, name: str, now: float, action: str, actor: str,
                  source: str, before: st.CanaryState | None, after: st.CanaryState,
                  reason: str | None, analysis: Analysis | None) -> None:
     await conn.execute(
@@ -92,7 +94,7 @@ async def _audit(conn: aiosqlite.Connection, name: str, now: float, action: str,
          analysis.model_dump_json() if analysis else None))
 
 
-async def save(conn: aiosqlite.Connection, before: st.CanaryState, after: st.CanaryState,
+async def save(conn: StoreConnection, before: st.CanaryState, after: st.CanaryState,
                *, action: str | None = None, actor: str = "", source: str = "",
                reason: str | None = None, analysis: Analysis | None = None) -> bool:
     """Write `after` if nobody changed the row since `before` was read; audit an action.
@@ -116,9 +118,9 @@ async def save(conn: aiosqlite.Connection, before: st.CanaryState, after: st.Can
     return won
 
 
-async def act(conn: aiosqlite.Connection, cfg: CanaryConfig, action: str,
+async def act(conn: StoreConnection, cfg: CanaryConfig, action: str,
               arg: str | int | None = None, *, actor: str | None = None, source: str = "cli",
-              reason: str | None = None, path: Path | None = None) -> st.CanaryState:
+              reason: str | None = None, path: DbTarget | None = None) -> st.CanaryState:
     """Apply an operator's action (ActionRefused if not allowed now), audited with the
     figures it was taken on. Retries a lost compare-and-swap against the new state."""
     actor = actor or os_user()
@@ -136,7 +138,7 @@ async def act(conn: aiosqlite.Connection, cfg: CanaryConfig, action: str,
     raise st.ActionRefused(f"canary {cfg.name}: changed by someone else five times; try again")
 
 
-async def analyze(conn: aiosqlite.Connection, cfg: CanaryConfig, state: st.CanaryState,
+async def analyze(conn: StoreConnection, cfg: CanaryConfig, state: st.CanaryState,
                   now: float | None = None, client_lag_ms: float | None = None) -> Analysis:
     """`client_lag_ms`: the executor's scheduling delay over the stage (see evaluate)."""
     now = time.time() if now is None else now
@@ -146,7 +148,7 @@ async def analyze(conn: aiosqlite.Connection, cfg: CanaryConfig, state: st.Canar
                     verdicts=evaluate(stage, cfg.gates, cfg.min_samples, client_lag_ms))
 
 
-async def _figures_since(conn: aiosqlite.Connection, cfg: CanaryConfig, since: float):
+async def _figures_since(conn: StoreConnection, cfg: CanaryConfig, since: float):
     # A bucket is its gateway: results of runs without this canary on the baseline gateway
     # are baseline traffic too (same gateway, same conditions).
     async with conn.execute(
@@ -163,7 +165,7 @@ async def _figures_since(conn: aiosqlite.Connection, cfg: CanaryConfig, since: f
     return figures(results, calls)
 
 
-async def history(conn: aiosqlite.Connection, name: str, limit: int = 50
+async def history(conn: StoreConnection, name: str, limit: int = 50
                   ) -> list[ActionRecord]:
     async with conn.execute(
             "SELECT at, action, actor, source, from_pct, to_pct, from_status, to_status, "

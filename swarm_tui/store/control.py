@@ -5,7 +5,7 @@ from __future__ import annotations
 import getpass
 import time
 
-import aiosqlite
+from swarm_tui.store.conn import StoreConnection
 
 
 def os_user() -> str:
@@ -16,7 +16,7 @@ def os_user() -> str:
         return "unknown"
 
 
-async def queue_command(conn: aiosqlite.Connection, run_id: str, command: str,
+async def queue_command(conn: StoreConnection, run_id: str, command: str,
                         arg: str | None) -> None:
     """The runner's writer polls these every 0.5 s and marks them done."""
     await conn.execute(

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import aiosqlite
-
 from swarm_tui.engine.state import TaskState
+from swarm_tui.store.conn import StoreConnection
 
 
 @dataclass(slots=True)
@@ -33,22 +32,28 @@ class CostGroup:
     state: str = TaskState.SUCCEEDED
 
 
-def cost_groups_sql(wall_s: float) -> str:
+# A task's timeline step, clamped to [0, steps - 1]: SQLite's two-argument MIN/MAX and its
+# truncating CAST are PostgreSQL's LEAST/GREATEST and FLOOR (its CAST rounds).
+STEP_SQL = {"sqlite": "MIN(?, MAX(0, CAST((finished_at - ?) / ? * ? AS INTEGER)))",
+            "postgresql": "LEAST(?, GREATEST(0, FLOOR((finished_at - ?) / ? * ?)::BIGINT))"}
+
+
+def cost_groups_sql(wall_s: float, dialect: str = "sqlite") -> str:
     """The sums' query; every column it reads is in the results_cost index."""
-    step_sql = ("MIN(?, MAX(0, CAST((finished_at - ?) / ? * ? AS INTEGER)))"
-                if wall_s > 0 else "0 + 0 * (? + ? + ? + ?)")
+    step_sql = STEP_SQL[dialect] if wall_s > 0 else "0 + 0 * (? + ? + ? + ?)"
     return (f"SELECT model, gateway, bucket, key_fp, usage_estimated, cost_usd IS NULL, "
             f"{step_sql} AS step, COUNT(*), SUM(tokens_in), SUM(tokens_out), SUM(cached_in), "
             "SUM(cost_usd) FROM results WHERE run_id = ? AND state = ? "
             "GROUP BY 1, 2, 3, 4, 5, 6, 7")
 
 
-async def cost_groups(conn: aiosqlite.Connection, run_id: str, started_at: float,
+async def cost_groups(conn: StoreConnection, run_id: str, started_at: float,
                       wall_s: float, steps: int) -> list[CostGroup]:
     """Succeeded tasks summed per breakdown key and timeline step (`steps` equal parts of
     `wall_s`, as engine.cost's timeline cuts them)."""
     params = (steps - 1, started_at, wall_s or 1.0, steps, run_id, str(TaskState.SUCCEEDED))
-    async with conn.execute(cost_groups_sql(wall_s), params) as cur:
+    dialect = getattr(conn, "dialect", "sqlite")  # store/pg.py's connection names its own
+    async with conn.execute(cost_groups_sql(wall_s, dialect), params) as cur:
         rows = await cur.fetchall()
     return [CostGroup(model=m, gateway=g, bucket=b, key_fp=k, usage_estimated=bool(est),
                       cost_usd=None if unpriced else float(cost or 0.0), tokens_in=int(t_in),

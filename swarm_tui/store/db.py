@@ -13,19 +13,31 @@ import aiosqlite
 
 from swarm_tui.errors import UserError
 from swarm_tui.paths import default_db_path
+from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.schema import MIGRATIONS, SCHEMA_VERSION
+from swarm_tui.store.target import DbTarget, PgTarget, is_pg_url
 
 BUSY_TIMEOUT_MS = 5000
 
 
-def resolve_db_path(cli_path: str | None) -> Path:
+def resolve_db_path(cli_path: str | None) -> DbTarget:
+    """--db, else SWARM_TUI_DB, else the per-user file; a postgresql:// URL names a server."""
     raw = cli_path or os.environ.get("SWARM_TUI_DB")
+    if raw and is_pg_url(raw):
+        target = PgTarget(raw)
+        if cli_path and target.has_password:
+            raise UserError(f"--db {target}: a password on the command line is visible to "
+                            "every user of this host; put it in PGPASSWORD, ~/.pgpass or a "
+                            "service file (PGSERVICE), or the URL in SWARM_TUI_DB")
+        return target
     return Path(raw).expanduser() if raw else default_db_path()
 
 
-def db_error(path: Path, exc: BaseException) -> UserError:
+def db_error(path: DbTarget, exc: BaseException) -> UserError:
     """Map sqlite's errors to one line that names the file and what to do."""
     msg = str(exc).lower()
+    if isinstance(path, PgTarget):
+        return UserError(f"database {path}: {exc}")
     if "locked" in msg or "busy" in msg:
         return UserError(f"database {path}: locked by another process (try again, or check "
                          "for a stuck swarm-tui)")
@@ -115,7 +127,7 @@ def _remove_new(path: Path) -> None:
             Path(str(path) + suffix).unlink()
 
 
-async def _migrate(conn: aiosqlite.Connection, version: int) -> None:
+async def _migrate(conn: StoreConnection, version: int) -> None:
     if version == SCHEMA_VERSION:
         return
     # Each step and its version bump commit together, so a crash never half-migrates.
@@ -125,12 +137,19 @@ async def _migrate(conn: aiosqlite.Connection, version: int) -> None:
                                  "COMMIT;")
 
 
-async def open_db(path: Path, *, create: bool = True, reconcile: bool = True
-                  ) -> aiosqlite.Connection:
+async def open_db(path: DbTarget, *, create: bool = True, reconcile: bool = True
+                  ) -> StoreConnection:
     """Open (and create/migrate) the database. Raises UserError with one clear line.
 
     Then reconciles it (store/reconcile.py): journals of dead executors are imported and
     runs whose every task has a result are marked finished, before anything is sent."""
+    if isinstance(path, PgTarget):
+        from swarm_tui.store.pg_schema import open_pg
+
+        server = await open_pg(path, create=create)
+        if reconcile:
+            await _reconcile(server, path)
+        return server
     created = _validate(path, create)
     conn: aiosqlite.Connection | None = None
     try:
@@ -149,10 +168,7 @@ async def open_db(path: Path, *, create: bool = True, reconcile: bool = True
         await conn.execute(f"PRAGMA journal_size_limit = {WAL_KEEP_BYTES}")
         await _migrate(conn, version)
         if reconcile:
-            from swarm_tui.store.reconcile import reconcile_runs
-
-            for warning in await reconcile_runs(conn, path):
-                print(f"swarm-tui: warning: {warning}", file=sys.stderr)
+            await _reconcile(conn, path)
         return conn
     except BaseException as e:
         if conn is not None:
@@ -162,3 +178,10 @@ async def open_db(path: Path, *, create: bool = True, reconcile: bool = True
         if isinstance(e, sqlite3.Error | OSError):
             raise db_error(path, e) from None
         raise
+
+
+async def _reconcile(conn: StoreConnection, path: DbTarget) -> None:
+    from swarm_tui.store.reconcile import reconcile_runs
+
+    for warning in await reconcile_runs(conn, path):
+        print(f"swarm-tui: warning: {warning}", file=sys.stderr)

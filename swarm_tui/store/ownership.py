@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from swarm_tui.errors import UserError
+from swarm_tui.store.target import DbTarget, PgTarget
 
 OTHER_HOST_LEASE_S = 120.0  # heartbeats come every second; this is "certainly gone"
 LOCK_WAIT_S = 1.0           # a reader's probe holds the lock for microseconds: retry briefly
@@ -44,7 +45,11 @@ def process_start(pid: int | None = None) -> float | None:
     return float(fields[19])
 
 
-def lock_dir(db_path: Path) -> Path:
+def lock_dir(db_path: DbTarget) -> Path:
+    """Beside a database file; for a server, this host's directory for it (an executor on
+    another host is known by its heartbeat lease, as for a shared file)."""
+    if isinstance(db_path, PgTarget):
+        return db_path.local_dir() / "locks"
     return db_path.with_name(db_path.name + "-locks")
 
 
@@ -105,11 +110,11 @@ class Claim:
             self.fd = -1
 
 
-def take_lock(db_path: Path, run_id: str, wait_s: float = LOCK_WAIT_S) -> Claim:
+def take_lock(db_path: DbTarget, run_id: str, wait_s: float = LOCK_WAIT_S) -> Claim:
     """Take the run's executor lock or raise the one-line refusal (exit 2)."""
     d = lock_dir(db_path)
     try:
-        d.mkdir(mode=0o700, exist_ok=True)
+        d.mkdir(mode=0o700, parents=isinstance(db_path, PgTarget), exist_ok=True)
         path = d / f"{run_id}.lock"
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     except OSError as e:

@@ -7,15 +7,14 @@ import json
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-import aiosqlite
-
 from swarm_tui.engine.snapshot import KeyRow
+from swarm_tui.store.conn import StoreConnection
 
 ATTEMPT_COLS = ("number", "model", "key_fp", "queue_ms", "latency_ms", "ttft_ms",
                 "status_code", "error_class", "error_message", "retry_wait_s", "outcome")
 
 
-async def last_pause_command(conn: aiosqlite.Connection, run_id: str) -> str | None:
+async def last_pause_command(conn: StoreConnection, run_id: str) -> str | None:
     """`pause` or `resume`, whichever was queued last (None: neither)."""
     async with conn.execute(
             "SELECT command FROM control WHERE run_id=? AND command IN ('pause', 'resume') "
@@ -24,14 +23,14 @@ async def last_pause_command(conn: aiosqlite.Connection, run_id: str) -> str | N
     return row[0] if row else None
 
 
-async def live_figures(conn: aiosqlite.Connection, run_id: str) -> dict[str, Any]:
+async def live_figures(conn: StoreConnection, run_id: str) -> dict[str, Any]:
     """The executor's heartbeat figures: in_flight, concurrency, paused, retrying."""
     async with conn.execute("SELECT live_json FROM runs WHERE id=?", (run_id,)) as cur:
         row = await cur.fetchone()
     return json.loads(row[0]) if row and row[0] else {}
 
 
-async def log_rows(conn: aiosqlite.Connection, run_id: str, limit: int = 100
+async def log_rows(conn: StoreConnection, run_id: str, limit: int = 100
                    ) -> tuple[list[tuple], list[tuple]]:
     """(failed attempts: sent_at, task_id, number, error_class, status_code, retry_wait_s,
     error_message), (events: at, kind, detail) — the newest `limit` of each."""
@@ -47,7 +46,7 @@ async def log_rows(conn: aiosqlite.Connection, run_id: str, limit: int = 100
     return errs, events
 
 
-async def task_json(conn: aiosqlite.Connection, run_id: str, seq: int) -> str | None:
+async def task_json(conn: StoreConnection, run_id: str, seq: int) -> str | None:
     """What was asked of one task: its workload line as stored."""
     async with conn.execute("SELECT task_json FROM tasks WHERE run_id=? AND seq=?",
                             (run_id, seq)) as cur:
@@ -55,7 +54,7 @@ async def task_json(conn: aiosqlite.Connection, run_id: str, seq: int) -> str | 
     return row[0] if row is not None else None
 
 
-async def task_detail_row(conn: aiosqlite.Connection, run_id: str, seq: int
+async def task_detail_row(conn: StoreConnection, run_id: str, seq: int
                           ) -> tuple[tuple | None, list[dict[str, Any]]]:
     """One task's stored result joined with what was asked, and its attempts in order."""
     async with conn.execute(
@@ -74,7 +73,7 @@ async def task_detail_row(conn: aiosqlite.Connection, run_id: str, seq: int
     return tuple(row), attempts
 
 
-async def stored_keys(conn: aiosqlite.Connection, run_id: str) -> tuple[KeyRow, ...]:
+async def stored_keys(conn: StoreConnection, run_id: str) -> tuple[KeyRow, ...]:
     """The run's keys as its writer last stored them (with the heartbeat)."""
     async with conn.execute(
             "SELECT gateway, fingerprint, label, source, state, cooling_until, reason, "
@@ -83,7 +82,7 @@ async def stored_keys(conn: aiosqlite.Connection, run_id: str) -> tuple[KeyRow, 
         return tuple(KeyRow(*row) for row in await cur.fetchall())
 
 
-async def attempt_dicts(conn: aiosqlite.Connection, run_id: str, cols: Sequence[str]
+async def attempt_dicts(conn: StoreConnection, run_id: str, cols: Sequence[str]
                         ) -> AsyncIterator[tuple[int, dict[str, Any]]]:
     """(seq, attempt as a dict of `cols`) for every attempt of the run, in order."""
     async with conn.execute(f"SELECT seq, {', '.join(cols)} FROM attempts WHERE run_id=? "
@@ -92,7 +91,7 @@ async def attempt_dicts(conn: aiosqlite.Connection, run_id: str, cols: Sequence[
             yield r[0], dict(zip(cols, r[1:], strict=True))
 
 
-async def task_dicts(conn: aiosqlite.Connection, run_id: str, cols: Sequence[str]
+async def task_dicts(conn: StoreConnection, run_id: str, cols: Sequence[str]
                      ) -> AsyncIterator[tuple[dict[str, Any], dict[str, Any]]]:
     """Every task of the run, by seq: its result (`task_results` columns) and what was
     asked (the workload line as stored: prompt, user_id, model, metadata, …)."""
@@ -104,7 +103,7 @@ async def task_dicts(conn: aiosqlite.Connection, run_id: str, cols: Sequence[str
             yield dict(zip(cols, r[:-1], strict=True)), json.loads(r[-1])
 
 
-async def live_key_rows(conn: aiosqlite.Connection, fresh_s: float) -> list[tuple]:
+async def live_key_rows(conn: StoreConnection, fresh_s: float) -> list[tuple]:
     """Key rows of swarms alive right now (their heartbeat refreshed them within
     `fresh_s`): run_id, gateway, fingerprint, label, source, state, cooling_until, reason,
     in_flight, calls, rate_limited, errors."""
@@ -121,7 +120,7 @@ async def live_key_rows(conn: aiosqlite.Connection, fresh_s: float) -> list[tupl
 # `+run_id` keeps SQLite on the rowid range (the newest rows only); without it the planner
 # may take the (run_id, seq) index and visit every row of the run on every tick.
 
-async def task_list(conn: aiosqlite.Connection, run_id: str) -> list[tuple]:
+async def task_list(conn: StoreConnection, run_id: str) -> list[tuple]:
     """(seq, task_id, model, bucket) of every task, as routed at the start."""
     async with conn.execute("SELECT seq, task_id, model, bucket FROM tasks WHERE run_id=? "
                             "ORDER BY seq", (run_id,)) as cur:
@@ -137,7 +136,7 @@ def _limited(sql: str, params: tuple, limit: int | None) -> tuple[str, tuple]:
     return (sql, params) if limit is None else (f"{sql} LIMIT ?", (*params, limit))
 
 
-async def results_after(conn: aiosqlite.Connection, run_id: str, after: int,
+async def results_after(conn: StoreConnection, run_id: str, after: int,
                         limit: int | None = None) -> list[tuple]:
     """Results stored after rowid `after` (0: all of the run's), oldest first; at most
     `limit` of them."""
@@ -149,7 +148,7 @@ async def results_after(conn: aiosqlite.Connection, run_id: str, after: int,
         return [tuple(r) for r in await cur.fetchall()]
 
 
-async def attempts_after(conn: aiosqlite.Connection, run_id: str, after: int,
+async def attempts_after(conn: StoreConnection, run_id: str, after: int,
                          limit: int | None = None) -> list[tuple]:
     """(id, seq, number, outcome, sent_at, error_class, status_code, retry_wait_s,
     error_message, model, gateway, latency_ms, ttft_ms) of attempts stored after id
@@ -163,7 +162,7 @@ async def attempts_after(conn: aiosqlite.Connection, run_id: str, after: int,
         return [tuple(r) for r in await cur.fetchall()]
 
 
-async def events_after(conn: aiosqlite.Connection, run_id: str, after: int) -> list[tuple]:
+async def events_after(conn: StoreConnection, run_id: str, after: int) -> list[tuple]:
     """(id, at, kind, detail) of the run's events stored after id `after`."""
     async with conn.execute("SELECT id, at, kind, detail_json FROM events WHERE id > ? "
                             "AND run_id=? ORDER BY id", (after, run_id)) as cur:

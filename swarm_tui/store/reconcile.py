@@ -15,17 +15,17 @@ import sqlite3
 import time
 from pathlib import Path
 
-import aiosqlite
-
 from swarm_tui.engine.state import RunStatus
 from swarm_tui.errors import UserError
+from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.ownership import take_lock
 from swarm_tui.store.runs import RunRecord, get_run
 from swarm_tui.store.spill import find_journals, read_journal
+from swarm_tui.store.target import DbTarget
 from swarm_tui.store.writer import SQL_BY_TABLE, TABLE_ORDER
 
 
-async def reconcile_runs(conn: aiosqlite.Connection, path: Path) -> list[str]:
+async def reconcile_runs(conn: StoreConnection, path: DbTarget) -> list[str]:
     """Returns warnings (one line each) about what could not be put right."""
     journals = find_journals(path)
     async with conn.execute("SELECT id FROM runs WHERE status = 'running'") as cur:
@@ -63,7 +63,7 @@ async def reconcile_runs(conn: aiosqlite.Connection, path: Path) -> list[str]:
     return warnings
 
 
-async def _import(conn: aiosqlite.Connection, run: RunRecord, journal: Path) -> str | None:
+async def _import(conn: StoreConnection, run: RunRecord, journal: Path) -> str | None:
     """Write a journal's rows (idempotent: attempts by uid, first result wins), then
     remove it. On failure the journal stays for the next open."""
     entries = read_journal(journal)
@@ -85,7 +85,7 @@ async def _import(conn: aiosqlite.Connection, run: RunRecord, journal: Path) -> 
     return None
 
 
-async def _all_answered(conn: aiosqlite.Connection, run_id: str) -> bool:
+async def _all_answered(conn: StoreConnection, run_id: str) -> bool:
     async with conn.execute(
             "SELECT count(*) FROM tasks t LEFT JOIN results r ON r.run_id = t.run_id "
             "AND r.seq = t.seq WHERE t.run_id = ? AND (r.state IS NULL OR "

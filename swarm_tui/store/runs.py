@@ -10,18 +10,18 @@ import sqlite3
 import time
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, ClassVar
 
-import aiosqlite
 from pydantic import BaseModel
 
 from swarm_tui.config_sections import SlaConfig
 from swarm_tui.engine.state import Agent, RunStatus
 from swarm_tui.engine.summary import RunSummary, SummaryBuilder
 from swarm_tui.errors import UserError
+from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.ownership import Claim, owner_alive, pid_alive
 from swarm_tui.store.reads import live_figures
+from swarm_tui.store.target import DbTarget
 from swarm_tui.workload import Task, TaskHead
 
 ENDED = ("finished", "cancelled", "budget_stopped")
@@ -81,7 +81,7 @@ def _record(row: tuple) -> RunRecord:
                      owner_started=owner_started, lock_path=lock_path)
 
 
-async def create_run(conn: aiosqlite.Connection, run_id: str, agents: Sequence[Agent],
+async def create_run(conn: StoreConnection, run_id: str, agents: Sequence[Agent],
                      tasks: Iterable[Task], *, name: str | None, simulated: bool,
                      config: dict[str, Any], claim: Claim) -> None:
     """The run and its task rows; `tasks` are the agents' whole tasks, in their order (a
@@ -122,7 +122,7 @@ async def create_run(conn: aiosqlite.Connection, run_id: str, agents: Sequence[A
 LAST = "last"  # a RUN_ID argument meaning the newest stored run (run ids start with a date)
 
 
-async def get_run(conn: aiosqlite.Connection, run_id: str, path: Path) -> RunRecord:
+async def get_run(conn: StoreConnection, run_id: str, path: DbTarget) -> RunRecord:
     """A run by id, or the newest one for `last` (on call: `report last`, no `runs` first)."""
     if run_id == LAST:
         newest = await list_runs(conn, 1)
@@ -136,7 +136,7 @@ async def get_run(conn: aiosqlite.Connection, run_id: str, path: Path) -> RunRec
     return _record(tuple(row))
 
 
-async def list_runs(conn: aiosqlite.Connection, limit: int = 50) -> list[RunRecord]:
+async def list_runs(conn: StoreConnection, limit: int = 50) -> list[RunRecord]:
     async with conn.execute(
             f"SELECT {_RUN_COLS} FROM runs ORDER BY started_at DESC LIMIT ?", (limit,)) as cur:
         return [_record(tuple(r)) for r in await cur.fetchall()]
@@ -169,7 +169,7 @@ class StoredTask:
     tasks: ClassVar[int] = 1  # as a cost row: one task
 
 
-async def task_rows(conn: aiosqlite.Connection, run_id: str, chunk: int = 2000
+async def task_rows(conn: StoreConnection, run_id: str, chunk: int = 2000
                     ) -> AsyncIterator[list[StoredTask]]:
     """The run's result rows, a chunk at a time (a 100,000-task run is never in memory)."""
     async with conn.execute(
@@ -185,7 +185,7 @@ async def task_rows(conn: aiosqlite.Connection, run_id: str, chunk: int = 2000
             yield [StoredTask(*r) for r in rows]
 
 
-async def load_summary(conn: aiosqlite.Connection, run: RunRecord) -> RunSummary:
+async def load_summary(conn: StoreConnection, run: RunRecord) -> RunSummary:
     """The run's summary computed from its stored rows (what `report` prints)."""
     builder = SummaryBuilder()
     async for rows in task_rows(conn, run.id):
@@ -200,22 +200,23 @@ async def load_summary(conn: aiosqlite.Connection, run: RunRecord) -> RunSummary
     return summary
 
 
-async def tasks_sent_twice(conn: aiosqlite.Connection, run_id: str) -> set[int]:
+async def tasks_sent_twice(conn: StoreConnection, run_id: str) -> set[int]:
     """Seqs of tasks answered more than once, or whose attempt number repeats (two
     executors each sent it)."""
     async with conn.execute(
             "SELECT seq FROM attempts WHERE run_id = ? GROUP BY seq HAVING "
-            "SUM(outcome = 'ok') > 1 OR COUNT(*) > COUNT(DISTINCT number)", (run_id,)) as cur:
+            "COUNT(CASE WHEN outcome = 'ok' THEN 1 END) > 1 OR COUNT(*) > COUNT(DISTINCT number)",
+            (run_id,)) as cur:
         return {r[0] for r in await cur.fetchall()}
 
 
-async def save_summary(conn: aiosqlite.Connection, summary: RunSummary) -> None:
+async def save_summary(conn: StoreConnection, summary: RunSummary) -> None:
     await conn.execute("UPDATE runs SET summary_json=? WHERE id=?",
                        (summary.model_dump_json(), summary.run_id))
 
 
 async def resumable_tasks(
-    conn: aiosqlite.Connection, run_id: str
+    conn: StoreConnection, run_id: str
 ) -> tuple[list[int], list[TaskHead], list[int]]:
     """Tasks with no stored result (never finished, or cancelled), with their stored
     attempts: heads only, read row by row (the prompts are read again at each send)."""
@@ -235,8 +236,8 @@ async def resumable_tasks(
     return seqs, heads, prior
 
 
-async def claim_run(conn: aiosqlite.Connection, run: RunRecord, claim: Claim,
-                    path: Path) -> None:
+async def claim_run(conn: StoreConnection, run: RunRecord, claim: Claim,
+                    path: DbTarget) -> None:
     """Take over a run whose owner is gone: compare-and-swap on the claim token read with
     `run`, so of two processes that both saw it free exactly one wins."""
     # On this host the lock we hold proves no other executor; an executor of an older
@@ -265,7 +266,7 @@ async def claim_run(conn: aiosqlite.Connection, run: RunRecord, claim: Claim,
     await conn.commit()
 
 
-async def release_run(conn: aiosqlite.Connection, run_id: str, status: str, claim: Claim
+async def release_run(conn: StoreConnection, run_id: str, status: str, claim: Claim
                       ) -> None:
     """Give up a claimed run without executing it (nothing was left to send)."""
     await conn.execute("UPDATE runs SET status=?, owner_token=NULL WHERE id=? AND "
@@ -274,7 +275,7 @@ async def release_run(conn: aiosqlite.Connection, run_id: str, status: str, clai
     claim.release()
 
 
-async def spent_usd(conn: aiosqlite.Connection, run_id: str) -> float:
+async def spent_usd(conn: StoreConnection, run_id: str) -> float:
     """What the run's succeeded tasks cost so far (a resume's budget starts from it)."""
     async with conn.execute("SELECT COALESCE(SUM(cost_usd), 0) FROM results WHERE run_id=? "
                             "AND state='succeeded'", (run_id,)) as cur:

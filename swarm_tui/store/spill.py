@@ -19,30 +19,43 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
+from swarm_tui.store.target import DbTarget, PgTarget
+
 RESERVE_BYTES = 8 << 20  # ~1,500 answers of the team's size: many flush windows' worth
 SUFFIX = ".spill.jsonl"
 
 
-def _db_tag(db_path: Path) -> str:
+def _db_tag(db_path: DbTarget) -> str:
+    if isinstance(db_path, PgTarget):
+        return db_path.tag
     return hashlib.sha256(str(db_path.resolve()).encode()).hexdigest()[:10]
+
+
+def _home(db_path: DbTarget) -> tuple[Path, str]:
+    """The directory a journal goes to first, and its names' prefix: beside a database
+    file; for a server, this host's directory for that server."""
+    if isinstance(db_path, PgTarget):
+        return db_path.local_dir(), "journal-"
+    return db_path.parent, f"{db_path.name}-"
 
 
 def fallback_dir() -> Path:
     return Path(tempfile.gettempdir()) / f"swarm-tui-spill-{os.getuid()}"
 
 
-def journal_paths(db_path: Path, run_id: str) -> list[Path]:
+def journal_paths(db_path: DbTarget, run_id: str) -> list[Path]:
     """Where a run's journal may be: beside the database first, then the fallback."""
-    return [db_path.with_name(f"{db_path.name}-{run_id}{SUFFIX}"),
+    home, prefix = _home(db_path)
+    return [home / f"{prefix}{run_id}{SUFFIX}",
             fallback_dir() / f"{_db_tag(db_path)}-{run_id}{SUFFIX}"]
 
 
-def find_journals(db_path: Path) -> dict[str, list[Path]]:
+def find_journals(db_path: DbTarget) -> dict[str, list[Path]]:
     """Every journal that belongs to this database, by run id."""
     found: dict[str, list[Path]] = {}
-    prefix = f"{db_path.name}-"
+    home, prefix = _home(db_path)
     with contextlib.suppress(OSError):
-        for p in db_path.parent.iterdir():
+        for p in home.iterdir():
             if p.name.startswith(prefix) and p.name.endswith(SUFFIX):
                 found.setdefault(p.name[len(prefix):-len(SUFFIX)], []).append(p)
     tag = f"{_db_tag(db_path)}-"
@@ -73,7 +86,7 @@ def read_journal(path: Path) -> list[tuple[str, list]]:
 class SpillJournal:
     """Append-only, fsynced, with space reserved up front. Not thread-safe (one writer)."""
 
-    def __init__(self, db_path: Path, run_id: str) -> None:
+    def __init__(self, db_path: DbTarget, run_id: str) -> None:
         self.candidates = journal_paths(db_path, run_id)
         self.path: Path | None = None
         self._fd = -1

@@ -7,11 +7,10 @@ blocks of consecutive seqs, one block ahead of the sends, so a send almost never
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
-import aiosqlite
-
+from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.db import open_db
+from swarm_tui.store.target import DbTarget
 from swarm_tui.workload import Task
 
 BLOCK = 256        # seqs per read (~0.8 MB of JSON in the team's shape)
@@ -21,10 +20,10 @@ KEEP_BEHIND = 2    # blocks kept behind the newest one read (tasks parked meanwh
 class StoredBodies:
     """One read connection of its own: a send never queues behind the writer's batch."""
 
-    def __init__(self, db_path: Path, run_id: str) -> None:
+    def __init__(self, db_path: DbTarget, run_id: str) -> None:
         self.db_path, self.run_id = db_path, run_id
-        self._conn: aiosqlite.Connection | None = None
-        self._opening: asyncio.Task[aiosqlite.Connection] | None = None
+        self._conn: StoreConnection | None = None
+        self._opening: asyncio.Task[StoreConnection] | None = None
         self._cache: dict[int, Task] = {}
         self._blocks: dict[int, asyncio.Task[None]] = {}  # started reads, by block
         self._newest = -1
@@ -66,7 +65,7 @@ class StoredBodies:
                         if b < block - KEEP_BEHIND and f.done()]:
                 del self._blocks[old]
 
-    async def _connection(self) -> aiosqlite.Connection:
+    async def _connection(self) -> StoreConnection:
         if self._conn is None:
             if self._opening is None:
                 self._opening = asyncio.ensure_future(

@@ -19,42 +19,45 @@ import dataclasses
 import json
 import sqlite3
 import time
-from pathlib import Path
-
-import aiosqlite
 
 from swarm_tui.engine import events as ev
 from swarm_tui.engine.control import Executor, apply_command
 from swarm_tui.engine.snapshot import key_rows
 from swarm_tui.engine.state import Agent, Attempt
+from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.db import db_error
 from swarm_tui.store.ownership import Claim
 from swarm_tui.store.spill import SpillJournal
+from swarm_tui.store.target import DbTarget
+
+
+def upsert(table: str, cols: str, key: str, where: str = "") -> str:
+    """INSERT ... ON CONFLICT (key) DO UPDATE: spelled alike by SQLite and PostgreSQL."""
+    names = cols.split(", ")
+    keys = set(key.split(", "))
+    sets = ", ".join(f"{c} = excluded.{c}" for c in names if c not in keys)
+    return (f"INSERT INTO {table} ({cols}) VALUES ({', '.join('?' * len(names))}) "
+            f"ON CONFLICT ({key}) DO UPDATE SET {sets}{where}")
+
 
 RESULT_COLS = ("run_id, seq, state, model, gateway, bucket, key_fp, attempts, tokens_in, "
                "tokens_out, cached_in, usage_estimated, cost_usd, latency_ms, ttft_ms, queue_ms, "
                "status_code, error_class, error_message, response_text, finished_at")
 # A result is final, except a cancelled one, which a resume replaces; a result arriving
 # twice for one task (a journal replayed) keeps the first.
-INSERT_RESULT = (
-    f"INSERT INTO results ({RESULT_COLS}) VALUES ({', '.join('?' * 21)}) "
-    "ON CONFLICT (run_id, seq) DO UPDATE SET "
-    + ", ".join(f"{c} = excluded.{c}" for c in RESULT_COLS.split(", ")[2:])
-    + " WHERE results.state = 'cancelled'"
-)
+INSERT_RESULT = upsert("results", RESULT_COLS, "run_id, seq",
+                       " WHERE results.state = 'cancelled'")
 # Attempts are only ever inserted: a uid seen before (a replayed journal) is skipped.
 INSERT_ATTEMPT = """
-INSERT OR IGNORE INTO attempts (uid, run_id, seq, number, model, gateway, key_fp, sent_at,
+INSERT INTO attempts (uid, run_id, seq, number, model, gateway, key_fp, sent_at,
     queue_ms, latency_ms, ttft_ms, status_code, error_class, error_message, retry_wait_s,
     tokens_in, tokens_out, cached_in, outcome)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (uid) DO NOTHING
 """
-UPSERT_KEY = """
-INSERT OR REPLACE INTO key_state (run_id, gateway, fingerprint, label, source, state,
-    cooling_until, reason, in_flight, calls, rate_limited, errors, tokens_in, tokens_out,
-    last_used, updated_at)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-"""
+UPSERT_KEY = upsert("key_state", "run_id, gateway, fingerprint, label, source, state, "
+                    "cooling_until, reason, in_flight, calls, rate_limited, errors, tokens_in, "
+                    "tokens_out, last_used, updated_at", "run_id, gateway, fingerprint")
 INSERT_EVENT = "INSERT INTO events (run_id, at, kind, actor, detail_json) VALUES (?, ?, ?, ?, ?)"
 SQL_BY_TABLE = {"attempt": INSERT_ATTEMPT, "result": INSERT_RESULT, "event": INSERT_EVENT}
 TABLE_ORDER = ("attempt", "result", "event")  # attempts first: a result's attempts exist
@@ -77,7 +80,7 @@ class WriterStats:
 
 
 class StoreWriter:
-    def __init__(self, conn: aiosqlite.Connection, path: Path, run_id: str, runner: Executor,
+    def __init__(self, conn: StoreConnection, path: DbTarget, run_id: str, runner: Executor,
                  *, claim: Claim, flush_interval: float = 0.25, max_rows: int = 5000,
                  heartbeat_s: float = 1.0, grace_s: float = 60.0) -> None:
         self.conn = conn

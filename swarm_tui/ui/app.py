@@ -32,6 +32,7 @@ from swarm_tui.engine.snapshot import AgentCell, Snapshot
 from swarm_tui.engine.state import TaskState
 from swarm_tui.errors import EXIT_HANGUP, UserError
 from swarm_tui.run_sources.base import RunSource
+from swarm_tui.store.target import DbTarget
 from swarm_tui.ui.agents import AgentsView
 from swarm_tui.ui.canary_panel import CanaryScreen
 from swarm_tui.ui.cost_panel import CostScreen
@@ -133,7 +134,7 @@ class SwarmApp(App[int]):
         source: RunSource | None = None,
         *,
         start_source: Callable[[], RunSource] | None = None,
-        db_path: Path | None = None,
+        db_path: DbTarget | None = None,
         refresh_s: float = 0.25,
         theme: str | None = None,
         keymap: dict[str, str] | None = None,
@@ -480,8 +481,9 @@ class SwarmApp(App[int]):
     async def action_history(self) -> None:
         from swarm_tui.report.history import runs_listing
         from swarm_tui.store.db import open_db
+        from swarm_tui.store.target import missing_file
 
-        if self.db_path is None or not self.db_path.exists():
+        if self.db_path is None or missing_file(self.db_path):
             self.notify("no stored runs yet", severity="warning")
             return
         conn = await open_db(self.db_path, create=False)
