@@ -76,6 +76,14 @@ def db_target(request, tmp_path) -> Path | PgTarget:
     return new_pg_database(request.getfixturevalue("pg_server"))
 
 
+@pytest.fixture
+def any_db(db_target, no_user_config, monkeypatch) -> Path | PgTarget:
+    """The commands' database (SWARM_TUI_DB) on each back end in turn."""
+    monkeypatch.setenv("SWARM_TUI_DB", db_target.url if isinstance(db_target, PgTarget)
+                       else str(db_target))
+    return db_target
+
+
 def raw_rows(target: Path | PgTarget, sql: str, params: Sequence = ()) -> list[tuple]:
     """Rows read past the store, with the driver of the back end (the store's `?`)."""
     if isinstance(target, PgTarget):
@@ -83,9 +91,10 @@ def raw_rows(target: Path | PgTarget, sql: str, params: Sequence = ()) -> list[t
 
         from swarm_tui.store.pg import translate
 
-        with psycopg.connect(target.url) as c:
-            return [tuple(r) for r in c.execute(translate(sql), params or None).fetchall()]
-    with contextlib.closing(sqlite3.connect(target)) as c:
+        with psycopg.connect(target.url) as c:  # commits on leaving
+            cur = c.execute(translate(sql), tuple(params))
+            return [tuple(r) for r in cur.fetchall()] if cur.description else []
+    with contextlib.closing(sqlite3.connect(target, timeout=10)) as c, c:
         return c.execute(sql, params).fetchall()
 
 

@@ -8,12 +8,15 @@ import sqlite3
 import subprocess
 import sys
 import time
+from pathlib import Path
 
+import psycopg
 import pytest
 
 from swarm_tui.sim.server import SimProcess
 from swarm_tui.sim.settings import SimSettings
-from tests.conftest import TEST_KEY, assert_one_line_error, swarm
+from swarm_tui.store.target import PgTarget
+from tests.conftest import TEST_KEY, assert_one_line_error, raw_rows, swarm
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -69,6 +72,14 @@ def sim_procs():
 @pytest.fixture
 def env(tmp_path):
     return {"SWARM_TEST_KEY": TEST_KEY, "SWARM_TUI_DB": str(tmp_path / "runs.db"),
+            "XDG_CONFIG_HOME": str(tmp_path / "xdg")}
+
+
+@pytest.fixture
+def env_any(tmp_path, db_target):
+    """`env` with the canary's state on each back end in turn (the CAS, the audit)."""
+    db = db_target.url if isinstance(db_target, PgTarget) else str(db_target)
+    return {"SWARM_TEST_KEY": TEST_KEY, "SWARM_TUI_DB": db,
             "XDG_CONFIG_HOME": str(tmp_path / "xdg")}
 
 
@@ -163,7 +174,8 @@ def test_too_little_traffic_stays_inconclusive_pauses_and_never_promotes(sim_fac
 
 @pytest.mark.slow
 def test_canary_set_from_another_process_reaches_the_running_runner(sim_factory, tmp_path,
-                                                                   env):
+                                                                   env_any):
+    env = env_any
     base = sim_factory(profile="fixed:100")
     cand = sim_factory(profile="fixed:100")
     cfg = _config(tmp_path, base, cand, mode="manual", bake="24h")
@@ -172,15 +184,15 @@ def test_canary_set_from_another_process_reaches_the_running_runner(sim_factory,
          "--concurrency", "10", "--config", cfg], env={**os.environ, **env},
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     db = env["SWARM_TUI_DB"]
+    target = PgTarget(db) if db.startswith("postgresql://") else Path(db)
     try:
         deadline = time.time() + 30
         while time.time() < deadline:  # wait until results are landing
             time.sleep(0.2)
             try:
-                with sqlite3.connect(db) as c:
-                    if c.execute("SELECT count(*) FROM results").fetchone()[0] >= 50:
-                        break
-            except sqlite3.Error:
+                if raw_rows(target, "SELECT count(*) FROM results")[0][0] >= 50:
+                    break
+            except (sqlite3.Error, psycopg.Error):
                 continue
         asked_at = time.time()
         r = swarm("canary", "set", "100", "--reason", "move everyone", "--config", cfg, env=env)
@@ -190,11 +202,10 @@ def test_canary_set_from_another_process_reaches_the_running_runner(sim_factory,
         assert run.wait(60) in (0, 3), run.stderr.read() if run.stderr else ""
     finally:
         run.kill()
-    with sqlite3.connect(db) as c:
-        before = c.execute("SELECT gateway, count(*) FROM attempts WHERE sent_at < ? "
-                           "GROUP BY gateway", (asked_at,)).fetchall()
-        after = c.execute("SELECT gateway, count(*) FROM attempts WHERE sent_at > ? + 0.6 "
-                          "GROUP BY gateway", (set_at,)).fetchall()
+    before = raw_rows(target, "SELECT gateway, count(*) FROM attempts WHERE sent_at < ? "
+                              "GROUP BY gateway", (asked_at,))
+    after = raw_rows(target, "SELECT gateway, count(*) FROM attempts WHERE sent_at > ? + 0.6 "
+                             "GROUP BY gateway", (set_at,))
     assert dict(before).get("direct", 0) > 0
     after_counts = dict(after)
     assert after_counts.get("gw", 0) > 50 and "direct" not in after_counts, after_counts
@@ -203,7 +214,8 @@ def test_canary_set_from_another_process_reaches_the_running_runner(sim_factory,
     assert last["actor"]  # the OS user
 
 
-def test_canary_cli_refusals_are_one_line(sim_factory, tmp_path, env):
+def test_canary_cli_refusals_are_one_line(sim_factory, tmp_path, env_any):
+    env = env_any
     base = sim_factory(profile="fixed:50")
     cand = sim_factory(profile="fixed:50")
     cfg = _config(tmp_path, base, cand, mode="manual")

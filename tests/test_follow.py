@@ -12,13 +12,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from swarm_tui.run_sources import StoreSource
 from swarm_tui.run_sources import stored as stored_source
-from tests.conftest import swarm
-
-pytestmark = pytest.mark.usefixtures("no_user_config")
+from swarm_tui.store.target import PgTarget
+from tests.conftest import raw_rows, swarm
 
 
 def _start_run(n: int, *extra: str) -> subprocess.Popen:
@@ -30,13 +30,12 @@ def _start_run(n: int, *extra: str) -> subprocess.Popen:
         stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
 
 
-def _running(db: str) -> bool:
+def _running(db: Path | PgTarget) -> bool:
     try:
-        with sqlite3.connect(db) as c:
-            return bool(c.execute("SELECT COUNT(*) FROM runs r JOIN results x ON x.run_id = r.id"
-                                  " WHERE r.status='running'").fetchone()[0])
-    except sqlite3.Error:
-        return False
+        return bool(raw_rows(db, "SELECT COUNT(*) FROM runs r JOIN results x ON "
+                                 "x.run_id = r.id WHERE r.status='running'")[0][0])
+    except (sqlite3.Error, psycopg.Error):
+        return False  # not created yet
 
 
 async def _until(pred, timeout: float = 60.0) -> None:
@@ -46,11 +45,12 @@ async def _until(pred, timeout: float = 60.0) -> None:
 
 
 @pytest.mark.slow
-async def test_a_watched_run_is_read_incrementally_and_ends_at_the_stored_figures(monkeypatch):
+async def test_a_watched_run_is_read_incrementally_and_ends_at_the_stored_figures(monkeypatch,
+                                                                                   any_db):
     # a tick reads at most TICK_ROWS rows while the run executes: small here, so the
     # watcher falls behind and catches up, and still ends at the stored figures
     monkeypatch.setattr(stored_source, "TICK_ROWS", 20)
-    db = Path(os.environ["SWARM_TUI_DB"])
+    db = any_db
     proc = _start_run(1500)
     sources: list[StoreSource] = []
     try:
@@ -62,7 +62,7 @@ async def test_a_watched_run_is_read_incrementally_and_ends_at_the_stored_figure
             proc.kill()
 
 
-async def _follow_to_the_end(db: Path, proc: subprocess.Popen, sources: list) -> None:
+async def _follow_to_the_end(db: Path | PgTarget, proc: subprocess.Popen, sources: list) -> None:
     try:
         await _until(lambda: _running(db))
         src = StoreSource(db, None)
@@ -124,14 +124,13 @@ async def _follow_to_the_end(db: Path, proc: subprocess.Popen, sources: list) ->
 
 
 @pytest.mark.slow
-async def test_a_watcher_follows_a_resume_of_a_cancelled_run():
+async def test_a_watcher_follows_a_resume_of_a_cancelled_run(any_db):
     """A resume re-sends the cancelled tasks; a reader that watched the cancelled session
     follows the new one from scratch and ends with every task succeeded."""
-    db = Path(os.environ["SWARM_TUI_DB"])
+    db = any_db
     proc = _start_run(600, "--rate", "60")  # ~10 s: the cancel lands mid-run, fast or slow
     await _until(lambda: _running(db))
-    with sqlite3.connect(db) as c:
-        run_id = c.execute("SELECT id FROM runs").fetchone()[0]
+    run_id = raw_rows(db, "SELECT id FROM runs")[0][0]
     src = StoreSource(db, run_id, write=True)  # as `watch --write` then `x` would
     await src.open()
     try:  # (an unclosed aiosqlite connection's thread would keep pytest from exiting)

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx2
+import psycopg
 import pytest
 
 from swarm_tui.engine import events as ev
@@ -26,9 +27,18 @@ from swarm_tui.store.db import open_db
 from swarm_tui.store.ownership import take_lock
 from swarm_tui.store.runs import create_run, resumable_tasks
 from swarm_tui.store.spill import find_journals, read_journal
+from swarm_tui.store.target import PgTarget
 from swarm_tui.store.task_bodies import StoredBodies
 from swarm_tui.store.writer import STORE_HOLD, STORE_STOPPED, StoreWriter
-from tests.conftest import TEST_KEY, assert_one_line_error, make_client, make_runner, swarm, tasks
+from tests.conftest import (
+    TEST_KEY,
+    assert_one_line_error,
+    make_client,
+    make_runner,
+    raw_rows,
+    swarm,
+    tasks,
+)
 
 CONCURRENCY = 20
 
@@ -46,7 +56,12 @@ def _wait(pred: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
         time.sleep(0.05)
 
 
-def _q(db: Path, sql: str, *args):
+def _q(db: Path | PgTarget, sql: str, *args):
+    if isinstance(db, PgTarget):
+        try:
+            return raw_rows(db, sql, args)
+        except psycopg.errors.UndefinedTable as e:  # as sqlite's "no such table"
+            raise sqlite3.OperationalError(str(e)) from None
     # mode=rw: a poll before the run made its database must not create it (0644) first
     raw = sqlite3.connect(f"file:{db}?mode=rw", uri=True, timeout=10)
     try:
@@ -56,7 +71,7 @@ def _q(db: Path, sql: str, *args):
         raw.close()
 
 
-def _results(db: Path) -> int:
+def _results(db: Path | PgTarget) -> int:
     try:
         return _q(db, "SELECT COUNT(*) FROM results")[0][0]
     except sqlite3.OperationalError:
@@ -81,7 +96,7 @@ def _run_args(w: Path, cfg: Path) -> list[str]:
             "--headless", "--quiet"]
 
 
-def _only_run(db: Path) -> str:
+def _only_run(db: Path | PgTarget) -> str:
     _wait(lambda: _results(db) > 0 or bool(_q(db, "SELECT id FROM runs")), "the run row")
     return _q(db, "SELECT id FROM runs")[0][0]
 
@@ -232,7 +247,7 @@ def test_a_stopped_executor_keeps_its_run(tmp_path, sim_proc):
     assert _q(db, "SELECT COUNT(*) FROM attempts") == [(1500,)]
 
 
-def _interrupted_run(tmp_path: Path, cfg: Path, db: Path, n: int, stored: int) -> str:
+def _interrupted_run(tmp_path: Path, cfg: Path, db: Path | PgTarget, n: int, stored: int) -> str:
     proc = _popen(*_run_args(_workload(tmp_path, n), cfg))
     _wait(lambda: _results(db) >= stored, f"{stored} stored results")
     proc.kill()
@@ -240,17 +255,16 @@ def _interrupted_run(tmp_path: Path, cfg: Path, db: Path, n: int, stored: int) -
     return _only_run(db)
 
 
-def _unanswered(db: Path, run_id: str) -> int:
+def _unanswered(db: Path | PgTarget, run_id: str) -> int:
     return _q(db, "SELECT COUNT(*) FROM tasks t LEFT JOIN results r ON r.run_id = t.run_id "
                   "AND r.seq = t.seq WHERE t.run_id = ? AND (r.state IS NULL OR "
                   "r.state = 'cancelled')", run_id)[0][0]
 
 
-@pytest.mark.usefixtures("no_user_config")
 @pytest.mark.slow
-def test_two_resumes_at_once_exactly_one_runs(tmp_path, sim_proc):
+def test_two_resumes_at_once_exactly_one_runs(tmp_path, sim_proc, any_db):
     port, cfg = sim_proc
-    db = Path(os.environ["SWARM_TUI_DB"])
+    db = any_db
     run_id = _interrupted_run(tmp_path, cfg, db, 2500, 200)
     todo = _unanswered(db, run_id)
     before = _requests(port)
@@ -267,12 +281,11 @@ def test_two_resumes_at_once_exactly_one_runs(tmp_path, sim_proc):
     assert _q(db, "SELECT COUNT(*) FROM results WHERE state='succeeded'") == [(2500,)]
 
 
-@pytest.mark.usefixtures("no_user_config")
 @pytest.mark.slow
 def test_kill_9_at_random_points_then_resume_pays_each_task_once_but_the_window(
-        tmp_path, sim_proc):
+        tmp_path, sim_proc, any_db):
     port, cfg = sim_proc
-    db = Path(os.environ["SWARM_TUI_DB"])
+    db = any_db
     n, kills = 3000, 5
     rng = random.Random(11)
     proc = _popen(*_run_args(_workload(tmp_path, n), cfg))
@@ -293,7 +306,7 @@ def test_kill_9_at_random_points_then_resume_pays_each_task_once_but_the_window(
                   run_id)
     assert per_task == [(n,)]
     assert _q(db, "SELECT MAX(c) FROM (SELECT COUNT(*) c FROM attempts WHERE outcome='ok' "
-                  "GROUP BY seq)") == [(1,)]
+                  "GROUP BY seq) per_seq") == [(1,)]
     # a kill loses at most the calls in flight plus one flush window of results
     # (fixed:50 at 20 in flight ≈ 400 answers/s, 0.25 s window ≈ 100)
     window = CONCURRENCY + 100
@@ -316,9 +329,9 @@ def test_a_run_killed_after_its_last_flush_is_marked_finished(tmp_path):
     assert _q(db, "SELECT owner_token FROM runs") == [(None,)]
 
 
-async def test_an_executor_that_lost_its_claim_cannot_write(sim_factory, tmp_path):
+async def test_an_executor_that_lost_its_claim_cannot_write(sim_factory, db_target):
     server = sim_factory(profile="fixed:30")
-    path = tmp_path / "runs.db"
+    path = db_target
     conn = await open_db(path)
     gw = make_client(server)
     work = tasks(400, prefix="c")
@@ -346,19 +359,17 @@ async def test_an_executor_that_lost_its_claim_cannot_write(sim_factory, tmp_pat
     assert stored < 400 and stored + journaled == server.app.stats["requests"]
 
 
-@pytest.mark.usefixtures("no_user_config")
-def test_a_task_sent_twice_shows_in_report_and_export(tmp_path):
+def test_a_task_sent_twice_shows_in_report_and_export(any_db):
     r = swarm("run", "--demo", "4", "--headless", "--json", "--quiet", "--sim-rate-429", "0",
               "--sim-rate-503", "0")  # one attempt each: the copy below is the only repeat
     run_id = json.loads(r.stdout)["run_id"]
-    db = Path(os.environ["SWARM_TUI_DB"])
-    with sqlite3.connect(db) as raw:  # a second executor's attempt for task 0
-        cols = ("run_id, seq, number, model, gateway, key_fp, sent_at, queue_ms, latency_ms, "
-                "ttft_ms, status_code, error_class, error_message, retry_wait_s, tokens_in, "
-                "tokens_out, cached_in, outcome")
-        raw.execute(f"INSERT INTO attempts (uid, {cols}) SELECT 'other:' || id, {cols} FROM "
-                    "attempts WHERE run_id=? AND seq=0", (run_id,))
-        raw.execute("UPDATE runs SET summary_json=NULL")
+    cols = ("run_id, seq, number, model, gateway, key_fp, sent_at, queue_ms, latency_ms, "
+            "ttft_ms, status_code, error_class, error_message, retry_wait_s, tokens_in, "
+            "tokens_out, cached_in, outcome")
+    # a second executor's attempt for task 0
+    _q(any_db, f"INSERT INTO attempts (uid, {cols}) SELECT 'other:' || id, {cols} FROM "
+               "attempts WHERE run_id=? AND seq=0", run_id)
+    _q(any_db, "UPDATE runs SET summary_json=NULL")
     rep = swarm("report", run_id)
     assert "SENT MORE THAN ONCE: 1 tasks" in rep.stdout
     rep_json = json.loads(swarm("report", run_id, "--json").stdout)

@@ -145,12 +145,28 @@ class _Execution:
             await self._cursor.close()
 
 
+def _inline(sql: str, params: Any) -> str:
+    """For tracing only: never sent, never logged (a prompt may be among the values)."""
+    if not params:
+        return sql.replace("%%", "%")
+    parts = sql.split("%s")
+    out = parts[0]
+    for value, part in zip(params, parts[1:], strict=False):
+        out += (f"'{value}'" if isinstance(value, str) else str(value)) + part
+    return out.replace("%%", "%")
+
+
 class PgConnection:
     dialect = "postgresql"
 
     def __init__(self, raw: psycopg.AsyncConnection[Any], target: PgTarget) -> None:
         self.raw = raw
         self.target = target
+        self._trace: Callable[[str], object] | None = None
+
+    async def set_trace_callback(self, trace: Callable[[str], object] | None) -> None:
+        """Each statement, its parameters written in (as sqlite3's trace shows them)."""
+        self._trace = trace
 
     @classmethod
     async def connect(cls, target: PgTarget) -> PgConnection:
@@ -176,6 +192,8 @@ class PgConnection:
                                             None))
 
     async def _run(self, method: str, sql: str, params: Any) -> PgCursor:
+        if self._trace is not None:
+            self._trace(_inline(sql, params) if method == "execute" else sql)
         cur = self.raw.cursor()
         try:
             await getattr(cur, method)(sql, params)
