@@ -208,6 +208,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         sim=_sim_settings(args, "sim_"), transport=args.transport, seed=args.seed,
         name=args.name, canary_demo=args.canary_demo, max_calls_per_s=rate,
         incidents=incidents)
+    if args.workers is not None:
+        if args.workers < 1:
+            raise UserError("--workers: 1 or more worker processes")
+        return run_async(_with_db(args, _run_workers, cfg, opts, tasks, args))
     if console:
         from swarm_tui.run_sources import LiveSource
         from swarm_tui.store.db import resolve_db_path
@@ -365,6 +369,59 @@ async def _run(conn, path, cfg, opts, tasks, args) -> int:
     return await _finish_stored(conn, path, cfg, outcome, args.json)
 
 
+async def _run_workers(conn, path, cfg, opts, tasks, args) -> int:
+    """`run --workers N`: store the run split into batches, start N `worker` processes
+    on this host, wait for them, and print the run's summary as `run` does."""
+    import asyncio
+    import subprocess
+
+    from swarm_tui.execution.stored_run import Outcome
+    from swarm_tui.execution.workers import prepare
+    from swarm_tui.store.runs import get_run, load_summary, new_run_id
+
+    run_id = new_run_id()
+    batches = await prepare(conn, path, cfg, opts, tasks, run_id)
+    if not args.quiet:
+        print(f"swarm-tui: run {run_id}: {len(tasks)} tasks in {batches} batches, "
+              f"{args.workers} workers", file=sys.stderr)
+    argv = [sys.executable, "-m", "swarm_tui", "worker", run_id, "--quiet",
+            "--transport", args.transport]
+    if args.db:
+        argv += ["--db", args.db]  # never a password (refused on the command line)
+    if args.config:
+        argv += ["--config", args.config]
+    if args.no_preflight:
+        argv.append("--no-preflight")
+    procs = [await asyncio.create_subprocess_exec(*argv, stdin=subprocess.DEVNULL,
+                                                  stdout=subprocess.DEVNULL)
+             for _ in range(args.workers)]
+    codes = [await p.wait() for p in procs]
+    summary = await load_summary(conn, await get_run(conn, run_id, path))
+    failed = [c for c in codes if c not in (EXIT_OK, EXIT_SLA_BREACHED)]
+    if failed:
+        print(f"swarm-tui: {len(failed)} of {args.workers} workers failed (exit "
+              f"{', '.join(map(str, failed))}); `swarm-tui worker {run_id}` finishes the run",
+              file=sys.stderr)
+    # a worker that died is no failure of a run the others finished (its batches were
+    # leased again): exit as the run ended
+    interrupted = bool(failed) and summary.status != RunStatus.FINISHED
+    return await _finish_stored(conn, path, cfg, Outcome(summary, interrupted), args.json)
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    cfg = _config(args)
+    opts = _opts_from_args(args, concurrency=args.concurrency, transport=args.transport)
+    return run_async(_with_db(args, _worker, cfg, opts, args, create=False))
+
+
+async def _worker(conn, path, cfg, opts, args) -> int:
+    from swarm_tui.execution.workers import newest_split_run, work
+
+    run_id = args.run_id or await newest_split_run(conn, path)
+    outcome = await work(conn, path, cfg, opts, run_id, show_progress=not args.quiet)
+    return await _finish_stored(conn, path, cfg, outcome, args.json)
+
+
 def cmd_resume(args: argparse.Namespace) -> int:
     return run_async(_with_db(args, _resume, args, create=False))
 
@@ -482,7 +539,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     handlers = {"run": cmd_run, "sim": cmd_sim, "resume": cmd_resume, "runs": cmd_runs,
                 "report": cmd_report, "export": cmd_export, "watch": cmd_watch,
                 "canary": cmd_canary, "keys": cmd_keys, "cost": cmd_cost, "serve": cmd_serve,
-                None: cmd_console}
+                "worker": cmd_worker, None: cmd_console}
     try:
         return handlers[args.command](args)
     except UserError as e:

@@ -29,8 +29,9 @@ def _common(p: argparse.ArgumentParser, top: bool = False) -> None:
     default = None if top else argparse.SUPPRESS
     p.add_argument("--config", metavar="PATH", default=default,
                    help="config file (env SWARM_TUI_CONFIG)")
-    p.add_argument("--db", metavar="PATH", default=default,
-                   help="SQLite database (env SWARM_TUI_DB)")
+    p.add_argument("--db", metavar="PATH|URL", default=default,
+                   help="SQLite file or postgresql:// URL (env SWARM_TUI_DB; a password "
+                   "goes in PGPASSWORD, ~/.pgpass or a service file, never here)")
 
 
 def _sim_flags(p: argparse.ArgumentParser, prefix: str = "") -> None:
@@ -132,6 +133,10 @@ def build_parser() -> argparse.ArgumentParser:
                      "--sim-profile, auto mode with 30 s bakes (key g in the console)")
     run.add_argument("--budget", type=float, metavar="USD",
                      help="per-run cost cap: warn at 80 %%, stop dispatch at the cap (exit 4)")
+    run.add_argument("--workers", type=int, metavar="N",
+                     help="split the run into batches leased by N worker processes on this "
+                     "host (more join with `swarm-tui worker` from any host on the same "
+                     "PostgreSQL); needs a gateway every worker reaches")
     run.add_argument("--sim-incidents", action=argparse.BooleanOptionalAction, default=None,
                      help="the demo's scripted trouble on the simulator: kimi-k2.5 streams "
                      "break (retries, fallbacks), 429s cool a key down (on in the console demo)")
@@ -170,6 +175,18 @@ def build_parser() -> argparse.ArgumentParser:
     _execution_flags(resume)
     resume.add_argument("--budget", type=float, metavar="USD",
                         help="cost cap for the whole run (what it already cost counts)")
+
+    worker = sub.add_parser("worker", help="join a run started with --workers: lease its "
+                            "batches and execute them, until every batch is done")
+    _common(worker)
+    worker.add_argument("run_id", nargs="?",
+                        help="default: the newest running run split into batches")
+    worker.add_argument("--concurrency", type=int, metavar="N",
+                        help="this worker's calls in flight (default: its share of the "
+                        "run's, among the workers alive)")
+    worker.add_argument("--transport", choices=["aiohttp", "httpx2"], default="aiohttp",
+                        help="HTTP transport under the SDK")
+    _execution_flags(worker)
 
     runs = sub.add_parser("runs", help="stored runs, newest first")
     _common(runs)

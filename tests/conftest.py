@@ -248,13 +248,17 @@ def start_sim_process(*args: str) -> tuple[subprocess.Popen, int]:
     return proc, port
 
 
-@pytest.fixture
-def sim_proc(tmp_path):
+def sim_gateway(tmp_path: Path, profile: str) -> Iterator[tuple[int, Path]]:
     """`swarm-tui sim` in its own process, and a config pointing a gateway at it."""
-    proc, port = start_sim_process("--profile", "fixed:50")
+    proc, port = start_sim_process("--profile", profile)
     cfg = tmp_path / "c.toml"
     cfg.write_text(f'[gateways.local]\nbase_url = "http://127.0.0.1:{port}/v1"\n'
                    'key_env = ["GW_KEY"]\n')
     yield port, cfg
     proc.terminate()
     proc.wait(10)
+
+
+@pytest.fixture
+def sim_proc(tmp_path):
+    yield from sim_gateway(tmp_path, "fixed:50")

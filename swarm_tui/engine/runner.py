@@ -143,6 +143,34 @@ class SwarmRunner:
         self.loop_lag = LoopLag()  # the client's own scheduling delay (client-bound mark)
         self._next_send = 0.0  # perf_counter time the pace allows the next send at
         self._pace_timer: asyncio.TimerHandle | None = None
+        # a worker (execution/worker.py) adds the batches it leases while the run goes
+        # on: until `end_feed`, running out of tasks is waiting, not the end
+        self.feeding = False
+
+    def add_tasks(self, heads: Sequence[TaskHead], seqs: Sequence[int],
+                  prior_attempts: Sequence[int]) -> None:
+        """More of a stored run's tasks (by seq) for this runner to send."""
+        start = len(self.agents)
+        new = [self._agent(start + k, head) for k, head in enumerate(heads)]
+        for agent, seq, prior in zip(new, seqs, prior_attempts, strict=True):
+            agent.seq, agent.prior_attempts = seq, prior
+        self.agents.extend(new)
+        if self.t0:  # running: queue them now (before the run, run() queues every agent)
+            now = time.perf_counter()
+            for agent in new:
+                agent.ready_at = now
+                self._pending.append(agent)
+                self.emit(ev.QUEUED, agent)
+            self._wake.set()
+
+    @property
+    def backlog(self) -> int:
+        """Tasks queued here and not yet sent (what a worker leases more batches against)."""
+        return len(self._pending) + len(self._unparked) + len(self._retry_ready)
+
+    def end_feed(self) -> None:
+        self.feeding = False
+        self._wake.set()
 
     def _agent(self, i: int, task: TaskHead) -> Agent:
         agent = Agent(i, i, task, "", "", "", (), runner=self)
@@ -388,7 +416,7 @@ class SwarmRunner:
                     break
                 self._launch(agent)
             if not (self.in_flight or self.retry_waiting or self._pending or self._retry_ready
-                    or self._unparked
+                    or self._unparked or self.feeding
                     or any(r or f for r, f in self._parked.values())):
                 return
             if (self.cancelled or self.stop_reason) and not (self.in_flight or self.retry_waiting):

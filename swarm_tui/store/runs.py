@@ -216,10 +216,11 @@ async def save_summary(conn: StoreConnection, summary: RunSummary) -> None:
 
 
 async def resumable_tasks(
-    conn: StoreConnection, run_id: str
+    conn: StoreConnection, run_id: str, first: int = 0, last: int | None = None
 ) -> tuple[list[int], list[TaskHead], list[int]]:
     """Tasks with no stored result (never finished, or cancelled), with their stored
-    attempts: heads only, read row by row (the prompts are read again at each send)."""
+    attempts: heads only, read row by row (the prompts are read again at each send).
+    `first`..`last`: one leased batch's seqs (store/leases.py)."""
     seqs: list[int] = []
     heads: list[TaskHead] = []
     prior: list[int] = []
@@ -227,8 +228,9 @@ async def resumable_tasks(
             "SELECT t.seq, t.task_json, (SELECT COALESCE(MAX(number), 0) FROM attempts a "
             "WHERE a.run_id = t.run_id AND a.seq = t.seq) FROM tasks t "
             "LEFT JOIN results r ON r.run_id = t.run_id AND r.seq = t.seq "
-            "WHERE t.run_id = ? AND (r.state IS NULL OR r.state = 'cancelled') ORDER BY t.seq",
-            (run_id,)) as cur:
+            "WHERE t.run_id = ? AND t.seq BETWEEN ? AND ? "
+            "AND (r.state IS NULL OR r.state = 'cancelled') ORDER BY t.seq",
+            (run_id, first, last if last is not None else 2**62)) as cur:
         async for seq, raw, attempts in cur:
             seqs.append(seq)
             heads.append(Task.model_validate_json(raw).head())

@@ -232,6 +232,36 @@ MIGRATIONS: list[str] = [
     CREATE INDEX results_cost ON results(run_id, state, model, gateway, bucket, key_fp,
         usage_estimated, finished_at, cost_usd, tokens_in, tokens_out, cached_in);
     """,
+    # 7 -> 8: a run split into batches of seqs that worker processes lease (run --workers,
+    # worker): a lease is a fencing token and an expiry the holder renews; a dead worker's
+    # batches are leased again once expired. `workers` holds each one's heartbeat and live
+    # figures (the run's own live_json belongs to a single executor).
+    """
+    CREATE TABLE batches (
+        run_id TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+        batch INTEGER NOT NULL,
+        first_seq INTEGER NOT NULL,
+        last_seq INTEGER NOT NULL,     -- inclusive
+        worker TEXT,                   -- host:pid of the last holder
+        token TEXT,                    -- the holder's fencing token; a new lease changes it
+        expires_at REAL,               -- unix seconds; renewed with every flush
+        leases INTEGER NOT NULL DEFAULT 0,  -- how many times it was leased
+        done_at REAL,                  -- every task of it has a stored result
+        PRIMARY KEY (run_id, batch)
+    );
+    CREATE TABLE workers (
+        run_id TEXT NOT NULL,
+        worker TEXT NOT NULL,
+        token TEXT NOT NULL,
+        host TEXT NOT NULL,
+        pid INTEGER NOT NULL,
+        started_at REAL NOT NULL,
+        heartbeat_at REAL NOT NULL,
+        ended_at REAL,
+        live_json TEXT,
+        PRIMARY KEY (run_id, worker)
+    );
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -26,6 +26,7 @@ from swarm_tui.engine.snapshot import key_rows
 from swarm_tui.engine.state import Agent, Attempt
 from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.db import db_error
+from swarm_tui.store.fences import LeaseFence, LostClaim, RunFence
 from swarm_tui.store.ownership import Claim
 from swarm_tui.store.spill import SpillJournal
 from swarm_tui.store.target import DbTarget
@@ -82,12 +83,14 @@ class WriterStats:
 class StoreWriter:
     def __init__(self, conn: StoreConnection, path: DbTarget, run_id: str, runner: Executor,
                  *, claim: Claim, flush_interval: float = 0.25, max_rows: int = 5000,
-                 heartbeat_s: float = 1.0, grace_s: float = 60.0) -> None:
+                 heartbeat_s: float = 1.0, grace_s: float = 60.0,
+                 fence: RunFence | LeaseFence | None = None) -> None:
         self.conn = conn
         self.path = path
         self.run_id = run_id
         self.runner = runner
         self.claim = claim
+        self.fence = fence or RunFence(run_id, claim.token)
         self.flush_interval = flush_interval
         self.max_rows = max_rows
         self.heartbeat_s = heartbeat_s
@@ -107,6 +110,7 @@ class StoreWriter:
         self._stopping = False
         self._last_poll = 0.0
         self._last_keys = 0.0
+        self._control_seen: int | None = None  # workers: the last command applied
         # the calls in flight, for watchers' agents view (agent, run seconds at its send)
         self._working: dict[int, tuple[Agent, float]] = {}
         runner.consumers.append(self.on_event)
@@ -190,16 +194,29 @@ class StoreWriter:
                 await self.apply_control()
 
     async def apply_control(self) -> None:
-        """Commands another process (`watch --write`) queued for this run."""
+        """Commands another process (`watch --write`) queued for this run. A single
+        executor marks each done; workers each apply every command queued since they
+        joined (a pause pauses them all), leaving it for the others."""
+        broadcast = isinstance(self.fence, LeaseFence)
         try:
-            async with self.conn.execute(
-                    "SELECT id, command, arg, actor FROM control "
-                    "WHERE run_id=? AND done_at IS NULL ORDER BY id", (self.run_id,)) as cur:
+            if broadcast and self._control_seen is None:
+                async with self.conn.execute("SELECT COALESCE(MAX(id), 0) FROM control "
+                                             "WHERE run_id=?", (self.run_id,)) as cur:
+                    self._control_seen = int((await cur.fetchone())[0])
+                return
+            sql = ("SELECT id, command, arg, actor FROM control WHERE run_id=? AND id > ? "
+                   "ORDER BY id" if broadcast else
+                   "SELECT id, command, arg, actor FROM control "
+                   "WHERE run_id=? AND done_at IS NULL AND ? = 0 ORDER BY id")
+            async with self.conn.execute(sql, (self.run_id, self._control_seen or 0)) as cur:
                 rows = list(await cur.fetchall())
             for cid, command, arg, actor in rows:
                 ok = apply_command(self.runner, command, arg)
-                await self.conn.execute("UPDATE control SET done_at=? WHERE id=?",
-                                        (time.time(), cid))
+                if broadcast:
+                    self._control_seen = cid
+                else:
+                    await self.conn.execute("UPDATE control SET done_at=? WHERE id=?",
+                                            (time.time(), cid))
                 self.log_event("control" if ok else "control_rejected",
                                f'{{"command": "{command}", "arg": "{arg or ""}"}}', actor)
         except sqlite3.Error:
@@ -222,7 +239,7 @@ class StoreWriter:
         t0 = time.perf_counter()
         try:
             await self._commit(batch, now, keys)
-        except _LostClaim:
+        except LostClaim:
             self._spill(fresh)
             self._lost_claim()
             return
@@ -260,22 +277,20 @@ class StoreWriter:
                                # the agents view of a watcher: each call in flight
                                "agents": [[a.seq, a.state, round(t, 3), a.live_chars, a.model]
                                           for a, t in list(self._working.values())]})
-            cur = await self.conn.execute(
-                "UPDATE runs SET heartbeat_at=?, live_json=? WHERE id=? AND owner_token=?",
-                (now, live, self.run_id, self.claim.token))
-            if cur.rowcount != 1:
-                raise _LostClaim
+            await self.fence.hold(self.conn, now, live)
             for table in TABLE_ORDER:
                 rows = [r for t, r in batch if t == table]
                 if rows:
                     await self.conn.executemany(SQL_BY_TABLE[table], rows)
             if keys:
                 await self.conn.executemany(UPSERT_KEY, self._key_rows(now))
+            done = await self.fence.settle(self.conn, batch, now)
             await self.conn.execute("COMMIT")
         except BaseException:
             with contextlib.suppress(sqlite3.Error):
                 await self.conn.execute("ROLLBACK")
             raise
+        self.fence.committed(done)
 
     def _requeue(self, rows: list[tuple[str, tuple]]) -> None:
         lists = {"attempt": self._attempts, "result": self._tasks, "event": self._events}
@@ -342,12 +357,7 @@ class StoreWriter:
             self.failure = self.failure or STORE_STOPPED
         if self.failure is None:
             try:
-                cur = await self.conn.execute(
-                    "UPDATE runs SET status=?, finished_at=?, heartbeat_at=?, "
-                    "wall_ms = wall_ms + ?, owner_token=NULL WHERE id=? AND owner_token=?",
-                    (status, time.time(), time.time(), self.runner.wall_ms, self.run_id,
-                     self.claim.token))
-                if cur.rowcount != 1:
+                if not await self.fence.release(self.conn, status, self.runner.wall_ms):
                     self._lost_claim()
             except sqlite3.Error as e:
                 self.error = str(db_error(self.path, e))
@@ -357,7 +367,3 @@ class StoreWriter:
         else:
             self.journal.close()
         self.claim.release()
-
-
-class _LostClaim(Exception):
-    """The run's claim token changed: another executor owns it now."""

@@ -1,0 +1,214 @@
+"""A run executed by worker processes that lease its batches (issue 17).
+
+`prepare` stores a new run split into batches and leaves it unowned; `work` is one
+worker: it leases batches while its runner has room, feeds their unanswered tasks to
+one runner (no drain between batches), writes results fenced on its leases, and leaves
+when every batch of the run is done — waiting, meanwhile, for a dead worker's leases to
+expire so that its batches are done too. The last worker out marks the run finished.
+
+The run's concurrency is global: each worker runs its share, the run's figure divided by
+the workers beating in the store, refreshed every second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import gc
+import math
+import os
+import sqlite3
+import sys
+import time
+
+from swarm_tui.config import LoadedConfig
+from swarm_tui.engine.runner import SwarmRunner
+from swarm_tui.engine.state import RunStatus
+from swarm_tui.errors import UserError
+from swarm_tui.execution.progress import run_with_progress
+from swarm_tui.execution.stored_run import Outcome, config_snapshot
+from swarm_tui.execution.wiring import RunOptions, RunSession
+from swarm_tui.runtime import park_interval, park_survivors, tune_gc
+from swarm_tui.store.conn import StoreConnection
+from swarm_tui.store.db import open_db
+from swarm_tui.store.fences import LeaseFence
+from swarm_tui.store.leases import (
+    LEASE_S,
+    batches_left,
+    finish_run,
+    join_run,
+    lease_batch,
+    live_workers,
+    split_run,
+)
+from swarm_tui.store.ownership import take_lock
+from swarm_tui.store.runs import create_run, get_run, load_summary, resumable_tasks, save_summary
+from swarm_tui.store.target import DbTarget
+from swarm_tui.store.task_bodies import StoredBodies
+from swarm_tui.store.writer import STORE_STOPPED, StoreWriter
+from swarm_tui.workload import Workload
+
+FEED_POLL_S = 0.2  # how often a worker looks for room, new batches, expired leases
+
+
+def _refuse_in_one_process(session: RunSession) -> None:
+    if session.simulated:
+        raise UserError("--workers / worker: the built-in simulator lives in one process; "
+                        "point a config's gateway at a server every worker reaches (e.g. "
+                        "`swarm-tui sim --port 8000`)")
+    if session.canary is not None:
+        raise UserError("--workers / worker: a canary run is not split across workers yet; "
+                        "run it in one process")
+
+
+async def prepare(conn: StoreConnection, db_path: DbTarget, cfg: LoadedConfig,
+                  opts: RunOptions, workload: Workload, run_id: str) -> int:
+    """Store the run and its batches; no process owns it (workers lease its batches)."""
+    session = RunSession(cfg, opts)
+    _refuse_in_one_process(session)
+    session.open()  # clients only (routing): nothing is sent
+    bodies = StoredBodies(db_path, run_id)  # never read here: the runner only routes
+    try:
+        runner = session.make_runner(workload.heads, bodies=bodies)
+        claim = take_lock(db_path, run_id)
+        try:
+            await create_run(conn, run_id, runner.agents,
+                             (session.forced_model(t) for t in workload), name=opts.name,
+                             simulated=False, config=config_snapshot(session, opts),
+                             claim=claim)
+            batches = await split_run(conn, run_id, len(runner.agents))
+            # unowned: its liveness is its workers' heartbeats (ownership.owner_alive)
+            await conn.execute("UPDATE runs SET owner_token=NULL, pid=NULL, host=NULL, "
+                               "lock_path=NULL WHERE id=?", (run_id,))
+            await conn.commit()
+        finally:
+            claim.release()
+    finally:
+        await bodies.aclose()
+        await session.aclose()
+    return batches
+
+
+async def _feed(conn: StoreConnection, runner: SwarmRunner, fence: LeaseFence, run_id: str,
+                worker: str, total_concurrency: int, shared: bool) -> None:
+    """Lease batches while the runner has room; end the feed once the run has no batch
+    left that is not done (a dead worker's come back when their leases expire)."""
+    last_share = 0.0
+    loop = asyncio.get_running_loop()
+    while True:
+        now = loop.time()
+        if shared and now - last_share >= 1.0:
+            last_share = now
+            runner.set_concurrency(math.ceil(total_concurrency
+                                             / await live_workers(conn, run_id)))
+        if runner.cancelled or runner.stop_reason:
+            runner.end_feed()
+            return
+        while runner.backlog < runner.limit:
+            lease = await lease_batch(conn, run_id, worker, fence.token)
+            if lease is None:
+                break
+            # in the fence at once: the next flush renews it with the others
+            fence.add(lease.batch, lease.first_seq, lease.last_seq)
+            seqs, heads, prior = await resumable_tasks(conn, run_id, lease.first_seq,
+                                                       lease.last_seq)
+            fence.count(lease.batch, len(seqs))
+            if seqs:
+                runner.add_tasks(heads, seqs, prior)
+        if fence.held == 0 and runner.backlog == 0 and not runner.in_flight \
+                and await batches_left(conn, run_id) == 0:
+            runner.end_feed()
+            return
+        await asyncio.sleep(FEED_POLL_S)
+
+
+async def _feeding(conn: StoreConnection, runner: SwarmRunner, fence: LeaseFence,
+                   run_id: str, worker: str, total: int, *, shared: bool) -> None:
+    """The feed, or — when the store fails it — a stop with the reason, never a runner
+    left waiting for tasks that will not come."""
+    try:
+        await _feed(conn, runner, fence, run_id, worker, total, shared)
+    except sqlite3.Error as e:
+        runner.stop(STORE_STOPPED, f"worker: cannot lease batches ({e}); no more sends")
+        runner.end_feed()
+
+
+async def work(conn: StoreConnection, db_path: DbTarget, cfg: LoadedConfig, opts: RunOptions,
+               run_id: str, *, show_progress: bool) -> Outcome:
+    """One worker of a run, to the run's end (or this worker's cancel)."""
+    record = await get_run(conn, run_id, db_path)
+    if record.status != RunStatus.RUNNING:
+        raise UserError(f"run {record.id}: {record.status}; nothing for a worker to do")
+    snap = record.config
+    # --concurrency: this worker's own; else its share of the run's among the live workers
+    shared = opts.concurrency is None
+    total = int(opts.concurrency or snap.get("concurrency") or cfg.settings.concurrency)
+    session = RunSession(cfg, dataclasses.replace(
+        opts, keep_answers=False, gateway=opts.gateway or snap.get("gateway"),
+        model=opts.model or snap.get("model"), concurrency=total))  # the pool fits the run
+    _refuse_in_one_process(session)
+    claim = take_lock(db_path, f"{run_id}.worker.{os.getpid()}")
+    worker = f"{claim.host}:{claim.pid}"
+    fence = LeaseFence(run_id, worker, claim.token, LEASE_S)
+    bodies = StoredBodies(db_path, run_id)
+    writer: StoreWriter | None = None
+    try:
+        session.open()
+        for w in await session.preflight():
+            if show_progress:
+                print(f"swarm-tui: warning: {w}", file=sys.stderr)
+        runner = session.make_runner([], bodies=bodies)
+        runner.feeding = True
+        await join_run(conn, run_id, worker, claim.token, claim.host, claim.pid)
+        gc.freeze()
+        tune_gc()
+        writer = StoreWriter(conn, db_path, run_id, runner, claim=claim, fence=fence,
+                             grace_s=cfg.settings.store.unwritable_grace_s)
+        writer.log_event("worker_started", f'{{"worker": "{worker}"}}')
+        writer.start()
+        # leases on a connection of their own: the writer's flush holds a transaction
+        # on `conn`, and a lease is a transaction too
+        leases = await open_db(db_path, create=False, reconcile=False)
+        feeder = asyncio.create_task(_feeding(leases, runner, fence, run_id, worker, total,
+                                              shared=shared))
+        park_s = park_interval()
+        parking = asyncio.create_task(park_survivors(park_s)) if park_s > 0 else None
+        try:
+            interrupted = await run_with_progress(runner, show=show_progress)
+        finally:
+            for task in (feeder, parking):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+            await leases.close()
+            await writer.close(RunStatus.CANCELLED if runner.cancelled else "finished")
+            gc.unfreeze()
+    finally:
+        await bodies.aclose()
+        claim.release()
+        await session.aclose()
+    if writer.failure:
+        raise UserError(writer.failure_line())
+    if runner.cancelled:
+        await conn.execute("UPDATE runs SET status='cancelled', finished_at=? WHERE id=? AND "
+                           "status='running'", (time.time(), run_id))
+        await conn.commit()
+    elif await finish_run(conn, run_id):  # the last one out
+        summary = await load_summary(conn, await get_run(conn, run_id, db_path))
+        await save_summary(conn, summary)
+    return Outcome(await load_summary(conn, await get_run(conn, run_id, db_path)), interrupted)
+
+
+async def newest_split_run(conn: StoreConnection, db_path: DbTarget) -> str:
+    """The newest running run that workers can join."""
+    async with conn.execute(
+            "SELECT id FROM runs r WHERE status='running' AND EXISTS (SELECT 1 FROM batches b "
+            "WHERE b.run_id = r.id AND b.done_at IS NULL) ORDER BY started_at DESC LIMIT 1"
+            ) as cur:
+        row = await cur.fetchone()
+    if row is None:
+        raise UserError(f"database {db_path}: no running run split into batches (start one "
+                        "with `swarm-tui run ... --workers N`)")
+    return str(row[0])

@@ -1,0 +1,129 @@
+"""What makes a writer's flush its own to write: the fence checked in each transaction.
+
+- `RunFence`: one executor owns the run; its claim token is in the run's row.
+- `LeaseFence`: a worker owns the batches it leased (store/leases.py); each flush renews
+  them, and a flush that finds one leased to someone else (it expired: this process was
+  stopped or cut off longer than the lease) stops the worker, as a lost claim does.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from swarm_tui.store.conn import StoreConnection
+
+CANCELLED = "cancelled"
+
+
+class LostClaim(Exception):
+    """The run (or a leased batch) belongs to another executor now."""
+
+
+class RunFence:
+    def __init__(self, run_id: str, token: str) -> None:
+        self.run_id, self.token = run_id, token
+
+    async def hold(self, conn: StoreConnection, now: float, live: str) -> None:
+        cur = await conn.execute(
+            "UPDATE runs SET heartbeat_at=?, live_json=? WHERE id=? AND owner_token=?",
+            (now, live, self.run_id, self.token))
+        if cur.rowcount != 1:
+            raise LostClaim
+
+    async def settle(self, conn: StoreConnection, rows: Sequence[tuple[str, tuple]],
+                     now: float) -> list[int]:
+        return []
+
+    def committed(self, done: list[int]) -> None:
+        pass
+
+    async def release(self, conn: StoreConnection, status: str, wall_ms: float) -> bool:
+        """The session's end in the run's row; False when the claim was lost meanwhile."""
+        cur = await conn.execute(
+            "UPDATE runs SET status=?, finished_at=?, heartbeat_at=?, wall_ms = wall_ms + ?, "
+            "owner_token=NULL WHERE id=? AND owner_token=?",
+            (status, time.time(), time.time(), wall_ms, self.run_id, self.token))
+        return cur.rowcount == 1
+
+
+class LeaseFence:
+    """A worker's batches: seq ranges it holds, and how many of each still lack a result."""
+
+    def __init__(self, run_id: str, worker: str, token: str, lease_s: float) -> None:
+        self.run_id, self.worker, self.token, self.lease_s = run_id, worker, token, lease_s
+        self.ranges: dict[int, tuple[int, int]] = {}   # batch -> (first seq, last seq)
+        self.missing: dict[int, int] = {}              # batch -> results still to store
+        self.done: list[int] = []
+        self._stored: dict[int, int] = {}
+
+    def add(self, batch: int, first: int, last: int) -> None:
+        """A batch just leased, counted whole until `count` says how many lack a result
+        (before any of its tasks is sent, so no result of it can be counted meanwhile)."""
+        self.ranges[batch] = (first, last)
+        self.missing[batch] = last - first + 1
+
+    def count(self, batch: int, missing: int) -> None:
+        self.missing[batch] = missing
+
+    @property
+    def held(self) -> int:
+        return len(self.missing)
+
+    def _batch_of(self, seq: int) -> int | None:
+        for batch, (first, last) in self.ranges.items():
+            if first <= seq <= last:
+                return batch
+        return None
+
+    async def hold(self, conn: StoreConnection, now: float, live: str) -> None:
+        if self.missing:
+            # every batch this worker holds must still carry its token (a batch leased a
+            # moment ago, not yet in `missing`, is renewed too)
+            async with conn.execute(
+                    "UPDATE batches SET expires_at=? WHERE run_id=? AND token=? AND "
+                    "done_at IS NULL RETURNING batch",
+                    (now + self.lease_s, self.run_id, self.token)) as cur:
+                renewed = {r[0] for r in await cur.fetchall()}
+            if not set(self.missing) <= renewed:
+                raise LostClaim
+        await conn.execute("UPDATE workers SET heartbeat_at=?, live_json=? WHERE run_id=? AND "
+                           "worker=?", (now, live, self.run_id, self.worker))
+        await conn.execute("UPDATE runs SET heartbeat_at=? WHERE id=? AND status='running'",
+                           (now, self.run_id))
+
+    async def settle(self, conn: StoreConnection, rows: Sequence[tuple[str, tuple]],
+                     now: float) -> list[int]:
+        """Batches whose last result is in this transaction are marked done in it. (The
+        counts change only once it commits: `committed`; a batch leased meanwhile is
+        another entry, untouched.)"""
+        stored: dict[int, int] = {}
+        for table, row in rows:
+            if table == "result" and row[2] != CANCELLED:
+                batch = self._batch_of(row[1])
+                if batch is not None and batch in self.missing:
+                    stored[batch] = stored.get(batch, 0) + 1
+        done = [b for b, n in self.missing.items() if n - stored.get(b, 0) <= 0]
+        if done:
+            await conn.executemany(
+                "UPDATE batches SET done_at=? WHERE run_id=? AND batch=? AND token=?",
+                [(now, self.run_id, b, self.token) for b in done])
+        self._stored = stored
+        return done
+
+    def committed(self, done: list[int]) -> None:
+        for batch, n in self._stored.items():
+            if batch in self.missing:
+                self.missing[batch] -= n
+        for batch in done:
+            self.missing.pop(batch, None)
+            self.ranges.pop(batch, None)
+        self.done += done
+
+    async def release(self, conn: StoreConnection, status: str, wall_ms: float) -> bool:
+        """The worker leaves: batches it did not finish can be leased at once."""
+        await conn.execute("UPDATE batches SET expires_at=NULL WHERE run_id=? AND token=? "
+                           "AND done_at IS NULL", (self.run_id, self.token))
+        await conn.execute("UPDATE workers SET ended_at=?, heartbeat_at=? WHERE run_id=? AND "
+                           "worker=?", (time.time(), time.time(), self.run_id, self.worker))
+        return True

@@ -1,0 +1,108 @@
+"""A run split into batches that worker processes lease (`run --workers N`, `worker`).
+
+A worker leases the first batch that is neither done nor held: PostgreSQL hands out
+different rows to concurrent workers with FOR UPDATE SKIP LOCKED; SQLite has one writer
+at a time (BEGIN IMMEDIATE), which is the same guarantee. A lease carries the worker's
+fencing token and an expiry that every flush of the worker renews (store/fences.py); a
+batch whose holder died is leased again once its lease has expired, and only its tasks
+without a stored result are sent again.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+from swarm_tui.store.conn import StoreConnection
+
+BATCH_TASKS = 100   # small: a dead worker's batches are what may be paid twice
+LEASE_S = 10.0      # renewed every flush (0.25 s); a worker silent this long has lost them
+LIVE_WORKER_S = 5.0  # a worker beating this recently shares the run's concurrency
+
+
+@dataclass(frozen=True)
+class Lease:
+    batch: int
+    first_seq: int
+    last_seq: int
+
+
+async def split_run(conn: StoreConnection, run_id: str, total: int,
+                    size: int = BATCH_TASKS) -> int:
+    """The run's batches (seq ranges), written once when the run is created."""
+    n = math.ceil(total / size)
+    await conn.executemany(
+        "INSERT INTO batches (run_id, batch, first_seq, last_seq) VALUES (?, ?, ?, ?)",
+        [(run_id, b, b * size, min(total, (b + 1) * size) - 1) for b in range(n)])
+    await conn.commit()
+    return n
+
+
+async def has_batches(conn: StoreConnection, run_id: str) -> bool:
+    async with conn.execute("SELECT COUNT(*) FROM batches WHERE run_id=?", (run_id,)) as cur:
+        row = await cur.fetchone()
+    return bool(row and row[0])
+
+
+async def lease_batch(conn: StoreConnection, run_id: str, worker: str, token: str,
+                      lease_s: float = LEASE_S) -> Lease | None:
+    now = time.time()
+    skip_locked = " FOR UPDATE SKIP LOCKED" if getattr(conn, "dialect", "") == "postgresql" \
+        else ""
+    await conn.execute("BEGIN IMMEDIATE")
+    try:
+        async with conn.execute(
+                "SELECT batch, first_seq, last_seq FROM batches WHERE run_id=? AND "
+                "done_at IS NULL AND (expires_at IS NULL OR expires_at < ?) ORDER BY batch "
+                f"LIMIT 1{skip_locked}", (run_id, now)) as cur:
+            row = await cur.fetchone()
+        if row is not None:
+            await conn.execute(
+                "UPDATE batches SET worker=?, token=?, expires_at=?, leases = leases + 1 "
+                "WHERE run_id=? AND batch=?", (worker, token, now + lease_s, run_id, row[0]))
+        await conn.execute("COMMIT")
+    except BaseException:
+        await conn.execute("ROLLBACK")
+        raise
+    return Lease(*row) if row is not None else None
+
+
+async def batches_left(conn: StoreConnection, run_id: str) -> int:
+    """Batches not done yet (held by someone or free)."""
+    async with conn.execute("SELECT COUNT(*) FROM batches WHERE run_id=? AND done_at IS NULL",
+                            (run_id,)) as cur:
+        row = await cur.fetchone()
+    return int(row[0]) if row else 0
+
+
+async def join_run(conn: StoreConnection, run_id: str, worker: str, token: str, host: str,
+                   pid: int) -> None:
+    now = time.time()
+    await conn.execute(
+        "INSERT INTO workers (run_id, worker, token, host, pid, started_at, heartbeat_at) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id, worker) DO UPDATE SET "
+        "token = excluded.token, started_at = excluded.started_at, "
+        "heartbeat_at = excluded.heartbeat_at, ended_at = NULL",
+        (run_id, worker, token, host, pid, now, now))
+    await conn.commit()
+
+
+async def live_workers(conn: StoreConnection, run_id: str) -> int:
+    async with conn.execute(
+            "SELECT COUNT(*) FROM workers WHERE run_id=? AND ended_at IS NULL AND "
+            "heartbeat_at > ?", (run_id, time.time() - LIVE_WORKER_S)) as cur:
+        row = await cur.fetchone()
+    return max(1, int(row[0]) if row else 1)
+
+
+async def finish_run(conn: StoreConnection, run_id: str) -> bool:
+    """The last worker out marks the run finished (exactly one of them wins)."""
+    now = time.time()
+    cur = await conn.execute(
+        "UPDATE runs SET status='finished', finished_at=?, heartbeat_at=?, "
+        "wall_ms = (? - started_at) * 1000.0 WHERE id=? AND status='running' AND NOT EXISTS "
+        "(SELECT 1 FROM batches WHERE run_id=? AND done_at IS NULL)",
+        (now, now, now, run_id, run_id))
+    await conn.commit()
+    return cur.rowcount == 1

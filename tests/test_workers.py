@@ -1,0 +1,157 @@
+"""A run split into leased batches and executed by worker processes (`run --workers N`,
+`worker`), on SQLite and on PostgreSQL: each task answered exactly once, a dead worker's
+batches leased again once expired, the run finished by the last worker out.
+
+What was sent is counted where it was received: the simulator's /sim/stats, in its own
+process."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+
+import httpx2
+import pytest
+
+from swarm_tui.engine import events as ev
+from swarm_tui.store.db import open_db
+from swarm_tui.store.fences import LeaseFence
+from swarm_tui.store.leases import BATCH_TASKS, lease_batch, split_run
+from swarm_tui.store.ownership import take_lock
+from swarm_tui.store.runs import create_run
+from swarm_tui.store.writer import StoreWriter
+from tests.conftest import TEST_KEY, make_client, make_runner, raw_rows, sim_gateway, tasks
+
+
+def _wait(pred: Callable[[], bool], what: str, timeout: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def slow_sim(tmp_path):
+    """A gateway every worker reaches: 200 ms calls, no errors (every request is a task's)."""
+    yield from sim_gateway(tmp_path, "fixed:200")
+
+
+def _served(port: int) -> int:
+    return httpx2.get(f"http://127.0.0.1:{port}/sim/stats").json().get("served", 0)
+
+
+def _workload(tmp_path, n: int):
+    w = tmp_path / "w.jsonl"
+    w.write_text("".join(json.dumps({"id": f"t{i:05d}", "prompt": f"task {i}",
+                                     "max_tokens": 16}) + "\n" for i in range(n)))
+    return w
+
+
+def _run(w, cfg, workers: int) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "swarm_tui", "run", str(w), "--config", str(cfg),
+         "--concurrency", "60", "--workers", str(workers), "--headless", "--json", "--quiet"],
+        env={**os.environ, "GW_KEY": TEST_KEY}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL, text=True)
+
+
+def _count(db, sql: str, *args) -> int:
+    try:
+        return int(raw_rows(db, sql, args)[0][0] or 0)
+    except Exception:
+        return 0
+
+
+@pytest.mark.slow
+def test_workers_split_a_run_and_answer_each_task_once(tmp_path, slow_sim, any_db):
+    port, cfg = slow_sim
+    n = 1200
+    proc = _run(_workload(tmp_path, n), cfg, 2)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    summary = json.loads(out)
+    assert summary["status"] == "finished" and summary["succeeded"] == n
+    assert _served(port) == n  # one request per task: nothing sent twice
+    assert _count(any_db, "SELECT COUNT(*) FROM results WHERE state='succeeded'") == n
+    assert _count(any_db, "SELECT COUNT(*) FROM batches WHERE done_at IS NULL") == 0
+    # both workers took part, and each batch was leased once
+    assert _count(any_db, "SELECT COUNT(DISTINCT worker) FROM batches") == 2
+    assert _count(any_db, "SELECT MAX(leases) FROM batches") == 1
+    assert _count(any_db, "SELECT COUNT(*) FROM workers WHERE ended_at IS NOT NULL") == 2
+
+
+@pytest.mark.slow
+def test_kill_9_of_one_of_three_workers_pays_at_most_its_leased_batches(tmp_path, slow_sim,
+                                                                         any_db):
+    port, cfg = slow_sim
+    n = 3000
+    proc = _run(_workload(tmp_path, n), cfg, 3)
+    try:
+        _wait(lambda: _count(any_db, "SELECT COUNT(*) FROM workers") == 3
+              and _count(any_db, "SELECT COUNT(*) FROM results") >= 300, "three busy workers")
+        victim, pid = raw_rows(any_db, "SELECT worker, pid FROM workers ORDER BY worker")[0]
+        os.kill(pid, signal.SIGKILL)
+        # what it held when it died: the most that may be sent twice
+        held = _count(any_db, "SELECT SUM(last_seq - first_seq + 1) FROM batches WHERE "
+                              "worker = ? AND done_at IS NULL", victim)
+        out, err = proc.communicate(timeout=150)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "1 of 3 workers failed" in err
+    summary = json.loads(out)
+    assert summary["status"] == "finished" and summary["succeeded"] == n
+    assert _count(any_db, "SELECT COUNT(*) FROM results WHERE state='succeeded'") == n
+    assert _count(any_db, "SELECT MAX(c) FROM (SELECT COUNT(*) c FROM attempts WHERE "
+                          "outcome='ok' GROUP BY seq) per_seq") == 1
+    # its batches were leased again after their lease expired
+    assert _count(any_db, "SELECT COUNT(*) FROM batches WHERE leases > 1") >= 1
+    assert 0 < held <= 2 * BATCH_TASKS + 60
+    extra = _served(port) - n
+    assert 0 <= extra <= held, (extra, held)
+
+
+async def test_a_worker_whose_batch_was_leased_again_stops_writing(sim_factory, db_target):
+    """The lease is the fence: once another worker holds the batch (this one was silent
+    past its lease), this one's next flush writes nothing and it stops sending."""
+    conn = await open_db(db_target)
+    leases = await open_db(db_target, create=False, reconcile=False)
+    gw = make_client(sim_factory(profile="fixed:30"))
+    work = tasks(200, prefix="f")
+    claim = take_lock(db_target, "f")
+    try:
+        await create_run(conn, "f", make_runner(gw, work).agents, work, name=None,
+                         simulated=True, config={}, claim=claim)
+        await split_run(conn, "f", 200, size=100)
+        lease = await lease_batch(leases, "f", "me", claim.token, lease_s=60)
+        assert lease is not None and (lease.first_seq, lease.last_seq) == (0, 99)
+        fence = LeaseFence("f", "me", claim.token, lease_s=60)
+        fence.add(lease.batch, lease.first_seq, lease.last_seq)
+        runner = make_runner(gw, work[:100], concurrency=10)  # batch 0's tasks, seqs 0..99
+        writer = StoreWriter(conn, db_target, "f", runner, claim=claim, fence=fence,
+                             flush_interval=0.05)
+        writer.start()
+        takeover = threading.Thread(target=raw_rows, args=(
+            db_target, "UPDATE batches SET token='theirs', worker='them' WHERE batch=0"))
+        runner.consumers.append(lambda e: e.kind == ev.SUCCEEDED
+                                and runner.counts["succeeded"] == 20 and takeover.start())
+        await runner.run()
+        takeover.join()
+        await writer.close("finished")
+    finally:
+        claim.release()
+        await gw.aclose()
+        await leases.close()
+        await conn.close()
+    assert writer.failure == "lost_claim" and runner.stop_reason == "lost_claim"
+    assert raw_rows(db_target, "SELECT token, done_at FROM batches WHERE batch=0") == [
+        ("theirs", None)]
+    assert _count(db_target, "SELECT COUNT(*) FROM results") < 100
