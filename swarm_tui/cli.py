@@ -408,6 +408,14 @@ async def _run_workers(conn, path, cfg, opts, tasks, args) -> int:
     return await _finish_stored(conn, path, cfg, Outcome(summary, interrupted), args.json)
 
 
+def cmd_db(args: argparse.Namespace) -> int:
+    from swarm_tui.commands import db
+
+    if args.db_command == "copy":  # SRC, DST: as --db (a password in a URL is refused)
+        return run_async(db.copy(args))
+    return run_async(db.init(args))
+
+
 def cmd_worker(args: argparse.Namespace) -> int:
     cfg = _config(args)
     opts = _opts_from_args(args, concurrency=args.concurrency, transport=args.transport)
@@ -539,7 +547,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     handlers = {"run": cmd_run, "sim": cmd_sim, "resume": cmd_resume, "runs": cmd_runs,
                 "report": cmd_report, "export": cmd_export, "watch": cmd_watch,
                 "canary": cmd_canary, "keys": cmd_keys, "cost": cmd_cost, "serve": cmd_serve,
-                "worker": cmd_worker, None: cmd_console}
+                "worker": cmd_worker, "db": cmd_db, None: cmd_console}
     try:
         return handlers[args.command](args)
     except UserError as e:

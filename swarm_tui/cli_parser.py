@@ -188,6 +188,22 @@ def build_parser() -> argparse.ArgumentParser:
                         help="HTTP transport under the SDK")
     _execution_flags(worker)
 
+    db = sub.add_parser("db", help="the database: create it (and PostgreSQL roles), copy runs "
+                        "between databases")
+    db_sub = db.add_subparsers(dest="db_command", required=True)
+    init = db_sub.add_parser("init", help="create or migrate the schema of --db")
+    _common(init)
+    init.add_argument("--roles", action="store_true",
+                      help="PostgreSQL: create the reader / operator / executor roles and "
+                      "their grants")
+    copy = db_sub.add_parser("copy", help="copy stored runs from SRC into DST (SQLite file or "
+                             "postgresql:// URL each); runs already in DST are skipped")
+    _common(copy)
+    copy.add_argument("src", help="the database the runs are read from")
+    copy.add_argument("dst", help="the database they go to (created if it is a new file)")
+    copy.add_argument("--run", action="append", metavar="RUN_ID",
+                      help="only this run (repeatable; default: every run not executing)")
+
     runs = sub.add_parser("runs", help="stored runs, newest first")
     _common(runs)
     runs.add_argument("--json", action="store_true", help="a JSON array instead of a table")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import sqlite3
 import time
 
 from swarm_tui.config import LoadedConfig
@@ -22,7 +23,7 @@ from swarm_tui.run_sources.base import AgentDetail, RowObserver
 from swarm_tui.store import reads
 from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.control import queue_command
-from swarm_tui.store.db import open_db
+from swarm_tui.store.db import db_error, open_db
 from swarm_tui.store.runs import RunRecord, get_run, list_runs
 from swarm_tui.store.target import DbTarget
 from swarm_tui.workload import Task
@@ -327,7 +328,10 @@ class StoreSource:
             return False
         if self.record is not None and not self.record.owner_alive():
             return False  # no living executor would ever apply it (resume the run first)
-        await queue_command(self.conn, self.run_id, command, arg)
+        try:
+            await queue_command(self.conn, self.run_id, command, arg)
+        except sqlite3.Error as e:  # e.g. a read-only role: the server refuses the INSERT
+            raise db_error(self.db_path, e) from None
         if command in ("pause", "resume"):
             self.paused = command == "pause"
         return True

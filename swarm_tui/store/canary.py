@@ -19,7 +19,7 @@ from swarm_tui.canary.analysis import Analysis, evaluate, figures
 from swarm_tui.config_sections import CanaryConfig
 from swarm_tui.engine.routing import BASELINE, CANDIDATE
 from swarm_tui.store.conn import StoreConnection
-from swarm_tui.store.control import os_user
+from swarm_tui.store.control import actor_on, os_user
 from swarm_tui.store.db import db_error
 from swarm_tui.store.target import DbTarget
 
@@ -89,8 +89,8 @@ async def _audit(conn: StoreConnection, name: str, now: float, action: str, acto
     await conn.execute(
         "INSERT INTO canary_actions (name, at, action, actor, source, from_pct, to_pct, "
         "from_status, to_status, reason, metrics_json) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-        (name, now, action, actor, source, before.pct if before else None, after.pct,
-         before.status if before else None, after.status, reason,
+        (name, now, action, actor_on(conn, actor), source, before.pct if before else None,
+         after.pct, before.status if before else None, after.status, reason,
          analysis.model_dump_json() if analysis else None))
 
 

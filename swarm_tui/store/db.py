@@ -20,13 +20,13 @@ from swarm_tui.store.target import DbTarget, PgTarget, is_pg_url
 BUSY_TIMEOUT_MS = 5000
 
 
-def resolve_db_path(cli_path: str | None) -> DbTarget:
+def resolve_db_path(cli_path: str | None, flag: str = "--db") -> DbTarget:
     """--db, else SWARM_TUI_DB, else the per-user file; a postgresql:// URL names a server."""
     raw = cli_path or os.environ.get("SWARM_TUI_DB")
     if raw and is_pg_url(raw):
         target = PgTarget(raw)
         if cli_path and target.has_password:
-            raise UserError(f"--db {target}: a password on the command line is visible to "
+            raise UserError(f"{flag} {target}: a password on the command line is visible to "
                             "every user of this host; put it in PGPASSWORD, ~/.pgpass or a "
                             "service file (PGSERVICE), or the URL in SWARM_TUI_DB")
         return target
@@ -147,7 +147,7 @@ async def open_db(path: DbTarget, *, create: bool = True, reconcile: bool = True
         from swarm_tui.store.pg_schema import open_pg
 
         server = await open_pg(path, create=create)
-        if reconcile:
+        if reconcile and await server.may_write("runs"):  # not a read-only role's to do
             await _reconcile(server, path)
         return server
     created = _validate(path, create)

@@ -30,7 +30,9 @@ LOCK_WAIT_S = 1.0           # a reader's probe holds the lock for microseconds: 
 
 
 def this_host() -> str:
-    return socket.gethostname()
+    """The host name ownership compares (SWARM_TUI_HOST names it otherwise: a container
+    whose name changes, or a test that plays another host)."""
+    return os.environ.get("SWARM_TUI_HOST") or socket.gethostname()
 
 
 def process_start(pid: int | None = None) -> float | None:

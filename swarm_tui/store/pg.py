@@ -162,6 +162,7 @@ class PgConnection:
     def __init__(self, raw: psycopg.AsyncConnection[Any], target: PgTarget) -> None:
         self.raw = raw
         self.target = target
+        self.db_user: str = raw.info.user  # the audit log names it beside the OS user
         self._trace: Callable[[str], object] | None = None
 
     async def set_trace_callback(self, trace: Callable[[str], object] | None) -> None:
@@ -201,6 +202,12 @@ class PgConnection:
             await cur.close()
             raise _error(e) from None
         return PgCursor(cur)
+
+    async def may_write(self, table: str) -> bool:
+        """Whether this role may UPDATE `table` (a watcher's read-only role may not)."""
+        async with self.execute("SELECT has_table_privilege(?, 'UPDATE')", (table,)) as cur:
+            row = await cur.fetchone()
+        return bool(row and row[0])
 
     async def commit(self) -> None:
         """Autocommit, as the SQLite connections are: a no-op outside BEGIN ... COMMIT."""

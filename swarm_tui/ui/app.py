@@ -294,6 +294,15 @@ class SwarmApp(App[int]):
             return None
         return self.source
 
+    async def _send(self, source: RunSource, command: Command, arg: str | None = None
+                    ) -> bool:
+        """A control command; a refusal (a read-only database role) is one line on screen."""
+        try:
+            return await source.control(command, arg)
+        except UserError as e:
+            self.notify(str(e), severity="error")
+            return False
+
     def action_help(self) -> None:
         self.push_screen(HelpScreen(self.key_rows()))
 
@@ -302,8 +311,8 @@ class SwarmApp(App[int]):
         if source is None:
             return
         paused = source.paused
-        await source.control(Command.RESUME if paused else Command.PAUSE)
-        self.notify("resumed" if paused else "paused: no new calls; in-flight calls finish")
+        if await self._send(source, Command.RESUME if paused else Command.PAUSE):
+            self.notify("resumed" if paused else "paused: no new calls; in-flight calls finish")
 
     async def action_concurrency(self, direction: int) -> None:
         source = self._guard("concurrency")
@@ -315,7 +324,7 @@ class SwarmApp(App[int]):
             self._want_concurrency = None  # applied: the snapshot is current again
         base = self._want_concurrency or self.snapshot.concurrency
         n = max(1, base + direction * CONCURRENCY_STEP)
-        if await source.control(Command.CONCURRENCY, str(n)):
+        if await self._send(source, Command.CONCURRENCY, str(n)):
             self._want_concurrency = n
             self.notify(f"concurrency → {n}")
 
@@ -325,8 +334,7 @@ class SwarmApp(App[int]):
             return
 
         async def answer(yes: bool | None) -> None:
-            if yes:
-                await source.control(Command.CANCEL)
+            if yes and await self._send(source, Command.CANCEL):
                 self.notify("run cancelled; in-flight calls stopped, results kept")
 
         self.push_screen(ConfirmScreen("Cancel the whole run? Queued tasks stay resumable."),
@@ -340,8 +348,7 @@ class SwarmApp(App[int]):
             return
 
         async def answer(yes: bool | None) -> None:
-            if yes:
-                await source.control(Command.CANCEL_AGENT, str(cell.seq))
+            if yes and await self._send(source, Command.CANCEL_AGENT, str(cell.seq)):
                 self.notify(f"cancel requested for {cell.task_id}")
 
         self.push_screen(ConfirmScreen(f"Cancel agent {cell.task_id}?"), answer)

@@ -1,0 +1,94 @@
+"""One process or several: a run split across worker processes (`run --workers N`).
+
+20,000 tasks at 1,000 calls in flight on the simulator's fixed:200 profile (the simulator
+in its own process), executed by `--workers 1` (the baseline, measured in the same
+invocation) and `--workers 2`, alternated; plus the plain one-process `run` for scale.
+Prints wall time over the ideal (tasks / in-flight x 200 ms), the wall ratio against
+the baseline, and the client CPU per call (every swarm-tui process of the run, from
+getrusage of the waited-for children).
+
+    python bench/workers.py [--tasks 20000] [--concurrency 1000] [--rounds 2]
+                            [--db postgresql://...]   (default: a fresh SQLite file each)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from common import sim_process
+
+KEY = "sk-bench-0123456789abcdefghijklmnop"
+
+
+def children_cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def one(workload: Path, cfg: Path, db: str, concurrency: int, workers: int | None
+        ) -> tuple[float, float, int]:
+    """(wall s, CPU s of every process of the run, calls)."""
+    argv = [sys.executable, "-m", "swarm_tui", "--db", db, "run", str(workload), "--config",
+            str(cfg), "--concurrency", str(concurrency), "--headless", "--json", "--quiet",
+            "--no-preflight"]
+    if workers is not None:
+        argv += ["--workers", str(workers)]
+    c0, t0 = children_cpu(), time.perf_counter()
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=900,
+                       env={**os.environ, "GW_KEY": KEY}, stdin=subprocess.DEVNULL)
+    wall, cpu = time.perf_counter() - t0, children_cpu() - c0
+    if r.returncode not in (0, 3):
+        raise RuntimeError(r.stderr[-2000:])
+    summary = json.loads(r.stdout)
+    if summary["succeeded"] != summary["total"]:
+        raise RuntimeError(f"not every task succeeded: {summary['succeeded']}")
+    return wall, cpu, int(summary["calls"])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tasks", type=int, default=20_000)
+    ap.add_argument("--concurrency", type=int, default=1000)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--db", help="a PostgreSQL URL (each variant's run goes into it)")
+    a = ap.parse_args()
+    ideal = a.tasks / a.concurrency * 0.2
+    with tempfile.TemporaryDirectory() as tmp, sim_process("--profile", "fixed:200") as url:
+        work = Path(tmp) / "w.jsonl"
+        with work.open("w") as fh:
+            for i in range(a.tasks):
+                fh.write(json.dumps({"id": f"t{i:06d}", "prompt": f"task {i}: summarise",
+                                     "max_tokens": 64}) + "\n")
+        cfg = Path(tmp) / "c.toml"
+        cfg.write_text(f'[gateways.local]\nbase_url = "{url}"\nkey_env = ["GW_KEY"]\n'
+                       f"max_concurrency = {a.concurrency}\n")
+        variants: dict[str, list[tuple[float, float, int]]] = {}
+        n = 0
+        for _ in range(a.rounds):
+            for name, workers in (("--workers 1", 1), ("--workers 2", 2), ("one process", None)):
+                n += 1
+                db = a.db or str(Path(tmp) / f"{n}.db")
+                variants.setdefault(name, []).append(one(work, cfg, db, a.concurrency, workers))
+    base = min(w for w, _c, _n in variants["--workers 1"])
+    print(f"{a.tasks:,} tasks, {a.concurrency:,} in flight, fixed:200 (ideal wall "
+          f"{ideal:.1f} s), simulator in its own process, {os.cpu_count()} cores")
+    for name, runs in variants.items():
+        best = min(runs)
+        walls = ", ".join(f"{w:.1f}" for w, _c, _n in runs)
+        cpu_ms = best[1] / best[2] * 1000
+        print(f"  {name:12s} wall {walls} s  best/ideal {best[0] / ideal:.2f}  "
+              f"ratio to --workers 1: {best[0] / base:.2f}  client CPU {cpu_ms:.2f} ms/call "
+              f"({best[1]:.1f} s for {best[2]:,} calls)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,144 @@
+"""Past one machine, on a real PostgreSQL (tests/pg_server.py): a console on another host
+that watches and pauses a run through the server, the server's roles refusing a
+read-only one, runs copied between SQLite and PostgreSQL, and credentials kept off the
+command line."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psycopg
+import pytest
+
+from swarm_tui.store.target import PgTarget
+from tests.conftest import assert_one_line_error, new_pg_database, raw_rows, swarm
+from tests.pty_harness import PtyApp
+
+
+def _as(target: PgTarget, user: str) -> str:
+    return target.url.replace("postgresql://postgres@", f"postgresql://{user}@", 1)
+
+
+@pytest.fixture
+def roles_db(pg_server, tmp_path) -> PgTarget:
+    """A database with the swarm-tui roles and two people: an operator and a reader."""
+    target = new_pg_database(pg_server)
+    r = swarm("--db", target.url, "db", "init", "--roles")
+    assert r.returncode == 0, r.stderr
+    assert "swarm_tui_reader" in r.stdout and "GRANT swarm_tui_reader TO" in r.stdout
+    with psycopg.connect(pg_server.url(), autocommit=True) as admin:
+        for login, role in (("oncall_op", "swarm_tui_operator"), ("oncall_ro", "swarm_tui_reader")):
+            admin.execute(f"DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = "
+                          f"'{login}') THEN CREATE ROLE {login} LOGIN; END IF; END $$")
+            admin.execute(f"GRANT {role} TO {login}")
+    return target
+
+
+def _wait(pred, what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def _results(target: PgTarget) -> int:
+    try:
+        return int(raw_rows(target, "SELECT COUNT(*) FROM results")[0][0])
+    except psycopg.Error:
+        return 0
+
+
+def _live(target: PgTarget) -> dict:
+    raw = raw_rows(target, "SELECT live_json FROM runs")[0][0]
+    return json.loads(raw) if raw else {}
+
+
+@pytest.mark.slow
+def test_a_console_on_another_host_pauses_the_run_and_a_reader_is_refused(roles_db, tmp_path):
+    home = {"XDG_CONFIG_HOME": str(tmp_path / "xdg"), "XDG_DATA_HOME": str(tmp_path / "data"),
+            "XDG_STATE_HOME": str(tmp_path / "state")}
+    run = subprocess.Popen(
+        [sys.executable, "-m", "swarm_tui", "run", "--demo", "4000", "--concurrency", "20",
+         "--rate", "80", "--headless", "--quiet"],
+        env={**os.environ, **home, "SWARM_TUI_DB": roles_db.url}, stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    bastion = {**home, "SWARM_TUI_HOST": "bastion-2"}  # another host: liveness by heartbeat
+    apps: list[PtyApp] = []
+    try:
+        _wait(lambda: _results(roles_db) > 0, "results in the server")
+        run_id = raw_rows(roles_db, "SELECT id FROM runs")[0][0]
+
+        op = PtyApp("--db", _as(roles_db, "oncall_op"), "watch", "--write", env=bastion)
+        apps.append(op)
+        op.wait_for(lambda t: "RUNNING" in t, what="the run, live from the server")
+        op.send("p")
+        op.wait_for("PAUSED", what="the pause on screen")
+        _wait(lambda: _live(roles_db).get("paused") is True, "the executor's pause, in the server")
+        actors = [a for (a,) in raw_rows(roles_db, "SELECT actor FROM control WHERE run_id=?",
+                                         (run_id,))]
+        assert actors and actors[0].endswith("(db: oncall_op)")  # OS user and database role
+        op.send("p")
+        _wait(lambda: _live(roles_db).get("paused") is False, "the executor's resume")
+
+        ro = PtyApp("--db", _as(roles_db, "oncall_ro"), "watch", "--write", env=bastion)
+        apps.append(ro)
+        ro.wait_for(lambda t: "RUNNING" in t, what="the run, for the reader too")
+        ro.send("p")
+        # the toast wraps at 80 columns: its words, in order, across its lines
+        screen = ro.wait_for(lambda t: "permission denied" in " ".join(t.split()),
+                             what="the server's refusal")
+        assert "PAUSED" not in screen
+        assert len(raw_rows(roles_db, "SELECT id FROM control")) == 2  # nothing of the reader's
+    finally:
+        for app in apps:
+            app.kill()
+        run.send_signal(signal.SIGINT)
+        run.wait(60)
+
+
+def test_runs_copied_from_sqlite_into_postgresql_and_back_read_the_same(pg_server, tmp_path):
+    laptop = tmp_path / "laptop.db"
+    env = {"XDG_CONFIG_HOME": str(tmp_path / "xdg"), "XDG_DATA_HOME": str(tmp_path / "data")}
+    ids = []
+    for _ in range(2):
+        r = swarm("--db", str(laptop), "run", "--demo", "60", "--headless", "--json",
+                  "--quiet", env=env)
+        assert r.returncode in (0, 3), r.stderr
+        ids.append(json.loads(r.stdout)["run_id"])
+    team = new_pg_database(pg_server)
+    r = swarm("db", "copy", str(laptop), team.url, env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("copied 2 runs")
+    again = swarm("db", "copy", str(laptop), team.url, env=env)
+    assert "copied 0 runs" in again.stdout and "2 already there" in again.stdout
+    back = tmp_path / "back.db"
+    assert swarm("db", "copy", team.url, str(back), "--run", ids[1], env=env).returncode == 0
+    for run_id in ids:
+        for command in (["report", run_id, "--json"], ["cost", run_id, "--json"],
+                        ["export", run_id, "--format", "jsonl"]):
+            here = swarm("--db", str(laptop), *command, env=env)
+            there = swarm("--db", team.url, *command, env=env)
+            assert here.returncode == there.returncode == 0, (here.stderr, there.stderr)
+            assert here.stdout == there.stdout, command
+    assert json.loads(swarm("--db", str(back), "runs", "--json", env=env).stdout)[0]["id"] == ids[1]
+    assert_one_line_error(swarm("db", "copy", str(laptop), team.url, "--run", "nope", env=env),
+                          2, "no run nope")
+
+
+def test_a_password_never_goes_on_the_command_line(tmp_path):
+    url = "postgresql://alice:s3cret-pw@127.0.0.1:9/x"
+    for args in (["--db", url, "runs"], ["db", "copy", url, str(tmp_path / "x.db")]):
+        r = swarm(*args)
+        assert_one_line_error(r, 2, "password on the command line", "PGPASSWORD")
+        assert "s3cret-pw" not in r.stderr + r.stdout
+
+
+def test_an_unreachable_server_is_one_line(tmp_path):
+    r = swarm("--db", "postgresql://nobody@127.0.0.1:9/none", "runs")
+    assert_one_line_error(r, 2, "database postgresql://nobody@127.0.0.1:9/none")
