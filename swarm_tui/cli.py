@@ -380,7 +380,7 @@ async def _run_workers(conn, path, cfg, opts, tasks, args) -> int:
     from swarm_tui.store.runs import get_run, load_summary, new_run_id
 
     run_id = new_run_id()
-    batches = await prepare(conn, path, cfg, opts, tasks, run_id)
+    batches = await prepare(conn, path, cfg, opts, tasks, run_id, args.workers)
     if not args.quiet:
         print(f"swarm-tui: run {run_id}: {len(tasks)} tasks in {batches} batches, "
               f"{args.workers} workers", file=sys.stderr)
@@ -423,7 +423,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 async def _worker(conn, path, cfg, opts, args) -> int:
-    from swarm_tui.execution.workers import newest_split_run, work
+    from swarm_tui.execution.workers import work
+    from swarm_tui.store.leases import newest_split_run
 
     run_id = args.run_id or await newest_split_run(conn, path)
     outcome = await work(conn, path, cfg, opts, run_id, show_progress=not args.quiet)

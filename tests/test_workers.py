@@ -7,6 +7,7 @@ process."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -20,6 +21,7 @@ import httpx2
 import pytest
 
 from swarm_tui.engine import events as ev
+from swarm_tui.run_sources import StoreSource
 from swarm_tui.store.db import open_db
 from swarm_tui.store.fences import LeaseFence
 from swarm_tui.store.leases import BATCH_TASKS, lease_batch, split_run
@@ -155,3 +157,44 @@ async def test_a_worker_whose_batch_was_leased_again_stops_writing(sim_factory, 
     assert raw_rows(db_target, "SELECT token, done_at FROM batches WHERE batch=0") == [
         ("theirs", None)]
     assert _count(db_target, "SELECT COUNT(*) FROM results") < 100
+
+
+@pytest.mark.slow
+async def test_a_watcher_sees_every_worker_and_its_pause_and_cancel_reach_them_all(
+        tmp_path, slow_sim, any_db):
+    _port, cfg = slow_sim
+    proc = _run(_workload(tmp_path, 6000), cfg, 2)  # 60 in flight at 200 ms: ~20 s of work
+    src = None
+    try:
+        _wait(lambda: _count(any_db, "SELECT COUNT(*) FROM workers") == 2
+              and _count(any_db, "SELECT COUNT(*) FROM results") >= 100, "two busy workers")
+        run_id = raw_rows(any_db, "SELECT id FROM runs")[0][0]
+        src = StoreSource(any_db, run_id, write=True)
+        await src.open()
+        snap = await src.snapshot()
+        assert snap is not None and snap.in_flight > 0 and snap.concurrency == 60  # 30 + 30
+        assert await src.control("pause")
+        await _until(lambda: _live_workers(any_db, "paused") == [True, True])
+        assert await src.control("resume")
+        await _until(lambda: _live_workers(any_db, "paused") == [False, False])
+        assert await src.control("cancel")
+        out, err = await asyncio.to_thread(proc.communicate, timeout=120)
+    finally:
+        if src is not None:
+            await src.close()
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err  # cancelled, as `run` is
+    assert json.loads(out)["status"] == "cancelled"
+    assert _count(any_db, "SELECT COUNT(*) FROM workers WHERE ended_at IS NULL") == 0
+
+
+def _live_workers(db, key: str) -> list:
+    return [json.loads(r[0]).get(key) for r in raw_rows(
+        db, "SELECT live_json FROM workers WHERE live_json IS NOT NULL ORDER BY worker")]
+
+
+async def _until(pred, timeout: float = 60.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not pred():
+            await asyncio.sleep(0.05)

@@ -7,7 +7,8 @@ when every batch of the run is done — waiting, meanwhile, for a dead worker's 
 expire so that its batches are done too. The last worker out marks the run finished.
 
 The run's concurrency is global: each worker runs its share, the run's figure divided by
-the workers beating in the store, refreshed every second.
+the workers beating in the store (at least as many as the run was started with),
+refreshed every second.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ import math
 import os
 import sqlite3
 import sys
-import time
 
 from swarm_tui.config import LoadedConfig
 from swarm_tui.engine.runner import SwarmRunner
@@ -36,6 +36,7 @@ from swarm_tui.store.fences import LeaseFence
 from swarm_tui.store.leases import (
     LEASE_S,
     batches_left,
+    cancel_split_run,
     finish_run,
     join_run,
     lease_batch,
@@ -63,8 +64,9 @@ def _refuse_in_one_process(session: RunSession) -> None:
 
 
 async def prepare(conn: StoreConnection, db_path: DbTarget, cfg: LoadedConfig,
-                  opts: RunOptions, workload: Workload, run_id: str) -> int:
-    """Store the run and its batches; no process owns it (workers lease its batches)."""
+                  opts: RunOptions, workload: Workload, run_id: str, workers: int) -> int:
+    """Store the run and its batches; no process owns it (workers lease its batches).
+    `workers`: how many it starts with — each one's share from the first second."""
     session = RunSession(cfg, opts)
     _refuse_in_one_process(session)
     session.open()  # clients only (routing): nothing is sent
@@ -75,13 +77,10 @@ async def prepare(conn: StoreConnection, db_path: DbTarget, cfg: LoadedConfig,
         try:
             await create_run(conn, run_id, runner.agents,
                              (session.forced_model(t) for t in workload), name=opts.name,
-                             simulated=False, config=config_snapshot(session, opts),
+                             simulated=False,
+                             config={**config_snapshot(session, opts), "workers": workers},
                              claim=claim)
             batches = await split_run(conn, run_id, len(runner.agents))
-            # unowned: its liveness is its workers' heartbeats (ownership.owner_alive)
-            await conn.execute("UPDATE runs SET owner_token=NULL, pid=NULL, host=NULL, "
-                               "lock_path=NULL WHERE id=?", (run_id,))
-            await conn.commit()
         finally:
             claim.release()
     finally:
@@ -91,7 +90,7 @@ async def prepare(conn: StoreConnection, db_path: DbTarget, cfg: LoadedConfig,
 
 
 async def _feed(conn: StoreConnection, runner: SwarmRunner, fence: LeaseFence, run_id: str,
-                worker: str, total_concurrency: int, shared: bool) -> None:
+                worker: str, total_concurrency: int, shared: bool, expected: int) -> None:
     """Lease batches while the runner has room; end the feed once the run has no batch
     left that is not done (a dead worker's come back when their leases expire)."""
     last_share = 0.0
@@ -100,8 +99,8 @@ async def _feed(conn: StoreConnection, runner: SwarmRunner, fence: LeaseFence, r
         now = loop.time()
         if shared and now - last_share >= 1.0:
             last_share = now
-            runner.set_concurrency(math.ceil(total_concurrency
-                                             / await live_workers(conn, run_id)))
+            alive = await live_workers(conn, run_id)
+            runner.set_concurrency(math.ceil(total_concurrency / max(alive, expected)))
         if runner.cancelled or runner.stop_reason:
             runner.end_feed()
             return
@@ -124,11 +123,12 @@ async def _feed(conn: StoreConnection, runner: SwarmRunner, fence: LeaseFence, r
 
 
 async def _feeding(conn: StoreConnection, runner: SwarmRunner, fence: LeaseFence,
-                   run_id: str, worker: str, total: int, *, shared: bool) -> None:
+                   run_id: str, worker: str, total: int, *, shared: bool,
+                   expected: int) -> None:
     """The feed, or — when the store fails it — a stop with the reason, never a runner
     left waiting for tasks that will not come."""
     try:
-        await _feed(conn, runner, fence, run_id, worker, total, shared)
+        await _feed(conn, runner, fence, run_id, worker, total, shared, expected)
     except sqlite3.Error as e:
         runner.stop(STORE_STOPPED, f"worker: cannot lease batches ({e}); no more sends")
         runner.end_feed()
@@ -170,8 +170,9 @@ async def work(conn: StoreConnection, db_path: DbTarget, cfg: LoadedConfig, opts
         # leases on a connection of their own: the writer's flush holds a transaction
         # on `conn`, and a lease is a transaction too
         leases = await open_db(db_path, create=False, reconcile=False)
-        feeder = asyncio.create_task(_feeding(leases, runner, fence, run_id, worker, total,
-                                              shared=shared))
+        feeder = asyncio.create_task(_feeding(
+            leases, runner, fence, run_id, worker, total, shared=shared,
+            expected=int(snap.get("workers") or 1)))
         park_s = park_interval()
         parking = asyncio.create_task(park_survivors(park_s)) if park_s > 0 else None
         try:
@@ -192,23 +193,9 @@ async def work(conn: StoreConnection, db_path: DbTarget, cfg: LoadedConfig, opts
     if writer.failure:
         raise UserError(writer.failure_line())
     if runner.cancelled:
-        await conn.execute("UPDATE runs SET status='cancelled', finished_at=? WHERE id=? AND "
-                           "status='running'", (time.time(), run_id))
-        await conn.commit()
+        await cancel_split_run(conn, run_id)
     elif await finish_run(conn, run_id):  # the last one out
         summary = await load_summary(conn, await get_run(conn, run_id, db_path))
         await save_summary(conn, summary)
     return Outcome(await load_summary(conn, await get_run(conn, run_id, db_path)), interrupted)
 
-
-async def newest_split_run(conn: StoreConnection, db_path: DbTarget) -> str:
-    """The newest running run that workers can join."""
-    async with conn.execute(
-            "SELECT id FROM runs r WHERE status='running' AND EXISTS (SELECT 1 FROM batches b "
-            "WHERE b.run_id = r.id AND b.done_at IS NULL) ORDER BY started_at DESC LIMIT 1"
-            ) as cur:
-        row = await cur.fetchone()
-    if row is None:
-        raise UserError(f"database {db_path}: no running run split into batches (start one "
-                        "with `swarm-tui run ... --workers N`)")
-    return str(row[0])

@@ -14,7 +14,9 @@ import math
 import time
 from dataclasses import dataclass
 
+from swarm_tui.errors import UserError
 from swarm_tui.store.conn import StoreConnection
+from swarm_tui.store.target import DbTarget
 
 BATCH_TASKS = 100   # small: a dead worker's batches are what may be paid twice
 LEASE_S = 10.0      # renewed every flush (0.25 s); a worker silent this long has lost them
@@ -30,13 +32,36 @@ class Lease:
 
 async def split_run(conn: StoreConnection, run_id: str, total: int,
                     size: int = BATCH_TASKS) -> int:
-    """The run's batches (seq ranges), written once when the run is created."""
+    """The run's batches (seq ranges), written once when the run is created; the run is
+    then nobody's: its liveness is its workers' heartbeats (ownership.owner_alive)."""
     n = math.ceil(total / size)
     await conn.executemany(
         "INSERT INTO batches (run_id, batch, first_seq, last_seq) VALUES (?, ?, ?, ?)",
         [(run_id, b, b * size, min(total, (b + 1) * size) - 1) for b in range(n)])
+    await conn.execute("UPDATE runs SET owner_token=NULL, pid=NULL, host=NULL, lock_path=NULL "
+                       "WHERE id=?", (run_id,))
     await conn.commit()
     return n
+
+
+async def newest_split_run(conn: StoreConnection, db_path: DbTarget) -> str:
+    """The newest running run that workers can join."""
+    async with conn.execute(
+            "SELECT id FROM runs r WHERE status='running' AND EXISTS (SELECT 1 FROM batches b "
+            "WHERE b.run_id = r.id AND b.done_at IS NULL) ORDER BY started_at DESC LIMIT 1"
+            ) as cur:
+        row = await cur.fetchone()
+    if row is None:
+        raise UserError(f"database {db_path}: no running run split into batches (start one "
+                        "with `swarm-tui run ... --workers N`)")
+    return str(row[0])
+
+
+async def cancel_split_run(conn: StoreConnection, run_id: str) -> None:
+    """A worker cancelled (watch --write): the run is cancelled; `resume` finishes it."""
+    await conn.execute("UPDATE runs SET status='cancelled', finished_at=? WHERE id=? AND "
+                       "status='running'", (time.time(), run_id))
+    await conn.commit()
 
 
 async def has_batches(conn: StoreConnection, run_id: str) -> bool:

@@ -24,10 +24,36 @@ async def last_pause_command(conn: StoreConnection, run_id: str) -> str | None:
 
 
 async def live_figures(conn: StoreConnection, run_id: str) -> dict[str, Any]:
-    """The executor's heartbeat figures: in_flight, concurrency, paused, retrying."""
+    """The executor's heartbeat figures: in_flight, concurrency, paused, retrying — or, for
+    a run its workers execute, theirs added up (store/leases.py)."""
     async with conn.execute("SELECT live_json FROM runs WHERE id=?", (run_id,)) as cur:
         row = await cur.fetchone()
-    return json.loads(row[0]) if row and row[0] else {}
+    if row and row[0]:
+        return json.loads(row[0])
+    async with conn.execute("SELECT live_json FROM workers WHERE run_id=? AND ended_at IS NULL "
+                            "AND live_json IS NOT NULL", (run_id,)) as cur:
+        parts = [json.loads(r[0]) for r in await cur.fetchall()]
+    return merge_live(parts)
+
+
+def merge_live(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """Several workers' heartbeat figures as one executor's."""
+    if not parts:
+        return {}
+
+    def most(key: str) -> Any:
+        values = [p[key] for p in parts if p.get(key) is not None]
+        return max(values) if values else None
+
+    return {"in_flight": sum(p.get("in_flight", 0) for p in parts),
+            "concurrency": sum(p.get("concurrency", 0) for p in parts),
+            "paused": all(p.get("paused", False) for p in parts),
+            "retrying": sum(p.get("retrying", 0) for p in parts),
+            "lag_p95_ms": most("lag_p95_ms"), "run_lag_p95_ms": most("run_lag_p95_ms"),
+            "run_lag_max_ms": most("run_lag_max_ms"),
+            "client_bound": any(p.get("client_bound", False) for p in parts),
+            "agents": [a for p in parts for a in p.get("agents", [])],
+            "workers": len(parts)}
 
 
 async def log_rows(conn: StoreConnection, run_id: str, limit: int = 100
