@@ -174,8 +174,7 @@ def test_too_little_traffic_stays_inconclusive_pauses_and_never_promotes(sim_fac
 
 @pytest.mark.slow
 def test_canary_set_from_another_process_reaches_the_running_runner(sim_factory, tmp_path,
-                                                                   env_any):
-    env = env_any
+                                                                   env):
     base = sim_factory(profile="fixed:100")
     cand = sim_factory(profile="fixed:100")
     cfg = _config(tmp_path, base, cand, mode="manual", bake="24h")

@@ -261,10 +261,11 @@ def _unanswered(db: Path | PgTarget, run_id: str) -> int:
                   "r.state = 'cancelled')", run_id)[0][0]
 
 
+@pytest.mark.usefixtures("no_user_config")
 @pytest.mark.slow
-def test_two_resumes_at_once_exactly_one_runs(tmp_path, sim_proc, any_db):
+def test_two_resumes_at_once_exactly_one_runs(tmp_path, sim_proc):
     port, cfg = sim_proc
-    db = any_db
+    db = Path(os.environ["SWARM_TUI_DB"])  # the lock is a file on both back ends
     run_id = _interrupted_run(tmp_path, cfg, db, 2500, 200)
     todo = _unanswered(db, run_id)
     before = _requests(port)

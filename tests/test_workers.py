@@ -28,7 +28,16 @@ from swarm_tui.store.leases import BATCH_TASKS, lease_batch, split_run
 from swarm_tui.store.ownership import take_lock
 from swarm_tui.store.runs import create_run
 from swarm_tui.store.writer import StoreWriter
-from tests.conftest import TEST_KEY, make_client, make_runner, raw_rows, sim_gateway, tasks
+from tests.conftest import (
+    TEST_KEY,
+    assert_one_line_error,
+    make_client,
+    make_runner,
+    raw_rows,
+    sim_gateway,
+    swarm,
+    tasks,
+)
 
 
 def _wait(pred: Callable[[], bool], what: str, timeout: float = 90.0) -> None:
@@ -56,12 +65,12 @@ def _workload(tmp_path, n: int):
     return w
 
 
-def _run(w, cfg, workers: int) -> subprocess.Popen:
+def _run(w, cfg, workers: int, lease_s: float = 10.0) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "swarm_tui", "run", str(w), "--config", str(cfg),
          "--concurrency", "60", "--workers", str(workers), "--headless", "--json", "--quiet"],
-        env={**os.environ, "GW_KEY": TEST_KEY}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL, text=True)
+        env={**os.environ, "GW_KEY": TEST_KEY, "SWARM_TUI_LEASE_S": str(lease_s)},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
 
 
 def _count(db, sql: str, *args) -> int:
@@ -93,8 +102,8 @@ def test_workers_split_a_run_and_answer_each_task_once(tmp_path, slow_sim, any_d
 def test_kill_9_of_one_of_three_workers_pays_at_most_its_leased_batches(tmp_path, slow_sim,
                                                                          any_db):
     port, cfg = slow_sim
-    n = 3000
-    proc = _run(_workload(tmp_path, n), cfg, 3)
+    n = 1500
+    proc = _run(_workload(tmp_path, n), cfg, 3, lease_s=3.0)  # its batches back in 3 s
     try:
         _wait(lambda: _count(any_db, "SELECT COUNT(*) FROM workers") == 3
               and _count(any_db, "SELECT COUNT(*) FROM results") >= 300, "three busy workers")
@@ -198,3 +207,17 @@ async def _until(pred, timeout: float = 60.0) -> None:
     async with asyncio.timeout(timeout):
         while not pred():
             await asyncio.sleep(0.05)
+
+
+@pytest.mark.usefixtures("no_user_config")
+def test_what_workers_cannot_share_yet_is_refused_in_one_line(tmp_path):
+    assert_one_line_error(swarm("run", "--demo", "10", "--workers", "2", "--headless"), 2,
+                          "built-in simulator lives in one process")
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[gateways.local]\nbase_url = "http://127.0.0.1:9/v1"\nkey_env = ["GW_KEY"]\n')
+    w = _workload(tmp_path, 10)
+    r = swarm("run", str(w), "--config", str(cfg), "--workers", "2", "--budget", "1",
+              "--headless", env={"GW_KEY": TEST_KEY})
+    assert_one_line_error(r, 2, "budget cap is not shared across workers")
+    assert_one_line_error(swarm("run", str(w), "--config", str(cfg), "--workers", "0"), 2,
+                          "--workers: 1 or more")

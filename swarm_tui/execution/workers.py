@@ -34,12 +34,12 @@ from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.db import open_db
 from swarm_tui.store.fences import LeaseFence
 from swarm_tui.store.leases import (
-    LEASE_S,
     batches_left,
     cancel_split_run,
     finish_run,
     join_run,
     lease_batch,
+    lease_seconds,
     live_workers,
     split_run,
 )
@@ -53,7 +53,7 @@ from swarm_tui.workload import Workload
 FEED_POLL_S = 0.2  # how often a worker looks for room, new batches, expired leases
 
 
-def _refuse_in_one_process(session: RunSession) -> None:
+def _refuse_in_one_process(session: RunSession, *, starting: bool = False) -> None:
     if session.simulated:
         raise UserError("--workers / worker: the built-in simulator lives in one process; "
                         "point a config's gateway at a server every worker reaches (e.g. "
@@ -61,6 +61,12 @@ def _refuse_in_one_process(session: RunSession) -> None:
     if session.canary is not None:
         raise UserError("--workers / worker: a canary run is not split across workers yet; "
                         "run it in one process")
+    budget = (session.opts.budget_usd if session.opts.budget_usd is not None
+              else session.cfg.settings.budget_usd)
+    if starting and budget is not None:
+        # each worker would hold the whole cap: N workers could spend N times it
+        raise UserError("--workers / worker: a budget cap is not shared across workers yet; "
+                        "run a capped run in one process")
 
 
 async def prepare(conn: StoreConnection, db_path: DbTarget, cfg: LoadedConfig,
@@ -68,7 +74,7 @@ async def prepare(conn: StoreConnection, db_path: DbTarget, cfg: LoadedConfig,
     """Store the run and its batches; no process owns it (workers lease its batches).
     `workers`: how many it starts with — each one's share from the first second."""
     session = RunSession(cfg, opts)
-    _refuse_in_one_process(session)
+    _refuse_in_one_process(session, starting=True)
     session.open()  # clients only (routing): nothing is sent
     bodies = StoredBodies(db_path, run_id)  # never read here: the runner only routes
     try:
@@ -105,7 +111,7 @@ async def _feed(conn: StoreConnection, runner: SwarmRunner, fence: LeaseFence, r
             runner.end_feed()
             return
         while runner.backlog < runner.limit:
-            lease = await lease_batch(conn, run_id, worker, fence.token)
+            lease = await lease_batch(conn, run_id, worker, fence.token, fence.lease_s)
             if lease is None:
                 break
             # in the fence at once: the next flush renews it with the others
@@ -150,7 +156,7 @@ async def work(conn: StoreConnection, db_path: DbTarget, cfg: LoadedConfig, opts
     _refuse_in_one_process(session)
     claim = take_lock(db_path, f"{run_id}.worker.{os.getpid()}")
     worker = f"{claim.host}:{claim.pid}"
-    fence = LeaseFence(run_id, worker, claim.token, LEASE_S)
+    fence = LeaseFence(run_id, worker, claim.token, lease_seconds())
     bodies = StoredBodies(db_path, run_id)
     writer: StoreWriter | None = None
     try:

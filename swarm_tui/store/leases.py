@@ -11,6 +11,7 @@ without a stored result are sent again.
 from __future__ import annotations
 
 import math
+import os
 import time
 from dataclasses import dataclass
 
@@ -20,7 +21,17 @@ from swarm_tui.store.target import DbTarget
 
 BATCH_TASKS = 100   # small: a dead worker's batches are what may be paid twice
 LEASE_S = 10.0      # renewed every flush (0.25 s); a worker silent this long has lost them
+LEASE_ENV = "SWARM_TUI_LEASE_S"  # shorter: a dead worker's batches come back sooner
 LIVE_WORKER_S = 5.0  # a worker beating this recently shares the run's concurrency
+
+
+def lease_seconds() -> float:
+    """The lease a worker takes; SWARM_TUI_LEASE_S overrides it (at least 1 s: four
+    flushes must fit in it, or a busy worker would lose its own batches)."""
+    try:
+        return max(1.0, float(os.environ.get(LEASE_ENV) or LEASE_S))
+    except ValueError:
+        return LEASE_S
 
 
 @dataclass(frozen=True)
