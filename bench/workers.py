@@ -29,29 +29,66 @@ from common import sim_process
 KEY = "sk-bench-0123456789abcdefghijklmnop"
 
 
+def sim_cpu(port: str) -> float:
+    """CPU seconds of the simulator process serving `port` (it is not our child's child)."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                argv = fh.read().split(b"\0")
+            if b"sim" in argv and port.encode() in argv:
+                with open(f"/proc/{entry}/stat") as fh:
+                    fields = fh.read().rsplit(")", 1)[1].split()
+                return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except OSError:
+            continue
+    return 0.0
+
+
+def postgres_cpu() -> float:
+    """CPU seconds of this host's PostgreSQL server processes (0 without one): with
+    --db on this machine it shares the 2 cores with the client and the simulator."""
+    total = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                head, rest = fh.read().rsplit(")", 1)
+            if head.split("(", 1)[1] == "postgres":
+                fields = rest.split()
+                total += int(fields[11]) + int(fields[12])
+        except (OSError, IndexError):
+            continue
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def children_cpu() -> float:
     ru = resource.getrusage(resource.RUSAGE_CHILDREN)
     return ru.ru_utime + ru.ru_stime
 
 
-def one(workload: Path, cfg: Path, db: str, concurrency: int, workers: int | None
-        ) -> tuple[float, float, int]:
-    """(wall s, CPU s of every process of the run, calls)."""
+def one(workload: Path, cfg: Path, db: str, concurrency: int, workers: int | None,
+        port: str) -> tuple[float, float, int, float, float]:
+    """(wall s, CPU s of every process of the run, calls, the simulator's CPU s, the
+    database server's CPU s)."""
     argv = [sys.executable, "-m", "swarm_tui", "--db", db, "run", str(workload), "--config",
             str(cfg), "--concurrency", str(concurrency), "--headless", "--json", "--quiet",
             "--no-preflight"]
     if workers is not None:
         argv += ["--workers", str(workers)]
-    c0, t0 = children_cpu(), time.perf_counter()
+    c0, s0, p0, t0 = children_cpu(), sim_cpu(port), postgres_cpu(), time.perf_counter()
     r = subprocess.run(argv, capture_output=True, text=True, timeout=900,
                        env={**os.environ, "GW_KEY": KEY}, stdin=subprocess.DEVNULL)
-    wall, cpu = time.perf_counter() - t0, children_cpu() - c0
+    wall, cpu, sim = time.perf_counter() - t0, children_cpu() - c0, sim_cpu(port) - s0
+    server = postgres_cpu() - p0
     if r.returncode not in (0, 3):
         raise RuntimeError(r.stderr[-2000:])
     summary = json.loads(r.stdout)
     if summary["succeeded"] != summary["total"]:
         raise RuntimeError(f"not every task succeeded: {summary['succeeded']}")
-    return wall, cpu, int(summary["calls"])
+    return wall, cpu, int(summary["calls"]), sim, server
 
 
 def main() -> None:
@@ -71,23 +108,28 @@ def main() -> None:
         cfg = Path(tmp) / "c.toml"
         cfg.write_text(f'[gateways.local]\nbase_url = "{url}"\nkey_env = ["GW_KEY"]\n'
                        f"max_concurrency = {a.concurrency}\n")
-        variants: dict[str, list[tuple[float, float, int]]] = {}
+        variants: dict[str, list[tuple[float, float, int, float, float]]] = {}
+        port = url.rsplit(":", 1)[1].split("/")[0]
         n = 0
         for _ in range(a.rounds):
             for name, workers in (("--workers 1", 1), ("--workers 2", 2), ("one process", None)):
                 n += 1
                 db = a.db or str(Path(tmp) / f"{n}.db")
-                variants.setdefault(name, []).append(one(work, cfg, db, a.concurrency, workers))
-    base = min(w for w, _c, _n in variants["--workers 1"])
+                variants.setdefault(name, []).append(
+                    one(work, cfg, db, a.concurrency, workers, port))
+    base = min(r[0] for r in variants["--workers 1"])
+    cores = os.cpu_count() or 1
     print(f"{a.tasks:,} tasks, {a.concurrency:,} in flight, fixed:200 (ideal wall "
-          f"{ideal:.1f} s), simulator in its own process, {os.cpu_count()} cores")
+          f"{ideal:.1f} s), simulator in its own process, {cores} cores")
     for name, runs in variants.items():
         best = min(runs)
-        walls = ", ".join(f"{w:.1f}" for w, _c, _n in runs)
-        cpu_ms = best[1] / best[2] * 1000
-        print(f"  {name:12s} wall {walls} s  best/ideal {best[0] / ideal:.2f}  "
-              f"ratio to --workers 1: {best[0] / base:.2f}  client CPU {cpu_ms:.2f} ms/call "
-              f"({best[1]:.1f} s for {best[2]:,} calls)")
+        wall, cpu, calls, sim, server = best
+        walls = ", ".join(f"{r[0]:.1f}" for r in runs)
+        print(f"  {name:12s} wall {walls} s  best/ideal {wall / ideal:.2f}  "
+              f"ratio to --workers 1: {wall / base:.2f}  client CPU {cpu / calls * 1000:.2f} "
+              f"ms/call, simulator {sim / calls * 1000:.2f}, PostgreSQL server "
+              f"{server / calls * 1000:.2f}; the machine "
+              f"{(cpu + sim + server) / (wall * cores) * 100:.0f}% busy")
 
 
 if __name__ == "__main__":

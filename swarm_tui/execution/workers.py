@@ -35,6 +35,7 @@ from swarm_tui.store.db import open_db
 from swarm_tui.store.fences import LeaseFence
 from swarm_tui.store.leases import (
     batches_left,
+    beat_run,
     cancel_split_run,
     finish_run,
     join_run,
@@ -99,14 +100,16 @@ async def _feed(conn: StoreConnection, runner: SwarmRunner, fence: LeaseFence, r
                 worker: str, total_concurrency: int, shared: bool, expected: int) -> None:
     """Lease batches while the runner has room; end the feed once the run has no batch
     left that is not done (a dead worker's come back when their leases expire)."""
-    last_share = 0.0
+    last_beat = 0.0
     loop = asyncio.get_running_loop()
     while True:
         now = loop.time()
-        if shared and now - last_share >= 1.0:
-            last_share = now
-            alive = await live_workers(conn, run_id)
-            runner.set_concurrency(math.ceil(total_concurrency / max(alive, expected)))
+        if now - last_beat >= 1.0:
+            last_beat = now
+            await beat_run(conn, run_id)
+            if shared:
+                alive = await live_workers(conn, run_id)
+                runner.set_concurrency(math.ceil(total_concurrency / max(alive, expected)))
         if runner.cancelled or runner.stop_reason:
             runner.end_feed()
             return

@@ -78,19 +78,23 @@ class LeaseFence:
 
     async def hold(self, conn: StoreConnection, now: float, live: str) -> None:
         if self.missing:
-            # every batch this worker holds must still carry its token (a batch leased a
-            # moment ago, not yet in `missing`, is renewed too)
+            # every batch this worker holds must still carry its token. Which ones: taken
+            # before the statement is sent — a batch leased while it runs joins `missing`
+            # after its lease committed, possibly after this UPDATE's snapshot (it is
+            # renewed by the next flush; a lease outlives many flushes)
+            held = set(self.missing)
             async with conn.execute(
                     "UPDATE batches SET expires_at=? WHERE run_id=? AND token=? AND "
                     "done_at IS NULL RETURNING batch",
                     (now + self.lease_s, self.run_id, self.token)) as cur:
                 renewed = {r[0] for r in await cur.fetchall()}
-            if not set(self.missing) <= renewed:
+            if not held <= renewed:
                 raise LostClaim
+        # its own row only: the run's row, shared by every worker, is beaten outside the
+        # flush (store/leases.beat_run) — held in every worker's flush transaction, it
+        # queued the workers behind each other (PostgreSQL: 2 workers 1.7x slower than 1)
         await conn.execute("UPDATE workers SET heartbeat_at=?, live_json=? WHERE run_id=? AND "
                            "worker=?", (now, live, self.run_id, self.worker))
-        await conn.execute("UPDATE runs SET heartbeat_at=? WHERE id=? AND status='running'",
-                           (now, self.run_id))
 
     async def settle(self, conn: StoreConnection, rows: Sequence[tuple[str, tuple]],
                      now: float) -> list[int]:

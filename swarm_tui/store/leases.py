@@ -124,6 +124,14 @@ async def join_run(conn: StoreConnection, run_id: str, worker: str, token: str, 
     await conn.commit()
 
 
+async def beat_run(conn: StoreConnection, run_id: str) -> None:
+    """The run's heartbeat (its liveness for watchers on other hosts), one short
+    statement of its own, so no worker's flush holds the run's row."""
+    await conn.execute("UPDATE runs SET heartbeat_at=? WHERE id=? AND status='running'",
+                       (time.time(), run_id))
+    await conn.commit()
+
+
 async def live_workers(conn: StoreConnection, run_id: str) -> int:
     async with conn.execute(
             "SELECT COUNT(*) FROM workers WHERE run_id=? AND ended_at IS NULL AND "
