@@ -124,10 +124,11 @@ async def _follow_to_the_end(db: Path | PgTarget, proc: subprocess.Popen, source
 
 
 @pytest.mark.slow
-async def test_a_watcher_follows_a_resume_of_a_cancelled_run(any_db):
+@pytest.mark.usefixtures("no_user_config")
+async def test_a_watcher_follows_a_resume_of_a_cancelled_run():
     """A resume re-sends the cancelled tasks; a reader that watched the cancelled session
     follows the new one from scratch and ends with every task succeeded."""
-    db = any_db
+    db = Path(os.environ["SWARM_TUI_DB"])
     proc = _start_run(600, "--rate", "60")  # ~10 s: the cancel lands mid-run, fast or slow
     await _until(lambda: _running(db))
     run_id = raw_rows(db, "SELECT id FROM runs")[0][0]

@@ -107,7 +107,7 @@ def test_runs_copied_from_sqlite_into_postgresql_and_back_read_the_same(pg_serve
     env = {"XDG_CONFIG_HOME": str(tmp_path / "xdg"), "XDG_DATA_HOME": str(tmp_path / "data")}
     ids = []
     for _ in range(2):
-        r = swarm("--db", str(laptop), "run", "--demo", "60", "--headless", "--json",
+        r = swarm("--db", str(laptop), "run", "--demo", "30", "--headless", "--json",
                   "--quiet", env=env)
         assert r.returncode in (0, 3), r.stderr
         ids.append(json.loads(r.stdout)["run_id"])
@@ -119,7 +119,7 @@ def test_runs_copied_from_sqlite_into_postgresql_and_back_read_the_same(pg_serve
     assert "copied 0 runs" in again.stdout and "2 already there" in again.stdout
     back = tmp_path / "back.db"
     assert swarm("db", "copy", team.url, str(back), "--run", ids[1], env=env).returncode == 0
-    for run_id in ids:
+    for run_id in ids[:1]:  # the other one is in the listing below
         for command in (["report", run_id, "--json"], ["cost", run_id, "--json"],
                         ["export", run_id, "--format", "jsonl"]):
             here = swarm("--db", str(laptop), *command, env=env)
