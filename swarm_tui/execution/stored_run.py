@@ -24,7 +24,7 @@ from swarm_tui.ops.attach import RunOps
 from swarm_tui.runtime import park_interval, park_survivors, tune_gc
 from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.ownership import Claim, take_lock
-from swarm_tui.store.runs import create_run, get_run, load_summary, save_summary
+from swarm_tui.store.runs import create_run, get_run, load_summary, refresh_stats, save_summary
 from swarm_tui.store.target import DbTarget
 from swarm_tui.store.task_bodies import StoredBodies
 from swarm_tui.store.writer import StoreWriter
@@ -163,6 +163,7 @@ async def execute(
         await session.aclose()
     if writer.failure:
         raise UserError(writer.failure_line())
+    await refresh_stats(conn, "results", "attempts")
     summary = await load_summary(conn, await get_run(conn, run_id, db_path))
     await save_summary(conn, summary)
     return Outcome(summary, interrupted)

@@ -45,7 +45,14 @@ from swarm_tui.store.leases import (
     split_run,
 )
 from swarm_tui.store.ownership import take_lock
-from swarm_tui.store.runs import create_run, get_run, load_summary, resumable_tasks, save_summary
+from swarm_tui.store.runs import (
+    create_run,
+    get_run,
+    load_summary,
+    refresh_stats,
+    resumable_tasks,
+    save_summary,
+)
 from swarm_tui.store.target import DbTarget
 from swarm_tui.store.task_bodies import StoredBodies
 from swarm_tui.store.writer import STORE_STOPPED, StoreWriter
@@ -204,6 +211,7 @@ async def work(conn: StoreConnection, db_path: DbTarget, cfg: LoadedConfig, opts
     if runner.cancelled:
         await cancel_split_run(conn, run_id)
     elif await finish_run(conn, run_id):  # the last one out
+        await refresh_stats(conn, "results", "attempts")
         summary = await load_summary(conn, await get_run(conn, run_id, db_path))
         await save_summary(conn, summary)
     return Outcome(await load_summary(conn, await get_run(conn, run_id, db_path)), interrupted)

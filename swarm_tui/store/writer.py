@@ -28,6 +28,7 @@ from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.db import db_error
 from swarm_tui.store.fences import LeaseFence, LostClaim, RunFence
 from swarm_tui.store.ownership import Claim
+from swarm_tui.store.runs import refresh_stats
 from swarm_tui.store.spill import SpillJournal
 from swarm_tui.store.target import DbTarget
 
@@ -111,6 +112,8 @@ class StoreWriter:
         self._last_poll = 0.0
         self._last_keys = 0.0
         self._control_seen: int | None = None  # workers: the last command applied
+        self._stored = 0            # rows this writer committed …
+        self._analyze_at = 1_000    # … and when PostgreSQL's statistics are refreshed next
         # the calls in flight, for watchers' agents view (agent, run seconds at its send)
         self._working: dict[int, tuple[Agent, float]] = {}
         runner.consumers.append(self.on_event)
@@ -252,6 +255,10 @@ class StoreWriter:
             raise
         self._spilled = []
         self.journal.clear()
+        self._stored += len(batch)
+        if self._stored >= self._analyze_at:  # 1,000 rows, then each doubling
+            self._analyze_at *= 2
+            await refresh_stats(self.conn, "results", "attempts")
         if keys:
             self._last_keys = now
         self._recovered()
