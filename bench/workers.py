@@ -58,7 +58,9 @@ def postgres_cpu() -> float:
                 head, rest = fh.read().rsplit(")", 1)
             if head.split("(", 1)[1] == "postgres":
                 fields = rest.split()
-                total += int(fields[11]) + int(fields[12])
+                # its own CPU and its exited children's (the backends of closed connections
+                # end up in the postmaster's cutime/cstime)
+                total += sum(int(x) for x in fields[11:15])
         except (OSError, IndexError):
             continue
     return total / os.sysconf("SC_CLK_TCK")
