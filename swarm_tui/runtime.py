@@ -20,8 +20,10 @@ the run's end (measured: ~15 objects in 35 s of a run with 8 % 429/503 retries).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import os
+from collections.abc import AsyncIterator
 
 SWARM_GC_THRESHOLDS = (20_000, 20, 100)
 ENV = "SWARM_TUI_GC_THRESHOLDS"  # "700,10,10": CPython's own (bench/ui.py's baseline)
@@ -62,3 +64,22 @@ async def park_survivors(every_s: float) -> None:
     while True:
         await asyncio.sleep(every_s)
         gc.freeze()
+
+
+@contextlib.asynccontextmanager
+async def collector_for_a_run() -> AsyncIterator[None]:
+    """Around a run's execution: the long-lived heap frozen out of the generations (tasks,
+    agents, prompts: full collections paused the process up to ~210 ms without it), the
+    swarm's thresholds, and the survivors parked every quarter second; unfrozen after."""
+    gc.freeze()
+    tune_gc()
+    every = park_interval()
+    parking = asyncio.create_task(park_survivors(every)) if every > 0 else None
+    try:
+        yield
+    finally:
+        if parking is not None:
+            parking.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await parking
+        gc.unfreeze()

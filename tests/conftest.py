@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 import os
@@ -9,7 +10,8 @@ import socket
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -179,6 +181,22 @@ def no_user_config(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg-data"))
     monkeypatch.delenv("SWARM_TUI_CONFIG", raising=False)
     monkeypatch.setenv("SWARM_TUI_DB", str(tmp_path / "runs.db"))
+
+
+def wait_until(pred: Callable[[], object], what: str, timeout: float = 60.0) -> None:
+    """Wait on state, never on time alone (the deadline only stops a broken test)."""
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+async def until(pred: Callable[[], object], timeout: float = 60.0) -> None:
+    """The same, from a test's event loop."""
+    async with asyncio.timeout(timeout):
+        while not pred():
+            await asyncio.sleep(0.05)
 
 
 def assert_one_line_error(r, code: int, *needles: str):

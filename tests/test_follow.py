@@ -18,7 +18,7 @@ import pytest
 from swarm_tui.run_sources import StoreSource
 from swarm_tui.run_sources import stored as stored_source
 from swarm_tui.store.target import PgTarget
-from tests.conftest import raw_rows, swarm
+from tests.conftest import raw_rows, swarm, until
 
 
 def _start_run(n: int, *extra: str) -> subprocess.Popen:
@@ -36,12 +36,6 @@ def _running(db: Path | PgTarget) -> bool:
                                  "x.run_id = r.id WHERE r.status='running'")[0][0])
     except (sqlite3.Error, psycopg.Error):
         return False  # not created yet
-
-
-async def _until(pred, timeout: float = 60.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not pred():
-            await asyncio.sleep(0.05)
 
 
 @pytest.mark.slow
@@ -64,7 +58,7 @@ async def test_a_watched_run_is_read_incrementally_and_ends_at_the_stored_figure
 
 async def _follow_to_the_end(db: Path | PgTarget, proc: subprocess.Popen, sources: list) -> None:
     try:
-        await _until(lambda: _running(db))
+        await until(lambda: _running(db))
         src = StoreSource(db, None)
         await src.open()
         sources.append(src)
@@ -130,7 +124,7 @@ async def test_a_watcher_follows_a_resume_of_a_cancelled_run():
     follows the new one from scratch and ends with every task succeeded."""
     db = Path(os.environ["SWARM_TUI_DB"])
     proc = _start_run(600, "--rate", "60")  # ~10 s: the cancel lands mid-run, fast or slow
-    await _until(lambda: _running(db))
+    await until(lambda: _running(db))
     run_id = raw_rows(db, "SELECT id FROM runs")[0][0]
     src = StoreSource(db, run_id, write=True)  # as `watch --write` then `x` would
     await src.open()

@@ -10,13 +10,18 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import psycopg
 import pytest
 
 from swarm_tui.store.target import PgTarget
-from tests.conftest import assert_one_line_error, new_pg_database, raw_rows, swarm
+from tests.conftest import (
+    assert_one_line_error,
+    new_pg_database,
+    raw_rows,
+    swarm,
+    wait_until,
+)
 from tests.pty_harness import PtyApp
 
 
@@ -37,14 +42,6 @@ def roles_db(pg_server, tmp_path) -> PgTarget:
                           f"'{login}') THEN CREATE ROLE {login} LOGIN; END IF; END $$")
             admin.execute(f"GRANT {role} TO {login}")
     return target
-
-
-def _wait(pred, what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def _results(target: PgTarget) -> int:
@@ -71,7 +68,7 @@ def test_a_console_on_another_host_pauses_the_run_and_a_reader_is_refused(roles_
     bastion = {**home, "SWARM_TUI_HOST": "bastion-2"}  # another host: liveness by heartbeat
     apps: list[PtyApp] = []
     try:
-        _wait(lambda: _results(roles_db) > 0, "results in the server")
+        wait_until(lambda: _results(roles_db) > 0, "results in the server")
         run_id = raw_rows(roles_db, "SELECT id FROM runs")[0][0]
 
         op = PtyApp("--db", _as(roles_db, "oncall_op"), "watch", "--write", env=bastion)
@@ -79,12 +76,13 @@ def test_a_console_on_another_host_pauses_the_run_and_a_reader_is_refused(roles_
         op.wait_for(lambda t: "RUNNING" in t, what="the run, live from the server")
         op.send("p")
         op.wait_for("PAUSED", what="the pause on screen")
-        _wait(lambda: _live(roles_db).get("paused") is True, "the executor's pause, in the server")
+        wait_until(lambda: _live(roles_db).get("paused") is True,
+                   "the executor's pause, in the server")
         actors = [a for (a,) in raw_rows(roles_db, "SELECT actor FROM control WHERE run_id=?",
                                          (run_id,))]
         assert actors and actors[0].endswith("(db: oncall_op)")  # OS user and database role
         op.send("p")
-        _wait(lambda: _live(roles_db).get("paused") is False, "the executor's resume")
+        wait_until(lambda: _live(roles_db).get("paused") is False, "the executor's resume")
 
         ro = PtyApp("--db", _as(roles_db, "oncall_ro"), "watch", "--write", env=bastion)
         apps.append(ro)

@@ -15,7 +15,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import httpx2
@@ -38,6 +37,7 @@ from tests.conftest import (
     raw_rows,
     swarm,
     tasks,
+    wait_until,
 )
 
 CONCURRENCY = 20
@@ -45,15 +45,6 @@ CONCURRENCY = 20
 
 def _requests(port: int) -> int:
     return httpx2.get(f"http://127.0.0.1:{port}/sim/stats").json().get("requests", 0)
-
-
-def _wait(pred: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
-    """Wait on state, never on time alone (the deadline only stops a broken test)."""
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def _q(db: Path | PgTarget, sql: str, *args):
@@ -97,7 +88,7 @@ def _run_args(w: Path, cfg: Path) -> list[str]:
 
 
 def _only_run(db: Path | PgTarget) -> str:
-    _wait(lambda: _results(db) > 0 or bool(_q(db, "SELECT id FROM runs")), "the run row")
+    wait_until(lambda: _results(db) > 0 or bool(_q(db, "SELECT id FROM runs")), "the run row")
     return _q(db, "SELECT id FROM runs")[0][0]
 
 
@@ -230,12 +221,12 @@ def test_a_stopped_executor_keeps_its_run(tmp_path, sim_proc):
     db = Path(os.environ["SWARM_TUI_DB"])
     proc = _popen(*_run_args(_workload(tmp_path, 1500), cfg))
     try:
-        _wait(lambda: _results(db) >= 100, "some stored results")
+        wait_until(lambda: _results(db) >= 100, "some stored results")
         run_id = _only_run(db)
         proc.send_signal(signal.SIGSTOP)
         # long past the old 5 s heartbeat window (the heartbeat is not ownership)
-        _wait(lambda: time.time() - _q(db, "SELECT heartbeat_at FROM runs")[0][0] > 6,
-              "a stale heartbeat", timeout=30)
+        wait_until(lambda: time.time() - _q(db, "SELECT heartbeat_at FROM runs")[0][0] > 6,
+                   "a stale heartbeat", timeout=30)
         assert_one_line_error(swarm("resume", run_id), 2, "still being executed")
         listed = json.loads(swarm("runs", "--json").stdout)
         assert listed[0]["status"] == "running"
@@ -249,7 +240,7 @@ def test_a_stopped_executor_keeps_its_run(tmp_path, sim_proc):
 
 def _interrupted_run(tmp_path: Path, cfg: Path, db: Path | PgTarget, n: int, stored: int) -> str:
     proc = _popen(*_run_args(_workload(tmp_path, n), cfg))
-    _wait(lambda: _results(db) >= stored, f"{stored} stored results")
+    wait_until(lambda: _results(db) >= stored, f"{stored} stored results")
     proc.kill()
     proc.wait(10)
     return _only_run(db)
@@ -294,7 +285,7 @@ def test_kill_9_at_random_points_then_resume_pays_each_task_once_but_the_window(
     for i in range(kills):
         start = _results(db)
         target = start + rng.randint(1, 300)
-        _wait(lambda t=target, p=proc: _results(db) >= t or p.poll() is not None, "progress")
+        wait_until(lambda t=target, p=proc: _results(db) >= t or p.poll() is not None, "progress")
         proc.kill()
         proc.wait(10)
         run_id = run_id or _only_run(db)

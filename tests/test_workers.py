@@ -14,8 +14,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable
 
 import httpx2
 import pytest
@@ -30,22 +28,14 @@ from swarm_tui.store.runs import create_run
 from swarm_tui.store.writer import StoreWriter
 from tests.conftest import (
     TEST_KEY,
-    assert_one_line_error,
     make_client,
     make_runner,
     raw_rows,
     sim_gateway,
-    swarm,
     tasks,
+    until,
+    wait_until,
 )
-
-
-def _wait(pred: Callable[[], bool], what: str, timeout: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 @pytest.fixture
@@ -105,8 +95,9 @@ def test_kill_9_of_one_of_three_workers_pays_at_most_its_leased_batches(tmp_path
     n = 1200
     proc = _run(_workload(tmp_path, n), cfg, 3, lease_s=2.0)  # its batches back in 2 s
     try:
-        _wait(lambda: _count(any_db, "SELECT COUNT(*) FROM workers") == 3
-              and _count(any_db, "SELECT COUNT(*) FROM results") >= 200, "three busy workers")
+        wait_until(lambda: _count(any_db, "SELECT COUNT(*) FROM workers") == 3
+                   and _count(any_db, "SELECT COUNT(*) FROM results") >= 200,
+                   "three busy workers", 90)
         victim, pid = raw_rows(any_db, "SELECT worker, pid FROM workers ORDER BY worker")[0]
         os.kill(pid, signal.SIGKILL)
         # what it held when it died: the most that may be sent twice
@@ -175,17 +166,18 @@ async def test_a_watcher_sees_every_worker_and_its_pause_and_cancel_reach_them_a
     proc = _run(_workload(tmp_path, 6000), cfg, 2)  # 60 in flight at 200 ms: ~20 s of work
     src = None
     try:
-        _wait(lambda: _count(any_db, "SELECT COUNT(*) FROM workers") == 2
-              and _count(any_db, "SELECT COUNT(*) FROM results") >= 100, "two busy workers")
+        wait_until(lambda: _count(any_db, "SELECT COUNT(*) FROM workers") == 2
+                   and _count(any_db, "SELECT COUNT(*) FROM results") >= 100,
+                   "two busy workers", 90)
         run_id = raw_rows(any_db, "SELECT id FROM runs")[0][0]
         src = StoreSource(any_db, run_id, write=True)
         await src.open()
         snap = await src.snapshot()
         assert snap is not None and snap.in_flight > 0 and snap.concurrency == 60  # 30 + 30
         assert await src.control("pause")
-        await _until(lambda: _live_workers(any_db, "paused") == [True, True])
+        await until(lambda: _live_workers(any_db, "paused") == [True, True])
         assert await src.control("resume")
-        await _until(lambda: _live_workers(any_db, "paused") == [False, False])
+        await until(lambda: _live_workers(any_db, "paused") == [False, False])
         assert await src.control("cancel")
         out, err = await asyncio.to_thread(proc.communicate, timeout=120)
     finally:
@@ -201,23 +193,3 @@ async def test_a_watcher_sees_every_worker_and_its_pause_and_cancel_reach_them_a
 def _live_workers(db, key: str) -> list:
     return [json.loads(r[0]).get(key) for r in raw_rows(
         db, "SELECT live_json FROM workers WHERE live_json IS NOT NULL ORDER BY worker")]
-
-
-async def _until(pred, timeout: float = 60.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not pred():
-            await asyncio.sleep(0.05)
-
-
-@pytest.mark.usefixtures("no_user_config")
-def test_what_workers_cannot_share_yet_is_refused_in_one_line(tmp_path):
-    assert_one_line_error(swarm("run", "--demo", "10", "--workers", "2", "--headless"), 2,
-                          "built-in simulator lives in one process")
-    cfg = tmp_path / "c.toml"
-    cfg.write_text('[gateways.local]\nbase_url = "http://127.0.0.1:9/v1"\nkey_env = ["GW_KEY"]\n')
-    w = _workload(tmp_path, 10)
-    r = swarm("run", str(w), "--config", str(cfg), "--workers", "2", "--budget", "1",
-              "--headless", env={"GW_KEY": TEST_KEY})
-    assert_one_line_error(r, 2, "budget cap is not shared across workers")
-    assert_one_line_error(swarm("run", str(w), "--config", str(cfg), "--workers", "0"), 2,
-                          "--workers: 1 or more")

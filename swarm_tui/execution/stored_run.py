@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-import gc
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -21,7 +19,7 @@ from swarm_tui.errors import UserError
 from swarm_tui.execution.progress import run_with_progress
 from swarm_tui.execution.wiring import RunOptions, RunSession
 from swarm_tui.ops.attach import RunOps
-from swarm_tui.runtime import park_interval, park_survivors, tune_gc
+from swarm_tui.runtime import collector_for_a_run
 from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.ownership import Claim, take_lock
 from swarm_tui.store.runs import create_run, get_run, load_summary, refresh_stats, save_summary
@@ -107,46 +105,37 @@ async def execute(
                              (session.forced_model(t) for t in workload), name=opts.name,
                              simulated=session.simulated,
                              config=config_snapshot(session, opts), claim=claim)
-        # Park the swarm's long-lived objects (tasks, agents, prompts) outside the GC's
-        # generations for the run: measured with gc.callbacks at 1,000 streams, full
-        # collections paused the process up to ~210 ms without this, ~110-130 ms with it.
-        gc.freeze()
-        tune_gc()
-        writer = StoreWriter(conn, db_path, run_id, runner, claim=claim,
-                             grace_s=cfg.settings.store.unwritable_grace_s)
-        writer.log_event("session_started", None)
-        for w in warnings:  # into the run's log too (the console shows it)
-            runner.emit(CONTROL, detail=f"preflight: {w}")
-        writer.start()
-        if canary is not None:
-            canary.on_change = lambda msg: runner.emit(CONTROL, detail=msg)
-            await canary.evaluate()
-            canary.start()
-        def key_file_changed(msg: str) -> None:
-            runner.emit(CONTROL, detail=msg)
-            runner.wake()  # a key added or enabled may unblock parked tasks
+        async with collector_for_a_run():
+            writer = StoreWriter(conn, db_path, run_id, runner, claim=claim,
+                                 grace_s=cfg.settings.store.unwritable_grace_s)
+            writer.log_event("session_started", None)
+            for w in warnings:  # into the run's log too (the console shows it)
+                runner.emit(CONTROL, detail=f"preflight: {w}")
+            writer.start()
+            if canary is not None:
+                canary.on_change = lambda msg: runner.emit(CONTROL, detail=msg)
+                await canary.evaluate()
+                canary.start()
+            def key_file_changed(msg: str) -> None:
+                runner.emit(CONTROL, detail=msg)
+                runner.wake()  # a key added or enabled may unblock parked tasks
 
-        watchers = session.key_watchers(key_file_changed)
-        for watcher in watchers:
-            watcher.start()
-        ops.attach(runner, canary)
-        if on_start is not None:
-            on_start(runner, session, canary)
-        park_s = park_interval()
-        parking = asyncio.create_task(park_survivors(park_s)) if park_s > 0 else None
-        try:
-            interrupted = await run_with_progress(runner, show=show_progress)
-        finally:
-            if parking is not None:
-                parking.cancel()
+            watchers = session.key_watchers(key_file_changed)
             for watcher in watchers:
-                await watcher.stop()
-            status = (RunStatus.UNSAVED if writer.failure else RunStatus.CANCELLED
-                      if runner.cancelled else runner.stop_reason or RunStatus.FINISHED)
-            await ops.finish(status)  # its end alert and deliveries go into the run's events
-            await writer.close(RunStatus.CANCELLED if runner.cancelled
-                               else runner.stop_reason or "finished")
-            gc.unfreeze()
+                watcher.start()
+            ops.attach(runner, canary)
+            if on_start is not None:
+                on_start(runner, session, canary)
+            try:
+                interrupted = await run_with_progress(runner, show=show_progress)
+            finally:
+                for watcher in watchers:
+                    await watcher.stop()
+                status = (RunStatus.UNSAVED if writer.failure else RunStatus.CANCELLED
+                          if runner.cancelled else runner.stop_reason or RunStatus.FINISHED)
+                await ops.finish(status)  # its end alert and deliveries: in the run's events
+                await writer.close(RunStatus.CANCELLED if runner.cancelled
+                                   else runner.stop_reason or "finished")
         if ops.server is not None and opts.metrics_linger_s > 0:
             if show_progress:
                 print(f"swarm-tui: run ended; final metrics on :{ops.server.port}/metrics "

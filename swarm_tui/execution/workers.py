@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import gc
 import math
 import os
 import sqlite3
@@ -29,7 +28,7 @@ from swarm_tui.errors import UserError
 from swarm_tui.execution.progress import run_with_progress
 from swarm_tui.execution.stored_run import Outcome, config_snapshot
 from swarm_tui.execution.wiring import RunOptions, RunSession
-from swarm_tui.runtime import park_interval, park_survivors, tune_gc
+from swarm_tui.runtime import collector_for_a_run
 from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.db import open_db
 from swarm_tui.store.fences import LeaseFence
@@ -177,31 +176,25 @@ async def work(conn: StoreConnection, db_path: DbTarget, cfg: LoadedConfig, opts
         runner = session.make_runner([], bodies=bodies)
         runner.feeding = True
         await join_run(conn, run_id, worker, claim.token, claim.host, claim.pid)
-        gc.freeze()
-        tune_gc()
-        writer = StoreWriter(conn, db_path, run_id, runner, claim=claim, fence=fence,
-                             grace_s=cfg.settings.store.unwritable_grace_s)
-        writer.log_event("worker_started", f'{{"worker": "{worker}"}}')
-        writer.start()
-        # leases on a connection of their own: the writer's flush holds a transaction
-        # on `conn`, and a lease is a transaction too
-        leases = await open_db(db_path, create=False, reconcile=False)
-        feeder = asyncio.create_task(_feeding(
-            leases, runner, fence, run_id, worker, total, shared=shared,
-            expected=int(snap.get("workers") or 1)))
-        park_s = park_interval()
-        parking = asyncio.create_task(park_survivors(park_s)) if park_s > 0 else None
-        try:
-            interrupted = await run_with_progress(runner, show=show_progress)
-        finally:
-            for task in (feeder, parking):
-                if task is not None:
-                    task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await task
-            await leases.close()
-            await writer.close(RunStatus.CANCELLED if runner.cancelled else "finished")
-            gc.unfreeze()
+        async with collector_for_a_run():
+            writer = StoreWriter(conn, db_path, run_id, runner, claim=claim, fence=fence,
+                                 grace_s=cfg.settings.store.unwritable_grace_s)
+            writer.log_event("worker_started", f'{{"worker": "{worker}"}}')
+            writer.start()
+            # leases on a connection of their own: the writer's flush holds a transaction
+            # on `conn`, and a lease is a transaction too
+            leases = await open_db(db_path, create=False, reconcile=False)
+            feeder = asyncio.create_task(_feeding(
+                leases, runner, fence, run_id, worker, total, shared=shared,
+                expected=int(snap.get("workers") or 1)))
+            try:
+                interrupted = await run_with_progress(runner, show=show_progress)
+            finally:
+                feeder.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await feeder
+                await leases.close()
+                await writer.close(RunStatus.CANCELLED if runner.cancelled else "finished")
     finally:
         await bodies.aclose()
         claim.release()
@@ -210,9 +203,11 @@ async def work(conn: StoreConnection, db_path: DbTarget, cfg: LoadedConfig, opts
         raise UserError(writer.failure_line())
     if runner.cancelled:
         await cancel_split_run(conn, run_id)
-    elif await finish_run(conn, run_id):  # the last one out
+    last_out = not runner.cancelled and await finish_run(conn, run_id)
+    if last_out:
         await refresh_stats(conn, "results", "attempts")
-        summary = await load_summary(conn, await get_run(conn, run_id, db_path))
+    summary = await load_summary(conn, await get_run(conn, run_id, db_path))
+    if last_out:  # the run's stored summary, as a one-process run saves its own
         await save_summary(conn, summary)
-    return Outcome(await load_summary(conn, await get_run(conn, run_id, db_path)), interrupted)
+    return Outcome(summary, interrupted)
 

@@ -42,3 +42,8 @@ class StoreConnection(Protocol):
     async def commit(self) -> None: ...
 
     async def close(self) -> None: ...
+
+
+def dialect_of(conn: StoreConnection) -> str:
+    """"postgresql" for store/pg.py's connection (it names its dialect), else "sqlite"."""
+    return str(getattr(conn, "dialect", "sqlite"))

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from swarm_tui.engine.state import TaskState
-from swarm_tui.store.conn import StoreConnection
+from swarm_tui.store.conn import StoreConnection, dialect_of
 
 
 @dataclass(slots=True)
@@ -52,8 +52,7 @@ async def cost_groups(conn: StoreConnection, run_id: str, started_at: float,
     """Succeeded tasks summed per breakdown key and timeline step (`steps` equal parts of
     `wall_s`, as engine.cost's timeline cuts them)."""
     params = (steps - 1, started_at, wall_s or 1.0, steps, run_id, str(TaskState.SUCCEEDED))
-    dialect = getattr(conn, "dialect", "sqlite")  # store/pg.py's connection names its own
-    async with conn.execute(cost_groups_sql(wall_s, dialect), params) as cur:
+    async with conn.execute(cost_groups_sql(wall_s, dialect_of(conn)), params) as cur:
         rows = await cur.fetchall()
     return [CostGroup(model=m, gateway=g, bucket=b, key_fp=k, usage_estimated=bool(est),
                       cost_usd=None if unpriced else float(cost or 0.0), tokens_in=int(t_in),

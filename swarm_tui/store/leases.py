@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 
 from swarm_tui.errors import UserError
-from swarm_tui.store.conn import StoreConnection
+from swarm_tui.store.conn import StoreConnection, dialect_of
 from swarm_tui.store.target import DbTarget
 
 BATCH_TASKS = 100   # small: a dead worker's batches are what may be paid twice
@@ -84,8 +84,7 @@ async def has_batches(conn: StoreConnection, run_id: str) -> bool:
 async def lease_batch(conn: StoreConnection, run_id: str, worker: str, token: str,
                       lease_s: float = LEASE_S) -> Lease | None:
     now = time.time()
-    skip_locked = " FOR UPDATE SKIP LOCKED" if getattr(conn, "dialect", "") == "postgresql" \
-        else ""
+    skip_locked = " FOR UPDATE SKIP LOCKED" if dialect_of(conn) == "postgresql" else ""
     await conn.execute("BEGIN IMMEDIATE")
     try:
         async with conn.execute(

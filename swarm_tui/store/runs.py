@@ -18,7 +18,7 @@ from swarm_tui.config_sections import SlaConfig
 from swarm_tui.engine.state import Agent, RunStatus
 from swarm_tui.engine.summary import RunSummary, SummaryBuilder
 from swarm_tui.errors import UserError
-from swarm_tui.store.conn import StoreConnection
+from swarm_tui.store.conn import StoreConnection, dialect_of
 from swarm_tui.store.ownership import Claim, owner_alive, pid_alive
 from swarm_tui.store.reads import live_figures
 from swarm_tui.store.target import DbTarget
@@ -126,7 +126,7 @@ async def refresh_stats(conn: StoreConnection, *tables: str) -> None:
     right after a run took 138 s instead of 0.2. (Autovacuum analyzes only after 10 % of a
     table changed.) Sampled, so ~0.1 s; a role that does not own the tables is skipped by
     the server with a notice. SQLite: nothing to do (its planner uses the indexes)."""
-    if getattr(conn, "dialect", "sqlite") != "postgresql":
+    if dialect_of(conn) != "postgresql":
         return
     with contextlib.suppress(sqlite3.Error):
         await conn.execute(f"ANALYZE {', '.join(tables)}")
