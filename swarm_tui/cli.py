@@ -397,7 +397,7 @@ async def _run_workers(conn, path, cfg, opts, tasks, args) -> int:
              for _ in range(args.workers)]
     codes = [await p.wait() for p in procs]
     summary = await load_summary(conn, await get_run(conn, run_id, path))
-    failed = [c for c in codes if c not in (EXIT_OK, EXIT_SLA_BREACHED)]
+    failed = [c for c in codes if c not in (EXIT_OK, EXIT_SLA_BREACHED, EXIT_BUDGET_STOPPED)]
     if failed:
         print(f"swarm-tui: {len(failed)} of {args.workers} workers failed (exit "
               f"{', '.join(map(str, failed))}); `swarm-tui worker {run_id}` finishes the run",

@@ -278,5 +278,11 @@ def sim_gateway(tmp_path: Path, profile: str) -> Iterator[tuple[int, Path]]:
 
 
 @pytest.fixture
+def slow_sim(tmp_path):
+    """A gateway every worker reaches: 200 ms calls, no errors (every request is a task's)."""
+    yield from sim_gateway(tmp_path, "fixed:200")
+
+
+@pytest.fixture
 def sim_proc(tmp_path):
     yield from sim_gateway(tmp_path, "fixed:50")

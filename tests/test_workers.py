@@ -22,7 +22,7 @@ from swarm_tui.engine import events as ev
 from swarm_tui.run_sources import StoreSource
 from swarm_tui.store.db import open_db
 from swarm_tui.store.fences import LeaseFence
-from swarm_tui.store.leases import BATCH_TASKS, lease_batch, split_run
+from swarm_tui.store.leases import BATCH_TASKS, join_run, lease_batch, split_run
 from swarm_tui.store.ownership import take_lock
 from swarm_tui.store.runs import create_run
 from swarm_tui.store.writer import StoreWriter
@@ -31,17 +31,10 @@ from tests.conftest import (
     make_client,
     make_runner,
     raw_rows,
-    sim_gateway,
     tasks,
     until,
     wait_until,
 )
-
-
-@pytest.fixture
-def slow_sim(tmp_path):
-    """A gateway every worker reaches: 200 ms calls, no errors (every request is a task's)."""
-    yield from sim_gateway(tmp_path, "fixed:200")
 
 
 def _served(port: int) -> int:
@@ -55,10 +48,12 @@ def _workload(tmp_path, n: int):
     return w
 
 
-def _run(w, cfg, workers: int, lease_s: float = 10.0) -> subprocess.Popen:
+def _run(w, cfg, workers: int, lease_s: float = 10.0,
+         extra: list[str] | None = None) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "swarm_tui", "run", str(w), "--config", str(cfg),
-         "--concurrency", "60", "--workers", str(workers), "--headless", "--json", "--quiet"],
+         "--concurrency", "60", "--workers", str(workers), "--headless", "--json", "--quiet",
+         *(extra or [])],
         env={**os.environ, "GW_KEY": TEST_KEY, "SWARM_TUI_LEASE_S": str(lease_s)},
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
 
@@ -133,6 +128,7 @@ async def test_a_worker_whose_batch_was_leased_again_stops_writing(sim_factory, 
         await create_run(conn, "f", make_runner(gw, work).agents, work, name=None,
                          simulated=True, config={}, claim=claim)
         await split_run(conn, "f", 200, size=100)
+        await join_run(conn, "f", "me", claim.token, claim.host, claim.pid)
         lease = await lease_batch(leases, "f", "me", claim.token, lease_s=60)
         assert lease is not None and (lease.first_seq, lease.last_seq) == (0, 99)
         fence = LeaseFence("f", "me", claim.token, lease_s=60)

@@ -132,6 +132,13 @@ class SwarmRunner:
         self.in_flight_est_usd = 0.0  # estimated cost of the calls in flight
         self._model_dearest: dict[str, float] = {}  # the dearest finished call per model
         self.budget_warned = False
+        # A cap shared by a run's workers: this process may commit up to `allowance`, drawn
+        # from the store by the worker's feed (execution/workers.py), which also tells it
+        # what the others hold (`others_usd`, for the 80 % warning). `budget_short`: the
+        # estimate of the call waiting for more allowance (0: none waits).
+        self.allowance: float | None = None
+        self.others_usd = 0.0
+        self.budget_short = 0.0
         self._unpriced_warned: set[str] = set()
         self._pending: deque[Agent] = deque()
         self._retry_ready: deque[Agent] = deque()
@@ -280,22 +287,40 @@ class SwarmRunner:
             est = 0.0
         agent.budget_est = est
         committed = self.spent_usd + self.in_flight_est_usd + est
-        if not self.budget_warned and committed >= BUDGET_WARN_AT * cap:
+        if not self.budget_warned and committed + self.others_usd >= BUDGET_WARN_AT * cap:
             self.budget_warned = True
+            others = f" + ${self.others_usd:.4f} other workers'" if self.others_usd else ""
             self.emit(ev.CONTROL, detail=f"budget: 80% reached (${self.spent_usd:.4f} spent "
-                                         f"+ ${self.in_flight_est_usd:.4f} in flight of "
-                                         f"${cap:.4f})")
+                                         f"+ ${self.in_flight_est_usd:.4f} in flight{others} "
+                                         f"of ${cap:.4f})")
+        if self.allowance is not None:  # shared: wait for the feed to draw more, or stop
+            if committed <= self.allowance:
+                self.budget_short = 0.0
+                return False
+            self.budget_short = est
+            return True
         if committed < cap:
             return False
         if self.in_flight:
             return True
+        self.stop_at_budget(cap, est, f"${self.spent_usd:.4f} spent")
+        return True
+
+    def stop_at_budget(self, cap: float, est: float, spent: str) -> None:
+        """Dispatch stops for good: the next call (≈ `est`) would pass the cap."""
         self.stop_reason = BUDGET_STOPPED
         self._drop_retry_waits()
         unsent = sum(1 for a in self.agents if a.state == QUEUED)
-        self.emit(ev.CONTROL, detail=f"budget cap ${cap:.4f} reached (${self.spent_usd:.4f} "
-                                     f"spent; the next call ≈ ${est:.4f}): dispatch stopped, "
-                                     f"{unsent} tasks unsent (resumable)")
-        return True
+        self.emit(ev.CONTROL, detail=f"budget cap ${cap:.4f} reached ({spent}; the next call "
+                                     f"≈ ${est:.4f}): dispatch stopped, {unsent} tasks unsent "
+                                     "(resumable)")
+        self._wake.set()
+
+    def allow(self, usd: float) -> None:
+        """More of a shared cap drawn for this process: the call waiting for it goes."""
+        self.allowance = (self.allowance or 0.0) + usd
+        self.budget_short = 0.0
+        self._wake.set()
 
     def _settle_estimate(self, agent: Agent) -> None:
         self.in_flight_est_usd -= agent.budget_est

@@ -8,7 +8,9 @@ expire so that its batches are done too. The last worker out marks the run finis
 
 The run's concurrency is global: each worker runs its share, the run's figure divided by
 the workers beating in the store (at least as many as the run was started with),
-refreshed every second.
+refreshed every second. So is its budget cap: each worker draws its allowance from the
+cap through the store (execution/shared_budget.py, store/budget_ledger.py); the last
+worker stopped at the cap marks the run budget_stopped, resumable like any other.
 """
 
 from __future__ import annotations
@@ -22,10 +24,11 @@ import sqlite3
 import sys
 
 from swarm_tui.config import LoadedConfig
-from swarm_tui.engine.runner import SwarmRunner
+from swarm_tui.engine.runner import BUDGET_STOPPED, SwarmRunner
 from swarm_tui.engine.state import RunStatus
 from swarm_tui.errors import UserError
 from swarm_tui.execution.progress import run_with_progress
+from swarm_tui.execution.shared_budget import SharedBudget
 from swarm_tui.execution.stored_run import Outcome, config_snapshot
 from swarm_tui.execution.wiring import RunOptions, RunSession
 from swarm_tui.runtime import collector_for_a_run
@@ -35,6 +38,7 @@ from swarm_tui.store.fences import LeaseFence
 from swarm_tui.store.leases import (
     batches_left,
     beat_run,
+    budget_stop_run,
     cancel_split_run,
     finish_run,
     join_run,
@@ -60,7 +64,7 @@ from swarm_tui.workload import Workload
 FEED_POLL_S = 0.2  # how often a worker looks for room, new batches, expired leases
 
 
-def _refuse_in_one_process(session: RunSession, *, starting: bool = False) -> None:
+def _refuse_in_one_process(session: RunSession) -> None:
     if session.simulated:
         raise UserError("--workers / worker: the built-in simulator lives in one process; "
                         "point a config's gateway at a server every worker reaches (e.g. "
@@ -68,12 +72,6 @@ def _refuse_in_one_process(session: RunSession, *, starting: bool = False) -> No
     if session.canary is not None:
         raise UserError("--workers / worker: a canary run is not split across workers yet; "
                         "run it in one process")
-    budget = (session.opts.budget_usd if session.opts.budget_usd is not None
-              else session.cfg.settings.budget_usd)
-    if starting and budget is not None:
-        # each worker would hold the whole cap: N workers could spend N times it
-        raise UserError("--workers / worker: a budget cap is not shared across workers yet; "
-                        "run a capped run in one process")
 
 
 async def prepare(conn: StoreConnection, db_path: DbTarget, cfg: LoadedConfig,
@@ -81,7 +79,7 @@ async def prepare(conn: StoreConnection, db_path: DbTarget, cfg: LoadedConfig,
     """Store the run and its batches; no process owns it (workers lease its batches).
     `workers`: how many it starts with — each one's share from the first second."""
     session = RunSession(cfg, opts)
-    _refuse_in_one_process(session, starting=True)
+    _refuse_in_one_process(session)
     session.open()  # clients only (routing): nothing is sent
     bodies = StoredBodies(db_path, run_id)  # never read here: the runner only routes
     try:
@@ -103,9 +101,11 @@ async def prepare(conn: StoreConnection, db_path: DbTarget, cfg: LoadedConfig,
 
 
 async def _feed(conn: StoreConnection, runner: SwarmRunner, fence: LeaseFence, run_id: str,
-                worker: str, total_concurrency: int, shared: bool, expected: int) -> None:
-    """Lease batches while the runner has room; end the feed once the run has no batch
-    left that is not done (a dead worker's come back when their leases expire)."""
+                worker: str, total_concurrency: int, shared: bool, expected: int,
+                budget: SharedBudget | None) -> None:
+    """Lease batches while the runner has room (and draw on the run's cap for them); end
+    the feed once the run has no batch left that is not done (a dead worker's come back
+    when their leases expire)."""
     last_beat = 0.0
     loop = asyncio.get_running_loop()
     while True:
@@ -116,6 +116,8 @@ async def _feed(conn: StoreConnection, runner: SwarmRunner, fence: LeaseFence, r
             if shared:
                 alive = await live_workers(conn, run_id)
                 runner.set_concurrency(math.ceil(total_concurrency / max(alive, expected)))
+        if budget is not None and not runner.stop_reason:
+            await budget.tend(conn)
         if runner.cancelled or runner.stop_reason:
             runner.end_feed()
             return
@@ -139,11 +141,11 @@ async def _feed(conn: StoreConnection, runner: SwarmRunner, fence: LeaseFence, r
 
 async def _feeding(conn: StoreConnection, runner: SwarmRunner, fence: LeaseFence,
                    run_id: str, worker: str, total: int, *, shared: bool,
-                   expected: int) -> None:
+                   expected: int, budget: SharedBudget | None) -> None:
     """The feed, or — when the store fails it — a stop with the reason, never a runner
     left waiting for tasks that will not come."""
     try:
-        await _feed(conn, runner, fence, run_id, worker, total, shared, expected)
+        await _feed(conn, runner, fence, run_id, worker, total, shared, expected, budget)
     except sqlite3.Error as e:
         runner.stop(STORE_STOPPED, f"worker: cannot lease batches ({e}); no more sends")
         runner.end_feed()
@@ -159,9 +161,14 @@ async def work(conn: StoreConnection, db_path: DbTarget, cfg: LoadedConfig, opts
     # --concurrency: this worker's own; else its share of the run's among the live workers
     shared = opts.concurrency is None
     total = int(opts.concurrency or snap.get("concurrency") or cfg.settings.concurrency)
+    # the run's cap, shared by its workers — not this worker's own config's
+    cap = snap.get("budget_usd")
+    cfg = cfg.model_copy(update={"settings": cfg.settings.model_copy(
+        update={"budget_usd": cap})})
     session = RunSession(cfg, dataclasses.replace(
         opts, keep_answers=False, gateway=opts.gateway or snap.get("gateway"),
-        model=opts.model or snap.get("model"), concurrency=total))  # the pool fits the run
+        model=opts.model or snap.get("model"), concurrency=total,  # the pool fits the run
+        budget_usd=cap))
     _refuse_in_one_process(session)
     claim = take_lock(db_path, f"{run_id}.worker.{os.getpid()}")
     worker = f"{claim.host}:{claim.pid}"
@@ -175,6 +182,8 @@ async def work(conn: StoreConnection, db_path: DbTarget, cfg: LoadedConfig, opts
                 print(f"swarm-tui: warning: {w}", file=sys.stderr)
         runner = session.make_runner([], bodies=bodies)
         runner.feeding = True
+        budget = None if cap is None else SharedBudget(runner, run_id, worker, float(cap),
+                                                      fence.lease_s)
         await join_run(conn, run_id, worker, claim.token, claim.host, claim.pid)
         async with collector_for_a_run():
             writer = StoreWriter(conn, db_path, run_id, runner, claim=claim, fence=fence,
@@ -186,7 +195,7 @@ async def work(conn: StoreConnection, db_path: DbTarget, cfg: LoadedConfig, opts
             leases = await open_db(db_path, create=False, reconcile=False)
             feeder = asyncio.create_task(_feeding(
                 leases, runner, fence, run_id, worker, total, shared=shared,
-                expected=int(snap.get("workers") or 1)))
+                expected=int(snap.get("workers") or 1), budget=budget))
             try:
                 interrupted = await run_with_progress(runner, show=show_progress)
             finally:
@@ -203,6 +212,8 @@ async def work(conn: StoreConnection, db_path: DbTarget, cfg: LoadedConfig, opts
         raise UserError(writer.failure_line())
     if runner.cancelled:
         await cancel_split_run(conn, run_id)
+    elif runner.stop_reason == BUDGET_STOPPED:
+        await budget_stop_run(conn, run_id, fence.lease_s)
     last_out = not runner.cancelled and await finish_run(conn, run_id)
     if last_out:
         await refresh_stats(conn, "results", "attempts")

@@ -36,7 +36,7 @@ RUN_TABLES: dict[str, tuple[str, str]] = {
     "batches": ("run_id, batch, first_seq, last_seq, worker, token, expires_at, leases, "
                 "done_at", "batch"),
     "workers": ("run_id, worker, token, host, pid, started_at, heartbeat_at, ended_at, "
-                "live_json", "worker"),
+                "live_json, granted_usd, spent_usd", "worker"),
 }
 
 

@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from swarm_tui.store.conn import StoreConnection
 
 CANCELLED = "cancelled"
+SUCCEEDED = "succeeded"
+RESULT_COST = 12  # cost_usd's place in a result row (store/writer.py: RESULT_COLS)
 
 
 class LostClaim(Exception):
@@ -93,8 +95,13 @@ class LeaseFence:
         # its own row only: the run's row, shared by every worker, is beaten outside the
         # flush (store/leases.beat_run) — held in every worker's flush transaction, it
         # queued the workers behind each other (PostgreSQL: 2 workers 1.7x slower than 1)
-        await conn.execute("UPDATE workers SET heartbeat_at=?, live_json=? WHERE run_id=? AND "
-                           "worker=?", (now, live, self.run_id, self.worker))
+        # ... and ended by nobody else: a draw on the shared budget ends a worker silent
+        # longer than its lease and gives its allowance back (store/budget_ledger.py)
+        cur = await conn.execute(
+            "UPDATE workers SET heartbeat_at=?, live_json=? WHERE run_id=? AND worker=? AND "
+            "ended_at IS NULL", (now, live, self.run_id, self.worker))
+        if cur.rowcount != 1:
+            raise LostClaim
 
     async def settle(self, conn: StoreConnection, rows: Sequence[tuple[str, tuple]],
                      now: float) -> list[int]:
@@ -102,16 +109,22 @@ class LeaseFence:
         counts change only once it commits: `committed`; a batch leased meanwhile is
         another entry, untouched.)"""
         stored: dict[int, int] = {}
+        spent = 0.0
         for table, row in rows:
             if table == "result" and row[2] != CANCELLED:
                 batch = self._batch_of(row[1])
                 if batch is not None and batch in self.missing:
                     stored[batch] = stored.get(batch, 0) + 1
+                if row[2] == SUCCEEDED and row[RESULT_COST]:
+                    spent += row[RESULT_COST]
         done = [b for b, n in self.missing.items() if n - stored.get(b, 0) <= 0]
         if done:
             await conn.executemany(
                 "UPDATE batches SET done_at=? WHERE run_id=? AND batch=? AND token=?",
                 [(now, self.run_id, b, self.token) for b in done])
+        if spent:  # the shared budget's ledger counts what is stored, with it
+            await conn.execute("UPDATE workers SET spent_usd = spent_usd + ? WHERE run_id=? "
+                               "AND worker=?", (spent, self.run_id, self.worker))
         self._stored = stored
         return done
 

@@ -139,6 +139,21 @@ async def live_workers(conn: StoreConnection, run_id: str) -> int:
     return max(1, int(row[0]) if row else 1)
 
 
+async def budget_stop_run(conn: StoreConnection, run_id: str, quiet_s: float) -> bool:
+    """A worker stopped at the run's cap: the run is stopped there once no worker is left
+    (each ends before it asks, so of two ending at once the later one sees the other
+    ended). A worker silent for `quiet_s` counts as gone; the other workers, if any, go
+    on with the batches this one gave back and stop at the cap in turn."""
+    now = time.time()
+    cur = await conn.execute(
+        "UPDATE runs SET status='budget_stopped', finished_at=?, heartbeat_at=?, "
+        "wall_ms = (? - started_at) * 1000.0 WHERE id=? AND status='running' AND NOT EXISTS "
+        "(SELECT 1 FROM workers WHERE run_id=? AND ended_at IS NULL AND heartbeat_at > ?)",
+        (now, now, now, run_id, run_id, now - quiet_s))
+    await conn.commit()
+    return cur.rowcount == 1
+
+
 async def finish_run(conn: StoreConnection, run_id: str) -> bool:
     """The last worker out marks the run finished (exactly one of them wins)."""
     now = time.time()

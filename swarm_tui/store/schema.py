@@ -262,6 +262,12 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (run_id, worker)
     );
     """,
+    # 8 -> 9: a budget cap shared by a run's workers (store/budget_ledger.py): what each
+    # worker drew from the cap, and what its stored results cost (written with them)
+    """
+    ALTER TABLE workers ADD COLUMN granted_usd REAL NOT NULL DEFAULT 0;
+    ALTER TABLE workers ADD COLUMN spent_usd REAL NOT NULL DEFAULT 0;
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
