@@ -211,6 +211,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.workers is not None:
         if args.workers < 1:
             raise UserError("--workers: 1 or more worker processes")
+        if args.metrics_port is not None:  # N workers cannot share one port
+            raise UserError("--metrics-port with --workers: each worker serves its own "
+                            "(`swarm-tui worker RUN_ID --metrics-port P`); `swarm-tui watch "
+                            "RUN_ID --headless --metrics-port P` serves the whole run")
         return run_async(_with_db(args, _run_workers, cfg, opts, tasks, args))
     if console:
         from swarm_tui.run_sources import LiveSource
@@ -436,7 +440,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 
 async def _resume(conn, path, args: argparse.Namespace) -> int:
-    from swarm_tui.execution.stored_run import Outcome, execute
+    from swarm_tui.execution.stored_run import Outcome, execute, pinned_gateway
     from swarm_tui.sim.settings import SimSettings
     from swarm_tui.store.ownership import take_lock
     from swarm_tui.store.runs import (
@@ -471,7 +475,7 @@ async def _resume(conn, path, args: argparse.Namespace) -> int:
                                         Outcome(await load_summary(conn, run), False), args.json)
         snap = run.config
         cfg = _config(args)
-        gateway = snap.get("gateway")
+        gateway = pinned_gateway(snap)
         sim = SimSettings.model_validate(snap["sim"]) if "sim" in snap else SimSettings()
         # the stored run's figures, unless a flag (the config's top layer) names new ones
         budget = cfg.settings.budget_usd if args.budget is not None else snap.get("budget_usd")

@@ -28,9 +28,11 @@ from swarm_tui.store.runs import create_run
 from swarm_tui.store.writer import StoreWriter
 from tests.conftest import (
     TEST_KEY,
+    assert_one_line_error,
     make_client,
     make_runner,
     raw_rows,
+    swarm,
     tasks,
     until,
     wait_until,
@@ -189,3 +191,14 @@ async def test_a_watcher_sees_every_worker_and_its_pause_and_cancel_reach_them_a
 def _live_workers(db, key: str) -> list:
     return [json.loads(r[0]).get(key) for r in raw_rows(
         db, "SELECT live_json FROM workers WHERE live_json IS NOT NULL ORDER BY worker")]
+
+
+def test_run_workers_refuses_one_metrics_port_for_many(tmp_path, slow_sim):
+    _port, cfg = slow_sim
+    db = tmp_path / "runs.db"
+    r = swarm("run", str(_workload(tmp_path, 10)), "--config", str(cfg), "--workers", "2",
+              "--metrics-port", "0", "--headless",
+              env={"GW_KEY": TEST_KEY, "SWARM_TUI_DB": str(db)})
+    assert_one_line_error(r, 2, "--metrics-port with --workers")
+    assert "worker RUN_ID --metrics-port" in r.stderr
+    assert not db.exists()  # refused before anything was stored

@@ -11,14 +11,13 @@ from typing import Any
 from swarm_tui.canary.controller import CanaryController
 from swarm_tui.config import LoadedConfig
 from swarm_tui.engine.events import CONTROL, Consumer
-from swarm_tui.engine.routing import CanaryRouter
 from swarm_tui.engine.runner import SwarmRunner
 from swarm_tui.engine.state import RunStatus
 from swarm_tui.engine.summary import RunSummary
 from swarm_tui.errors import UserError
+from swarm_tui.execution.companions import Companions
 from swarm_tui.execution.progress import run_with_progress
 from swarm_tui.execution.wiring import RunOptions, RunSession
-from swarm_tui.ops.attach import RunOps
 from swarm_tui.runtime import collector_for_a_run
 from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.ownership import Claim, take_lock
@@ -49,10 +48,18 @@ def config_snapshot(session: RunSession, opts: RunOptions) -> dict[str, Any]:
         "model": opts.model, "stream": opts.stream, "gateways": gateways,
         "budget_usd": (opts.budget_usd if opts.budget_usd is not None
                        else session.cfg.settings.budget_usd),
+        # a canary run routes by the stored canary: `gateway` above is only its baseline
+        "canary": session.canary.name if session.canary is not None else None,
     }
     if session.simulated:
         snap["sim"] = opts.sim.model_dump(mode="json", exclude={"keys"})
     return snap
+
+
+def pinned_gateway(snap: dict[str, Any]) -> str | None:
+    """The gateway a stored run's tasks all went to; None for a canary run, whose later
+    sessions (a resume, a worker) split by the stored canary as its first did."""
+    return None if snap.get("canary") else snap.get("gateway")
 
 
 async def execute(
@@ -75,30 +82,19 @@ async def execute(
     session = RunSession(cfg, dataclasses.replace(opts, keep_answers=False))
     workload = tasks if isinstance(tasks, Workload) else Workload.of(tasks)
     bodies = StoredBodies(db_path, run_id)
-    canary: CanaryController | None = None
     writer: StoreWriter | None = None
-    ops: RunOps | None = None
+    companions: Companions | None = None
     try:
-        # first: a busy metrics port is one line before anything starts
-        ops = RunOps(cfg.settings, run_id, session.simulated, opts.metrics_port,
-                     opts.metrics_bind)
-        if ops.server is not None and show_progress:
-            print(f"swarm-tui: metrics on http://{opts.metrics_bind}:{ops.server.port}/metrics",
-                  file=sys.stderr)
+        companions = Companions(session, db_path, run_id, show_progress)
+        ops = companions.ops
         session.open()
         warnings = await session.preflight()
         if show_progress:
             for w in warnings:
                 print(f"swarm-tui: warning: {w}", file=sys.stderr)
-        if session.canary is not None:
-            assert isinstance(session.router, CanaryRouter)
-            # Before the runner exists: every task is routed at the stored percentage.
-            canary = CanaryController(session.canary, session.router, db_path)
-            await canary.open()
+        canary = await companions.open_canary()
         runner = session.make_runner(workload.heads, consumers, seqs=seqs,
                                      prior_attempts=prior_attempts, bodies=bodies)
-        if canary is not None:
-            canary.client_lag = runner.loop_lag
         if claim is None:
             claim = take_lock(db_path, run_id)
             await create_run(conn, run_id, runner.agents,
@@ -112,28 +108,16 @@ async def execute(
             for w in warnings:  # into the run's log too (the console shows it)
                 runner.emit(CONTROL, detail=f"preflight: {w}")
             writer.start()
-            if canary is not None:
-                canary.on_change = lambda msg: runner.emit(CONTROL, detail=msg)
-                await canary.evaluate()
-                canary.start()
-            def key_file_changed(msg: str) -> None:
-                runner.emit(CONTROL, detail=msg)
-                runner.wake()  # a key added or enabled may unblock parked tasks
-
-            watchers = session.key_watchers(key_file_changed)
-            for watcher in watchers:
-                watcher.start()
-            ops.attach(runner, canary)
+            await companions.start(runner)
             if on_start is not None:
                 on_start(runner, session, canary)
             try:
                 interrupted = await run_with_progress(runner, show=show_progress)
             finally:
-                for watcher in watchers:
-                    await watcher.stop()
                 status = (RunStatus.UNSAVED if writer.failure else RunStatus.CANCELLED
                           if runner.cancelled else runner.stop_reason or RunStatus.FINISHED)
-                await ops.finish(status)  # its end alert and deliveries: in the run's events
+                # its end alert and deliveries: in the run's events
+                await companions.stop(status)
                 await writer.close(RunStatus.CANCELLED if runner.cancelled
                                    else runner.stop_reason or "finished")
         if ops.server is not None and opts.metrics_linger_s > 0:
@@ -143,12 +127,10 @@ async def execute(
             await ops.linger(opts.metrics_linger_s)
     finally:
         await bodies.aclose()
-        if ops is not None:
-            ops.close()
         if claim is not None:
             claim.release()  # the writer released it already unless we failed before it
-        if canary is not None:
-            await canary.close()
+        if companions is not None:
+            await companions.close()
         await session.aclose()
     if writer.failure:
         raise UserError(writer.failure_line())

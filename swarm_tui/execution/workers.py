@@ -10,7 +10,8 @@ The run's concurrency is global: each worker runs its share, the run's figure di
 the workers beating in the store (at least as many as the run was started with),
 refreshed every second. So is its budget cap: each worker draws its allowance from the
 cap through the store (execution/shared_budget.py, store/budget_ledger.py); the last
-worker stopped at the cap marks the run budget_stopped, resumable like any other.
+worker stopped at the cap marks the run budget_stopped, resumable like any other. And so
+is a canary: every worker follows the stored canary (execution/companions.py).
 """
 
 from __future__ import annotations
@@ -23,13 +24,16 @@ import os
 import sqlite3
 import sys
 
+from swarm_tui.canary.controller import CanaryController
 from swarm_tui.config import LoadedConfig
+from swarm_tui.engine.routing import CanaryRouter
 from swarm_tui.engine.runner import BUDGET_STOPPED, SwarmRunner
 from swarm_tui.engine.state import RunStatus
 from swarm_tui.errors import UserError
+from swarm_tui.execution.companions import Companions
 from swarm_tui.execution.progress import run_with_progress
 from swarm_tui.execution.shared_budget import SharedBudget
-from swarm_tui.execution.stored_run import Outcome, config_snapshot
+from swarm_tui.execution.stored_run import Outcome, config_snapshot, pinned_gateway
 from swarm_tui.execution.wiring import RunOptions, RunSession
 from swarm_tui.runtime import collector_for_a_run
 from swarm_tui.store.conn import StoreConnection
@@ -69,9 +73,16 @@ def _refuse_in_one_process(session: RunSession) -> None:
         raise UserError("--workers / worker: the built-in simulator lives in one process; "
                         "point a config's gateway at a server every worker reaches (e.g. "
                         "`swarm-tui sim --port 8000`)")
-    if session.canary is not None:
-        raise UserError("--workers / worker: a canary run is not split across workers yet; "
-                        "run it in one process")
+
+
+def _same_canary(session: RunSession, run_id: str, snap: dict) -> None:
+    """A canary run's workers all follow its canary: one whose config has another (or
+    none) would route its share elsewhere."""
+    mine = session.canary.name if session.canary is not None else None
+    if mine != snap.get("canary"):
+        raise UserError(f"worker: run {run_id} was started with canary "
+                        f"{snap.get('canary') or '(none)'}, this worker's config has "
+                        f"{mine or '(none)'}: start it with the run's config")
 
 
 async def prepare(conn: StoreConnection, db_path: DbTarget, cfg: LoadedConfig,
@@ -81,6 +92,11 @@ async def prepare(conn: StoreConnection, db_path: DbTarget, cfg: LoadedConfig,
     session = RunSession(cfg, opts)
     _refuse_in_one_process(session)
     session.open()  # clients only (routing): nothing is sent
+    if session.canary is not None:  # the stored rows say where the canary sends them now
+        assert isinstance(session.router, CanaryRouter)
+        canary = CanaryController(session.canary, session.router, db_path)
+        await canary.open()
+        await canary.close()
     bodies = StoredBodies(db_path, run_id)  # never read here: the runner only routes
     try:
         runner = session.make_runner(workload.heads, bodies=bodies)
@@ -166,20 +182,25 @@ async def work(conn: StoreConnection, db_path: DbTarget, cfg: LoadedConfig, opts
     cfg = cfg.model_copy(update={"settings": cfg.settings.model_copy(
         update={"budget_usd": cap})})
     session = RunSession(cfg, dataclasses.replace(
-        opts, keep_answers=False, gateway=opts.gateway or snap.get("gateway"),
+        opts, keep_answers=False, gateway=opts.gateway or pinned_gateway(snap),
         model=opts.model or snap.get("model"), concurrency=total,  # the pool fits the run
         budget_usd=cap))
     _refuse_in_one_process(session)
+    if not opts.gateway:
+        _same_canary(session, run_id, snap)
     claim = take_lock(db_path, f"{run_id}.worker.{os.getpid()}")
     worker = f"{claim.host}:{claim.pid}"
     fence = LeaseFence(run_id, worker, claim.token, lease_seconds())
     bodies = StoredBodies(db_path, run_id)
     writer: StoreWriter | None = None
+    companions: Companions | None = None
     try:
+        companions = Companions(session, db_path, run_id, show_progress)
         session.open()
         for w in await session.preflight():
             if show_progress:
                 print(f"swarm-tui: warning: {w}", file=sys.stderr)
+        await companions.open_canary()
         runner = session.make_runner([], bodies=bodies)
         runner.feeding = True
         budget = None if cap is None else SharedBudget(runner, run_id, worker, float(cap),
@@ -190,6 +211,7 @@ async def work(conn: StoreConnection, db_path: DbTarget, cfg: LoadedConfig, opts
                                  grace_s=cfg.settings.store.unwritable_grace_s)
             writer.log_event("worker_started", f'{{"worker": "{worker}"}}')
             writer.start()
+            await companions.start(runner, run_alerts=False)
             # leases on a connection of their own: the writer's flush holds a transaction
             # on `conn`, and a lease is a transaction too
             leases = await open_db(db_path, create=False, reconcile=False)
@@ -203,10 +225,16 @@ async def work(conn: StoreConnection, db_path: DbTarget, cfg: LoadedConfig, opts
                 with contextlib.suppress(asyncio.CancelledError):
                     await feeder
                 await leases.close()
+                status = (RunStatus.UNSAVED if writer.failure else RunStatus.CANCELLED
+                          if runner.cancelled else runner.stop_reason or RunStatus.FINISHED)
+                # no end alert: this worker's end is not the run's
+                await companions.stop(status, end_alert=False)
                 await writer.close(RunStatus.CANCELLED if runner.cancelled else "finished")
     finally:
         await bodies.aclose()
         claim.release()
+        if companions is not None:
+            await companions.close()
         await session.aclose()
     if writer.failure:
         raise UserError(writer.failure_line())

@@ -42,8 +42,10 @@ class RunOps:
         self.tracer: AttemptTracer | None = None
         self._task: asyncio.Task[None] | None = None
 
-    def attach(self, runner: SwarmRunner, canary: CanaryController | None) -> None:
-        """On the engine's loop, before the run starts."""
+    def attach(self, runner: SwarmRunner, canary: CanaryController | None, *,
+               canary_alerts: bool = True) -> None:
+        """On the engine's loop, before the run starts. `canary_alerts=False`: a worker,
+        one of several following the same stored canary, does not page its changes."""
         self.runner, self.canary = runner, canary
         s = self.settings
         if self.metrics is not None:
@@ -54,7 +56,7 @@ class RunOps:
                 self.metrics.delivered if self.metrics is not None else None)
             self.watch = AlertWatch(s.alerts, s.sla, self.run_id, self.delivery.send)
             runner.consumers.append(self.watch.on_event)
-            if canary is not None:
+            if canary is not None and canary_alerts:
                 canary.listeners.append(self.watch.on_canary_change)
         if s.telemetry.otlp_endpoint:
             self.tracer = AttemptTracer(s.telemetry, self.run_id, runner)
@@ -74,9 +76,10 @@ class RunOps:
         if self.watch is not None:
             self.watch.tick(self.runner)
 
-    async def finish(self, status: str) -> None:
+    async def finish(self, status: str, *, end_alert: bool = True) -> None:
         """The run has ended (its writer still takes events): the last sample, the run's
-        end alert, deliveries drained for at most [alerts] drain_s, traces exported."""
+        end alert (not from a worker whose run goes on), deliveries drained for at most
+        [alerts] drain_s, traces exported."""
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -86,7 +89,8 @@ class RunOps:
             self.tick()
         if self.metrics is not None:
             self.metrics.end()
-        if self.watch is not None and self.delivery is not None and self.runner is not None:
+        if (end_alert and self.watch is not None and self.delivery is not None
+                and self.runner is not None):
             r = self.runner
             kind = END_ALERT.get(RunStatus(status), AlertKind.RUN_INTERRUPTED)
             self.delivery.send(Alert(kind, f"run {status}: {r.counts['succeeded']} succeeded, "
