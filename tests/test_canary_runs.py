@@ -296,3 +296,25 @@ def test_a_canary_split_across_three_workers_is_one_canary(sim_procs, tmp_path, 
     assert late == 0
     # and before it, the candidate had its share from the split run's routing
     assert raw_rows(target, "SELECT COUNT(*) FROM attempts WHERE gateway='gw'")[0][0] >= 40
+
+
+def test_a_resumed_canary_run_splits_by_the_canary_not_its_baseline(sim_factory, tmp_path,
+                                                                   env):
+    base = sim_factory(profile="fixed:20")
+    cand = sim_factory(profile="fixed:20")
+    cfg = _config(tmp_path, base, cand, mode="manual", bake="24h")
+    r = swarm("run", "--demo", "200", "--model", "deepseek-v3.2", "--headless", "--json",
+              "--quiet", "--budget", "0.0005", "--concurrency", "10", "--config", cfg,
+              env=env)
+    assert r.returncode == 4, r.stderr  # stopped at the cap, the rest unsent
+    run_id = json.loads(r.stdout)["run_id"]
+    assert swarm("canary", "set", "100", "--config", cfg, env=env).returncode == 0
+    resumed_at = time.time()
+    r = swarm("resume", run_id, "--budget", "5", "--json", "--quiet", "--config", cfg,
+              env=env)
+    assert r.returncode in (0, 3), r.stderr
+    assert json.loads(r.stdout)["succeeded"] == 200
+    after = dict(raw_rows(Path(env["SWARM_TUI_DB"]), "SELECT gateway, COUNT(*) FROM attempts "
+                                                     "WHERE sent_at > ? GROUP BY gateway",
+                          (resumed_at,)))
+    assert after.get("gw", 0) > 0 and "direct" not in after, after  # the canary's 100 %
