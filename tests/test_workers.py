@@ -32,6 +32,7 @@ from tests.conftest import (
     make_client,
     make_runner,
     raw_rows,
+    start_sim_process,
     swarm,
     tasks,
     until,
@@ -202,3 +203,26 @@ def test_run_workers_refuses_one_metrics_port_for_many(tmp_path, slow_sim):
     assert_one_line_error(r, 2, "--metrics-port with --workers")
     assert "worker RUN_ID --metrics-port" in r.stderr
     assert not db.exists()  # refused before anything was stored
+
+
+@pytest.mark.slow
+def test_workers_share_a_keys_quota_learned_from_the_gateways_headers(tmp_path):
+    """One key, 3,000/min with a burst of 20, two workers: each counts what the gateway's
+    x-ratelimit-* headers say remains at its share (the gateway counts both workers'
+    calls). Without the share, each spent the whole remainder: 178 of 578 requests were
+    429s (measured), and the run breached its SLA."""
+    proc, port = start_sim_process("--profile", "fixed:50", "--rpm-per-key", "3000",
+                                   "--quota-burst", "20")
+    try:
+        cfg = tmp_path / "c.toml"
+        cfg.write_text(f'[gateways.local]\nbase_url = "http://127.0.0.1:{port}/v1"\n'
+                       'key_env = ["GW_KEY"]\n')
+        run = _run(_workload(tmp_path, 300), cfg, 2)
+        out, err = run.communicate(timeout=120)
+        stats = httpx2.get(f"http://127.0.0.1:{port}/sim/stats").json()
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    assert run.returncode in (0, 3), err
+    assert json.loads(out)["succeeded"] == 300
+    assert stats["429"] <= 0.05 * stats["requests"], stats

@@ -23,6 +23,7 @@ from swarm_tui.report.fmt import short_duration
 from swarm_tui.store import canary as cs
 from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.db import db_error, open_db
+from swarm_tui.store.notify import CANARY, Listener
 from swarm_tui.store.target import DbTarget
 
 POLL_S = 0.5  # another process's change reaches the router within this
@@ -113,16 +114,28 @@ class CanaryController:
         self._task = asyncio.create_task(self._loop())
 
     async def _loop(self) -> None:
-        while True:
-            try:
-                async with self._lock:
-                    await self.poll()
-                    if time.monotonic() - self._last_eval >= self.cfg.interval:
-                        await self.evaluate()
-                self.error = None
-            except sqlite3.Error as e:  # keep routing as last known; show why
-                self.error = str(db_error(self.db_path, e))
-            await asyncio.sleep(min(POLL_S, self.cfg.interval))
+        # PostgreSQL: another process's change wakes this loop at once (every worker of a
+        # split run routes the new percentage together); the poll stays as the net
+        wake = asyncio.Event()
+        listener = await Listener.open(
+            self.db_path, (CANARY,),
+            lambda _channel, name: wake.set() if name == self.cfg.name else None)
+        try:
+            while True:
+                try:
+                    async with self._lock:
+                        await self.poll()
+                        if time.monotonic() - self._last_eval >= self.cfg.interval:
+                            await self.evaluate()
+                    self.error = None
+                except sqlite3.Error as e:  # keep routing as last known; show why
+                    self.error = str(db_error(self.db_path, e))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(wake.wait(), min(POLL_S, self.cfg.interval))
+                wake.clear()
+        finally:
+            if listener is not None:
+                await listener.close()
 
     async def poll(self) -> None:
         assert self.conn is not None

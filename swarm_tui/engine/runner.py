@@ -213,6 +213,11 @@ class SwarmRunner:
                 self.consumer_errors += 1
 
     # -- controls (safe to call from the same event loop at any time) ----------------------
+    def set_rate_share(self, share: float) -> None:
+        """This process's part of its keys' quotas (a run's workers share the keys)."""
+        for gw in self.gateways.values():
+            gw.pool.set_share(share)
+
     def set_concurrency(self, n: int) -> None:
         self.limit = max(1, int(n))
         self.emit(ev.CONTROL, detail=f"concurrency={self.limit}")

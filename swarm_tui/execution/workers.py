@@ -129,9 +129,13 @@ async def _feed(conn: StoreConnection, runner: SwarmRunner, fence: LeaseFence, r
         if now - last_beat >= 1.0:
             last_beat = now
             await beat_run(conn, run_id)
-            if shared:
-                alive = await live_workers(conn, run_id)
-                runner.set_concurrency(math.ceil(total_concurrency / max(alive, expected)))
+            sharing = max(await live_workers(conn, run_id), expected)
+            # the keys' quotas are the run's: each worker spends its share of what the
+            # gateway's headers say remains (the gateway counts every worker's calls)
+            runner.set_rate_share(1.0 / sharing)
+            share = math.ceil(total_concurrency / sharing)
+            if shared and share != runner.limit:
+                runner.set_concurrency(share)
         if budget is not None and not runner.stop_reason:
             await budget.tend(conn)
         if runner.cancelled or runner.stop_reason:

@@ -44,6 +44,7 @@ class KeySlot:
     tokens_out: int = 0
     last_used: float | None = None  # unix seconds
     models: dict[str, RateState] = field(default_factory=dict)
+    share: float = 1.0              # of the key's quota, when processes share it (workers)
 
     def __post_init__(self) -> None:
         self.fingerprint = fingerprint(self.secret)
@@ -51,7 +52,7 @@ class KeySlot:
     def rate(self, model: str) -> RateState:
         st = self.models.get(model)
         if st is None:
-            st = self.models[model] = RateState()
+            st = self.models[model] = RateState(share=self.share)
         return st
 
     @property
@@ -80,6 +81,7 @@ class KeyPool:
         self.retry_after_cap_s = retry_after_cap_s
         self.slots: list[KeySlot] = []
         self._rr = 0
+        self.share = 1.0
 
     # -- choosing ----------------------------------------------------------------------------
     def pick(self, model: str = "", now: float | None = None) -> KeySlot | None:
@@ -188,7 +190,19 @@ class KeyPool:
         return next((s for s in self.slots if s.secret == secret), None)
 
     def add(self, slot: KeySlot) -> None:
+        slot.share = self.share
+        for st in slot.models.values():
+            st.share = self.share
         self.slots.append(slot)
+
+    def set_share(self, share: float) -> None:
+        """This process's part of every key's quota (1 / the workers sharing the keys):
+        learned quotas are counted at it from the next answer on."""
+        self.share = share
+        for slot in self.slots:
+            slot.share = share
+            for st in slot.models.values():
+                st.share = share
 
     def retire(self, slot: KeySlot) -> None:
         slot.state = RETIRED

@@ -76,6 +76,9 @@ class RateState:
     sends: list[float] = field(default_factory=list)  # send times, oldest first
     learned_sent: float = -math.inf  # the send time of the call whose headers we trust
     failing_since: float | None = None  # first 429 since its last success
+    # this process's part of the gateway's quota when several share the key (a run's
+    # workers): what the headers say remains and refills is counted at this share
+    share: float = 1.0
 
     # -- asking ------------------------------------------------------------------------------
     def _refill(self, now: float) -> None:
@@ -151,6 +154,8 @@ class RateState:
             return
         if limit <= 0:
             return
+        # the gateway counts every worker's calls; this one may spend its share of them
+        limit, remaining = limit * self.share, remaining * self.share
         reset = parse_reset(headers.get("x-ratelimit-reset-requests"))
         rate = limit / 60.0  # the header's limit is per minute (OpenAI, LiteLLM, llmock)
         self._refill(now)

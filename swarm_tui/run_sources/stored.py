@@ -24,6 +24,7 @@ from swarm_tui.store import reads
 from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.control import queue_command
 from swarm_tui.store.db import db_error, open_db
+from swarm_tui.store.notify import CANARY, CONTROL, ROWS, Listener
 from swarm_tui.store.runs import RunRecord, get_run, list_runs
 from swarm_tui.store.target import DbTarget
 from swarm_tui.workload import Task
@@ -67,6 +68,7 @@ _EVENT_TEXT = {"session_started": "an executor took the run (a new session)"}
 
 _FINAL = frozenset({TaskState.SUCCEEDED, TaskState.FAILED, TaskState.CANCELLED})
 TICK_ROWS = 1_000  # results per watch tick while a run executes (attempts: twice that)
+QUIET_READ_S = 2.0  # PostgreSQL, nothing notified: a watcher still reads this often
 
 
 def _show_working(f: _Follow, agents: list[list]) -> None:
@@ -115,6 +117,11 @@ class StoreSource:
         self.active = False
         self.paused = False  # as last commanded through the control table
         self._follow: _Follow | None = None
+        # PostgreSQL: told of writes to the run, so a quiet run is not read every tick
+        self._listener: Listener | None = None
+        self._read_at = 0.0
+        self._more_rows = False  # the last read stopped at its cap: more are stored
+        self._seen: tuple[dict, tuple[KeyRow, ...], str, float | None] | None = None
 
     async def open(self) -> None:
         if self.conn is not None:
@@ -130,11 +137,16 @@ class StoreSource:
                 self.run_id = runs[0].id
             self.record = await get_run(self.conn, self.run_id, self.db_path)  # unknown: 1 line
             self.run_id = self.record.id  # `last` named the newest
+            if self.kind == "watch":
+                self._listener = await Listener.open(self.db_path, (ROWS, CONTROL, CANARY))
         except BaseException:
             await self.close()  # aiosqlite's thread would keep the process alive
             raise
 
     async def close(self) -> None:
+        if self._listener is not None:
+            await self._listener.close()
+            self._listener = None
         if self.conn is not None:
             await self.conn.close()
             self.conn = None
@@ -156,6 +168,10 @@ class StoreSource:
         f = self._follow
         if f is not None and f.final and self.kind == "replay":
             return f.snapshot  # a finished run read to its end does not change
+        if self._quiet(f):  # nothing written since the last read: only time moved on
+            assert f is not None and self._seen is not None and self.record is not None
+            return self._build(f, self.record, *self._seen)
+        self._read_at = time.monotonic()
         self.record = run = await get_run(self.conn, self.run_id, self.db_path)
         status = run.effective_status()
         if f is None or f.session != _session(run) or (f.final and status != f.status):
@@ -170,22 +186,47 @@ class StoreSource:
         f.ended_at = None if self.active else (run.finished_at or time.time())
         await self._read_new_rows(f, run.started_at)
         self.paused = await reads.last_pause_command(self.conn, self.run_id) == "pause"
-        if self.active and self.paused:
-            status = RunStatus.PAUSED
-        elapsed = (time.time() - run.started_at) if self.active else run.wall_ms / 1000
         live = await reads.live_figures(self.conn, self.run_id) if self.active else {}
         _show_working(f, live.get("agents") or [])
         keys, _ = await self.keys()
         canary = "canary: off"
         canary_pct: float | None = None
-        c = self.cfg.settings.canary if self.cfg is not None else None
-        if c is not None and c.enabled and self.kind == "watch":
+        c = self._canary_name()
+        if c is not None:
             from swarm_tui.store.canary import read_state
 
-            state = await read_state(self.conn, c.name)
+            state = await read_state(self.conn, c)
             if state is not None:
                 canary = f"canary {state.pct}% {state.status}"
                 canary_pct = state.pct
+        self._seen = (live, keys, canary, canary_pct)
+        return self._build(f, run, live, keys, canary, canary_pct)
+
+    def _canary_name(self) -> str | None:
+        c = self.cfg.settings.canary if self.cfg is not None else None
+        return c.name if c is not None and c.enabled and self.kind == "watch" else None
+
+    def _quiet(self, f: _Follow | None) -> bool:
+        """Whether this tick may skip the reads: PostgreSQL told this watcher of no write to
+        the run (rows, live figures, a command, its canary) since its last read, and that
+        read is recent — the net under a lost notification, and what keeps the executor's
+        heartbeat (written without a notification) fresh here."""
+        lis = self._listener
+        if lis is None:
+            return False
+        run_id, name = self.run_id or "", self._canary_name()
+        told = [lis.take(ROWS, run_id), lis.take(CONTROL, run_id),
+                name is not None and lis.take(CANARY, name)]  # each taken, told or not
+        return not (any(told) or lis.lost or f is None or f.snapshot is None
+                    or self._seen is None or not self.active or self._more_rows
+                    or time.monotonic() - self._read_at >= QUIET_READ_S)
+
+    def _build(self, f: _Follow, run: RunRecord, live: dict, keys: tuple[KeyRow, ...],
+               canary: str, canary_pct: float | None) -> Snapshot:
+        status = f.status
+        if self.active and self.paused:
+            status = RunStatus.PAUSED
+        elapsed = (time.time() - run.started_at) if self.active else run.wall_ms / 1000
         m = f.metrics
         ended = m.succeeded + m.failed
         f.snapshot = metrics_snapshot(
@@ -244,6 +285,7 @@ class StoreSource:
                 m.task_succeeded(latency, ttft, t_in, t_out, cost, bool(estimated), at_s)
             elif state == TaskState.FAILED:
                 m.task_failed(error_class, at_s)
+        self._more_rows = cap is not None and len(results) >= cap
         if results:
             f.results_at = results[-1][0]
             f.ended += len(results)
@@ -265,6 +307,7 @@ class StoreSource:
                 lines.append((sent_at, f"RETRY  {tid} #{n} {c} {sc or ''} +{wait:.2f}s"
                               if wait is not None
                               else f"FAIL   {tid} #{n} {c} {sc or ''} {(msg or '')[:60]}"))
+        self._more_rows |= cap is not None and bool(f.attempts_at) and len(attempts) >= 2 * cap
         if attempts:
             f.attempts_at = attempts[-1][0]
         # a new executor session re-reads the run from its start: the observer's counters

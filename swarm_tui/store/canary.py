@@ -21,6 +21,7 @@ from swarm_tui.engine.routing import BASELINE, CANDIDATE
 from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.control import actor_on, os_user
 from swarm_tui.store.db import db_error
+from swarm_tui.store.notify import CANARY, notify
 from swarm_tui.store.target import DbTarget
 
 _COLS = ("name, baseline, candidate, status, pct, stage_started_at, bake_started_at, "
@@ -111,6 +112,8 @@ async def save(conn: StoreConnection, before: st.CanaryState, after: st.CanarySt
         if won and action is not None:
             await _audit(conn, before.name, new.updated_at, action, actor, source, before, new,
                          reason, analysis)
+        if won:  # every process following this canary looks now, not at its next poll
+            await notify(conn, CANARY, before.name)
         await conn.execute("COMMIT")
     except BaseException:
         await conn.execute("ROLLBACK")

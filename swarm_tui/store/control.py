@@ -6,6 +6,7 @@ import getpass
 import time
 
 from swarm_tui.store.conn import StoreConnection
+from swarm_tui.store.notify import CONTROL, notify
 
 
 def os_user() -> str:
@@ -24,7 +25,9 @@ def actor_on(conn: StoreConnection, actor: str) -> str:
 
 async def queue_command(conn: StoreConnection, run_id: str, command: str,
                         arg: str | None) -> None:
-    """The runner's writer polls these every 0.5 s and marks them done."""
+    """The runner's writer (each worker's) applies these: at once on PostgreSQL, told by
+    a notification once the command is stored; within its 0.5 s poll otherwise."""
     await conn.execute(
         "INSERT INTO control (run_id, at, actor, command, arg) VALUES (?,?,?,?,?)",
         (run_id, time.time(), actor_on(conn, os_user()), command, arg))
+    await notify(conn, CONTROL, run_id)

@@ -27,6 +27,7 @@ from swarm_tui.engine.state import Agent, Attempt
 from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.db import db_error
 from swarm_tui.store.fences import LeaseFence, LostClaim, RunFence
+from swarm_tui.store.notify import CONTROL, ROWS, Listener, notify
 from swarm_tui.store.ownership import Claim
 from swarm_tui.store.runs import refresh_stats
 from swarm_tui.store.spill import SpillJournal
@@ -112,6 +113,7 @@ class StoreWriter:
         self._last_poll = 0.0
         self._last_keys = 0.0
         self._control_seen: int | None = None  # workers: the last command applied
+        self._last_live: dict = {}  # the live figures last stored (same: no notification)
         self._stored = 0            # rows this writer committed …
         self._analyze_at = 1_000    # … and when PostgreSQL's statistics are refreshed next
         # the calls in flight, for watchers' agents view (agent, run seconds at its send)
@@ -187,14 +189,27 @@ class StoreWriter:
         self._loop_task = asyncio.create_task(self._loop())
 
     async def _loop(self) -> None:
-        while not self._stopping:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._kick.wait(), self.flush_interval)
-            self._kick.clear()
-            await self.flush()
-            if self.error is None and time.monotonic() - self._last_poll >= CONTROL_POLL_S:
-                self._last_poll = time.monotonic()
-                await self.apply_control()
+        # PostgreSQL: a command queued for this run wakes the loop at once (the poll stays,
+        # as the net under a lost notification)
+        listener = await Listener.open(self.path, (CONTROL,), self._notified)
+        try:
+            while not self._stopping:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._kick.wait(), self.flush_interval)
+                self._kick.clear()
+                await self.flush()
+                told = listener is not None and listener.take(CONTROL, self.run_id)
+                if self.error is None and (told or time.monotonic() - self._last_poll
+                                           >= CONTROL_POLL_S):
+                    self._last_poll = time.monotonic()
+                    await self.apply_control()
+        finally:
+            if listener is not None:
+                await listener.close()
+
+    def _notified(self, channel: str, key: str) -> None:
+        if key == self.run_id:
+            self._kick.set()
 
     async def apply_control(self) -> None:
         """Commands another process (`watch --write`) queued for this run. A single
@@ -275,15 +290,17 @@ class StoreWriter:
             # the fence: only the claim's holder writes into the run
             r = self.runner
             lag = r.loop_lag
-            live = json.dumps({"in_flight": r.in_flight, "concurrency": r.limit,
-                               "paused": r.paused, "retrying": r.retry_waiting,
-                               "lag_p95_ms": lag.recent_p95_ms(),
+            figures = {"in_flight": r.in_flight, "concurrency": r.limit, "paused": r.paused,
+                       "retrying": r.retry_waiting,
+                       # the agents view of a watcher: each call in flight
+                       "agents": [[a.seq, a.state, round(t, 3), a.live_chars, a.model]
+                                  for a, t in list(self._working.values())]}
+            moved = batch or figures != self._last_live  # (the loop's lag moves anyway)
+            self._last_live = figures
+            live = json.dumps({**figures, "lag_p95_ms": lag.recent_p95_ms(),
                                "client_bound": lag.client_bound(),
                                "run_lag_p95_ms": lag.run_p95_ms(),
-                               "run_lag_max_ms": lag.run_max_ms(),
-                               # the agents view of a watcher: each call in flight
-                               "agents": [[a.seq, a.state, round(t, 3), a.live_chars, a.model]
-                                          for a, t in list(self._working.values())]})
+                               "run_lag_max_ms": lag.run_max_ms()})
             await self.fence.hold(self.conn, now, live)
             for table in TABLE_ORDER:
                 rows = [r for t, r in batch if t == table]
@@ -292,6 +309,8 @@ class StoreWriter:
             if keys:
                 await self.conn.executemany(UPSERT_KEY, self._key_rows(now))
             done = await self.fence.settle(self.conn, batch, now)
+            if moved:  # watchers read once it commits
+                await notify(self.conn, ROWS, self.run_id)
             await self.conn.execute("COMMIT")
         except BaseException:
             with contextlib.suppress(sqlite3.Error):

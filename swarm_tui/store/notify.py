@@ -1,0 +1,81 @@
+"""Wake a reader when another process has written (PostgreSQL LISTEN/NOTIFY).
+
+A writer says what changed with `notify` inside the transaction that changed it (it is
+delivered on commit, never for a rolled-back write); a reader's `Listener` — one
+connection of its own, in LISTEN — remembers which keys (a run id, a canary name) were
+named since it last asked. SQLite has no such channel: there is no listener, and readers
+poll as before. Polling stays on PostgreSQL too, slowly, as the net under a lost
+notification (a dropped listening connection).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Iterable
+
+import psycopg
+
+from swarm_tui.store.conn import StoreConnection, dialect_of
+from swarm_tui.store.target import DbTarget, PgTarget
+
+ROWS = "swarm_tui_rows"        # a run's rows, live figures, heartbeat: payload run id
+CONTROL = "swarm_tui_control"  # a command queued for a run: payload run id
+CANARY = "swarm_tui_canary"    # a canary's state moved: payload its name
+
+
+async def notify(conn: StoreConnection, channel: str, key: str) -> None:
+    """In the writer's transaction: readers listening on `channel` hear `key` on commit."""
+    if dialect_of(conn) == "postgresql":
+        await conn.execute("SELECT pg_notify(?, ?)", (channel, key))
+
+
+class Listener:
+    """Keys named on some channels since they were last taken; `on_notify` is called on
+    the listener's loop for each (e.g. to wake a waiting task at once)."""
+
+    def __init__(self, raw: psycopg.AsyncConnection, on_notify: Callable[[str, str], None]
+                 | None) -> None:
+        self._raw = raw
+        self._heard: set[tuple[str, str]] = set()
+        self._on_notify = on_notify
+        self._task = asyncio.create_task(self._listen())
+        self.lost = False  # the connection failed: readers fall back to their polls
+
+    @classmethod
+    async def open(cls, target: DbTarget, channels: Iterable[str],
+                   on_notify: Callable[[str, str], None] | None = None) -> Listener | None:
+        """None on SQLite, or when the server cannot be listened to (readers poll)."""
+        if not isinstance(target, PgTarget):
+            return None
+        try:
+            raw = await psycopg.AsyncConnection.connect(target.url, autocommit=True,
+                                                        application_name="swarm-tui listen")
+            for channel in channels:
+                await raw.execute(f"LISTEN {channel}")
+        except psycopg.Error:
+            return None
+        return cls(raw, on_notify)
+
+    async def _listen(self) -> None:
+        try:
+            async for n in self._raw.notifies():
+                self._heard.add((n.channel, n.payload))
+                if self._on_notify is not None:
+                    self._on_notify(n.channel, n.payload)
+        except psycopg.Error:
+            self.lost = True
+
+    def take(self, channel: str, key: str) -> bool:
+        """Whether `key` was named on `channel` since the last take (then forgotten)."""
+        if (channel, key) in self._heard:
+            self._heard.discard((channel, key))
+            return True
+        return False
+
+    async def close(self) -> None:
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, psycopg.Error):
+            await self._task
+        with contextlib.suppress(psycopg.Error):
+            await self._raw.close()
