@@ -7,7 +7,7 @@ Prints wall time over the ideal (tasks / in-flight x 200 ms), the wall ratio aga
 the baseline, and the client CPU per call (every swarm-tui process of the run, from
 getrusage of the waited-for children).
 
-    python bench/workers.py [--tasks 20000] [--concurrency 1000] [--rounds 2]
+    python bench/workers.py [--tasks 20000] [--concurrency 1000] [--rounds 2] [--capped]
                             [--db postgresql://...]   (default: a fresh SQLite file each)
 """
 
@@ -72,7 +72,7 @@ def children_cpu() -> float:
 
 
 def one(workload: Path, cfg: Path, db: str, concurrency: int, workers: int | None,
-        port: str) -> tuple[float, float, int, float, float]:
+        port: str, budget: float | None = None) -> tuple[float, float, int, float, float]:
     """(wall s, CPU s of every process of the run, calls, the simulator's CPU s, the
     database server's CPU s)."""
     argv = [sys.executable, "-m", "swarm_tui", "--db", db, "run", str(workload), "--config",
@@ -80,6 +80,8 @@ def one(workload: Path, cfg: Path, db: str, concurrency: int, workers: int | Non
             "--no-preflight"]
     if workers is not None:
         argv += ["--workers", str(workers)]
+    if budget is not None:
+        argv += ["--budget", str(budget)]
     c0, s0, p0, t0 = children_cpu(), sim_cpu(port), postgres_cpu(), time.perf_counter()
     r = subprocess.run(argv, capture_output=True, text=True, timeout=900,
                        env={**os.environ, "GW_KEY": KEY}, stdin=subprocess.DEVNULL)
@@ -99,6 +101,9 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=1000)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--db", help="a PostgreSQL URL (each variant's run goes into it)")
+    ap.add_argument("--capped", action="store_true",
+                    help="also `--workers 2 --budget 1000` (never reached): what drawing "
+                    "the shared cap through the store costs")
     a = ap.parse_args()
     ideal = a.tasks / a.concurrency * 0.2
     with tempfile.TemporaryDirectory() as tmp, sim_process("--profile", "fixed:200") as url:
@@ -114,11 +119,15 @@ def main() -> None:
         port = url.rsplit(":", 1)[1].split("/")[0]
         n = 0
         for _ in range(a.rounds):
-            for name, workers in (("--workers 1", 1), ("--workers 2", 2), ("one process", None)):
+            plan: list[tuple[str, int | None, float | None]] = [
+                ("--workers 1", 1, None), ("--workers 2", 2, None), ("one process", None, None)]
+            if a.capped:
+                plan.append(("2, capped", 2, 1000.0))
+            for name, workers, budget in plan:
                 n += 1
                 db = a.db or str(Path(tmp) / f"{n}.db")
                 variants.setdefault(name, []).append(
-                    one(work, cfg, db, a.concurrency, workers, port))
+                    one(work, cfg, db, a.concurrency, workers, port, budget))
     base = min(r[0] for r in variants["--workers 1"])
     cores = os.cpu_count() or 1
     print(f"{a.tasks:,} tasks, {a.concurrency:,} in flight, fixed:200 (ideal wall "

@@ -202,3 +202,20 @@ async def test_last_names_the_newest_run_and_an_empty_store_says_so(sim_factory,
         assert (await get_run(conn, "last", path)).id == "20261204-100000-aaaa"
     finally:
         await conn.close()
+
+
+def test_a_keys_rows_from_several_workers_read_as_one():
+    from swarm_tui.store.reads import _one_row_per_key
+
+    # (gateway, fingerprint, label, source, state, cooling_until, reason, in_flight, calls,
+    #  rate_limited, errors, tokens_in, tokens_out, last_used, updated_at)
+    a = ("gw", "fp1", "main", "env:K", "active", None, None, 3, 10, 1, 0, 100, 200, 50.0, 99.0)
+    b = ("gw", "fp1", "main", "env:K", "disabled", 70.0, "401 from the gateway", 2, 5, 0, 1,
+         50, 80, 60.0, 100.0)
+    gone = ("gw", "fp1", "main", "env:K", "active", None, None, 7, 4, 0, 0, 40, 40, 10.0,
+            20.0)  # a worker killed long ago: its calls count, its in-flight ones do not
+    other = ("gw", "fp2", None, "file", "active", None, None, 0, 1, 0, 0, 1, 1, 5.0, 99.0)
+    assert _one_row_per_key([a, b, gone, other], 2) == [
+        ("gw", "fp1", "main", "env:K", "disabled", 70.0, "401 from the gateway", 5, 19, 1, 1,
+         190, 320, 60.0),
+        other[:-1]]

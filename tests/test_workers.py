@@ -20,6 +20,7 @@ import pytest
 
 from swarm_tui.engine import events as ev
 from swarm_tui.run_sources import StoreSource
+from swarm_tui.store import reads
 from swarm_tui.store.db import open_db
 from swarm_tui.store.fences import LeaseFence
 from swarm_tui.store.leases import BATCH_TASKS, join_run, lease_batch, split_run
@@ -61,6 +62,14 @@ def _run(w, cfg, workers: int, lease_s: float = 10.0,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
 
 
+async def _stored_keys(db, run_id: str):
+    conn = await open_db(db, create=False)
+    try:
+        return await reads.stored_keys(conn, run_id)
+    finally:
+        await conn.close()
+
+
 def _count(db, sql: str, *args) -> int:
     try:
         return int(raw_rows(db, sql, args)[0][0] or 0)
@@ -84,6 +93,11 @@ def test_workers_split_a_run_and_answer_each_task_once(tmp_path, slow_sim, any_d
     assert _count(any_db, "SELECT COUNT(DISTINCT worker) FROM batches") == 2
     assert _count(any_db, "SELECT MAX(leases) FROM batches") == 1
     assert _count(any_db, "SELECT COUNT(*) FROM workers WHERE ended_at IS NOT NULL") == 2
+    # each worker stored its own row of the key; readers see one, with both workers' calls
+    per_worker = raw_rows(any_db, "SELECT worker, calls FROM key_state")
+    assert len(per_worker) == 2 and sum(c for _, c in per_worker) == n, per_worker
+    keys = asyncio.run(_stored_keys(any_db, summary["run_id"]))
+    assert [(k.calls, k.in_flight, k.state) for k in keys] == [(n, 0, "active")]
 
 
 @pytest.mark.slow

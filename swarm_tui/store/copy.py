@@ -30,9 +30,9 @@ RUN_TABLES: dict[str, tuple[str, str]] = {
                 "finished_at", "seq"),
     "events": ("run_id, at, kind, actor, detail_json", "id"),
     "control": ("run_id, at, actor, command, arg, done_at", "id"),
-    "key_state": ("run_id, gateway, fingerprint, label, source, state, cooling_until, reason, "
-                  "in_flight, calls, rate_limited, errors, tokens_in, tokens_out, last_used, "
-                  "updated_at", "gateway, fingerprint"),
+    "key_state": ("run_id, gateway, fingerprint, worker, label, source, state, cooling_until, "
+                  "reason, in_flight, calls, rate_limited, errors, tokens_in, tokens_out, "
+                  "last_used, updated_at", "gateway, fingerprint, worker"),
     "batches": ("run_id, batch, first_seq, last_seq, worker, token, expires_at, leases, "
                 "done_at", "batch"),
     "workers": ("run_id, worker, token, host, pid, started_at, heartbeat_at, ended_at, "

@@ -4,7 +4,7 @@ command, its stored log, the executor's live figures, one task in full, its keys
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any
 
 from swarm_tui.engine.snapshot import KeyRow
@@ -99,13 +99,49 @@ async def task_detail_row(conn: StoreConnection, run_id: str, seq: int
     return tuple(row), attempts
 
 
+# The gravest state a key has in any process of the run: one worker's 401 disabled it.
+_STATE_RANK = {"active": 0, "cooling": 1, "disabled": 2, "retired": 3}
+_LIVE_ROW_S = 5.0  # a process's row older than its newest one by this: it is gone
+
+
+def _one_row_per_key(rows: Iterable[tuple], key_cols: int) -> list[tuple]:
+    """A key's rows, one per process that used it (a run's workers: store/writer.py),
+    as one row: counters added up; its state the gravest, cooling until the latest, its
+    last use the latest; calls in flight only of the processes still storing theirs.
+    Rows are (key…, label, source, state, cooling_until, reason, in_flight, calls,
+    rate_limited, errors, [tokens_in, tokens_out, last_used,] updated_at)."""
+    groups: dict[tuple, list[tuple]] = {}
+    for r in rows:
+        groups.setdefault(tuple(r[:key_cols]), []).append(r)
+    out = []
+    for key, group in groups.items():
+        if len(group) == 1:
+            out.append(group[0][:-1])
+            continue
+        newest = max(r[-1] for r in group)
+        first = group[0]
+        k = key_cols
+        state = max((r[k + 2] for r in group), key=lambda s: _STATE_RANK.get(s, 0))
+        reason = next((r[k + 4] for r in group if r[k + 2] == state and r[k + 4]), None)
+        until = max((r[k + 3] for r in group if r[k + 3] is not None), default=None)
+        in_flight = sum(r[k + 5] for r in group if r[-1] >= newest - _LIVE_ROW_S)
+        counters = [sum(r[i] for r in group) for i in range(k + 6, len(first) - 1)]
+        if len(first) - 1 > k + 9:  # with tokens and last use: the latest use
+            counters[-1] = max((r[-2] for r in group if r[-2] is not None), default=None)
+        out.append((*key, first[k], first[k + 1], state, until, reason, in_flight,
+                    *counters))
+    return out
+
+
 async def stored_keys(conn: StoreConnection, run_id: str) -> tuple[KeyRow, ...]:
-    """The run's keys as its writer last stored them (with the heartbeat)."""
+    """The run's keys as its writer — each of its workers — last stored them."""
     async with conn.execute(
             "SELECT gateway, fingerprint, label, source, state, cooling_until, reason, "
-            "in_flight, calls, rate_limited, errors, tokens_in, tokens_out, last_used "
-            "FROM key_state WHERE run_id=? ORDER BY gateway, rowid", (run_id,)) as cur:
-        return tuple(KeyRow(*row) for row in await cur.fetchall())
+            "in_flight, calls, rate_limited, errors, tokens_in, tokens_out, last_used, "
+            "updated_at FROM key_state WHERE run_id=? ORDER BY gateway, rowid",
+            (run_id,)) as cur:
+        rows = await cur.fetchall()
+    return tuple(KeyRow(*row) for row in _one_row_per_key(rows, 2))
 
 
 async def attempt_dicts(conn: StoreConnection, run_id: str, cols: Sequence[str]
@@ -137,9 +173,9 @@ async def live_key_rows(conn: StoreConnection, fresh_s: float) -> list[tuple]:
 
     async with conn.execute(
             "SELECT run_id, gateway, fingerprint, label, source, state, cooling_until, reason, "
-            "in_flight, calls, rate_limited, errors FROM key_state WHERE updated_at >= ?",
-            (time.time() - fresh_s,)) as cur:
-        return [tuple(r) for r in await cur.fetchall()]
+            "in_flight, calls, rate_limited, errors, updated_at FROM key_state WHERE "
+            "updated_at >= ?", (time.time() - fresh_s,)) as cur:
+        return _one_row_per_key(await cur.fetchall(), 3)
 
 
 # -- a run followed incrementally (watch / replay): rows newer than the last one read ----

@@ -268,6 +268,39 @@ MIGRATIONS: list[str] = [
     ALTER TABLE workers ADD COLUMN granted_usd REAL NOT NULL DEFAULT 0;
     ALTER TABLE workers ADD COLUMN spent_usd REAL NOT NULL DEFAULT 0;
     """,
+    # 9 -> 10: a key's state per process of the run: each worker stores its own row (they
+    # overwrote each other's counters), readers add them up (store/reads.py). '' is a
+    # single executor's row.
+    """
+    CREATE TABLE key_state_w (
+        run_id TEXT NOT NULL,
+        gateway TEXT NOT NULL,
+        fingerprint TEXT NOT NULL,
+        worker TEXT NOT NULL DEFAULT '',
+        label TEXT,
+        source TEXT NOT NULL,
+        state TEXT NOT NULL,
+        cooling_until REAL,
+        reason TEXT,
+        in_flight INTEGER NOT NULL,
+        calls INTEGER NOT NULL,
+        rate_limited INTEGER NOT NULL,
+        errors INTEGER NOT NULL,
+        tokens_in INTEGER NOT NULL,
+        tokens_out INTEGER NOT NULL,
+        last_used REAL,
+        updated_at REAL NOT NULL,
+        PRIMARY KEY (run_id, gateway, fingerprint, worker)
+    );
+    INSERT INTO key_state_w (run_id, gateway, fingerprint, label, source, state,
+        cooling_until, reason, in_flight, calls, rate_limited, errors, tokens_in, tokens_out,
+        last_used, updated_at)
+    SELECT run_id, gateway, fingerprint, label, source, state, cooling_until, reason,
+        in_flight, calls, rate_limited, errors, tokens_in, tokens_out, last_used, updated_at
+    FROM key_state ORDER BY rowid;
+    DROP TABLE key_state;
+    ALTER TABLE key_state_w RENAME TO key_state;
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

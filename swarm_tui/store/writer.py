@@ -60,7 +60,8 @@ ON CONFLICT (uid) DO NOTHING
 """
 UPSERT_KEY = upsert("key_state", "run_id, gateway, fingerprint, label, source, state, "
                     "cooling_until, reason, in_flight, calls, rate_limited, errors, tokens_in, "
-                    "tokens_out, last_used, updated_at", "run_id, gateway, fingerprint")
+                    "tokens_out, last_used, updated_at, worker",
+                    "run_id, gateway, fingerprint, worker")
 INSERT_EVENT = "INSERT INTO events (run_id, at, kind, actor, detail_json) VALUES (?, ?, ?, ?, ?)"
 SQL_BY_TABLE = {"attempt": INSERT_ATTEMPT, "result": INSERT_RESULT, "event": INSERT_EVENT}
 TABLE_ORDER = ("attempt", "result", "event")  # attempts first: a result's attempts exist
@@ -173,7 +174,10 @@ class StoreWriter:
 
     def _key_rows(self, now: float) -> list[tuple]:
         """Every key's state for `keys list` / watch: fingerprints and counters only."""
-        return [(self.run_id, *dataclasses.astuple(k), now) for k in key_rows(self.runner.gateways)]
+        # a worker's own row of each key (its counters); '' for a run's single executor
+        worker = self.fence.worker if isinstance(self.fence, LeaseFence) else ""
+        return [(self.run_id, *dataclasses.astuple(k), now, worker)
+                for k in key_rows(self.runner.gateways)]
 
     def log_event(self, kind: str, detail_json: str | None = None,
                   actor: str | None = None) -> None:
