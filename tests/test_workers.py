@@ -32,6 +32,7 @@ from tests.conftest import (
     assert_one_line_error,
     make_client,
     make_runner,
+    new_pg_database,
     raw_rows,
     start_sim_process,
     swarm,
@@ -240,3 +241,49 @@ def test_workers_share_a_keys_quota_learned_from_the_gateways_headers(tmp_path):
     assert run.returncode in (0, 3), err
     assert json.loads(out)["succeeded"] == 300
     assert stats["429"] <= 0.05 * stats["requests"], stats
+
+
+@pytest.mark.slow
+def test_a_worker_rides_out_a_store_that_refuses_it_for_a_while(tmp_path, slow_sim,
+                                                                pg_server):
+    """Another session holds the batches table; the worker's statements time out
+    (lock_timeout 200 ms, set in the URL as libpq allows) and its feed tries again instead
+    of stopping the run for good (it did: a deadlock under the bench's load left the run
+    'running' with no worker). Once the table is free the run finishes, each task once."""
+    import psycopg
+
+    db = new_pg_database(pg_server)
+    url = db.url + "?options=-c%20lock_timeout%3D200"
+    _port, cfg = slow_sim
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "swarm_tui", "run", str(_workload(tmp_path, 1500)),
+         "--config", str(cfg), "--concurrency", "60", "--workers", "1", "--headless",
+         "--json", "--quiet"],
+        env={**os.environ, "GW_KEY": TEST_KEY, "SWARM_TUI_DB": url},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+    try:
+        wait_until(lambda: _count(db, "SELECT COUNT(*) FROM results") >= 100, "results", 90)
+        waits: set = set()
+        with psycopg.connect(db.url) as holder:
+            holder.execute("LOCK TABLE batches IN ACCESS EXCLUSIVE MODE")
+
+            def refused_again() -> bool:  # a statement of the worker waiting on the lock
+                with psycopg.connect(db.url, autocommit=True) as c:
+                    waits.update(c.execute(
+                        "SELECT pid, query_start FROM pg_stat_activity WHERE "
+                        "wait_event_type = 'Lock' AND application_name = 'swarm-tui'"
+                    ).fetchall())
+                return len(waits) >= 4  # several attempts, each timed out and tried again
+
+            wait_until(refused_again, "the worker's statements waiting, again and again", 90)
+        out, err = proc.communicate(timeout=120)  # the table free again (commit)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode in (0, 3), err
+    summary = json.loads(out)
+    assert (summary["status"], summary["succeeded"]) == ("finished", 1500)
+    assert _count(db, "SELECT MAX(c) FROM (SELECT COUNT(*) c FROM attempts WHERE "
+                      "outcome='ok' GROUP BY seq) per_seq") == 1
+    assert _count(db, "SELECT COUNT(*) FROM events WHERE detail_json LIKE "
+                      "'worker: the store refused the feed%'") >= 1

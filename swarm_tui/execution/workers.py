@@ -23,9 +23,12 @@ import math
 import os
 import sqlite3
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from swarm_tui.canary.controller import CanaryController
 from swarm_tui.config import LoadedConfig
+from swarm_tui.engine.events import CONTROL
 from swarm_tui.engine.routing import CanaryRouter
 from swarm_tui.engine.runner import BUDGET_STOPPED, SwarmRunner
 from swarm_tui.engine.state import RunStatus
@@ -40,6 +43,7 @@ from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.db import open_db
 from swarm_tui.store.fences import LeaseFence
 from swarm_tui.store.leases import (
+    Lease,
     batches_left,
     beat_run,
     budget_stop_run,
@@ -116,20 +120,28 @@ async def prepare(conn: StoreConnection, db_path: DbTarget, cfg: LoadedConfig,
     return batches
 
 
+@dataclass
+class _FeedState:
+    """What the feed keeps across a store error it retries: a lease taken but not yet fed
+    to the runner is fed on the next pass, never left held and unsent."""
+    last_beat: float = 0.0
+    unfed: list[Lease] = field(default_factory=list)
+
+
 async def _feed(conn: StoreConnection, runner: SwarmRunner, fence: LeaseFence, run_id: str,
                 worker: str, total_concurrency: int, shared: bool, expected: int,
-                budget: SharedBudget | None) -> None:
+                budget: SharedBudget | None, state: _FeedState,
+                healthy: Callable[[], None]) -> None:
     """Lease batches while the runner has room (and draw on the run's cap for them); end
     the feed once the run has no batch left that is not done (a dead worker's come back
     when their leases expire)."""
-    last_beat = 0.0
     loop = asyncio.get_running_loop()
     while True:
         now = loop.time()
-        if now - last_beat >= 1.0:
-            last_beat = now
+        if now - state.last_beat >= 1.0:
             await beat_run(conn, run_id)
             sharing = max(await live_workers(conn, run_id), expected)
+            state.last_beat = now
             # the keys' quotas are the run's: each worker spends its share of what the
             # gateway's headers say remains (the gateway counts every worker's calls)
             runner.set_rate_share(1.0 / sharing)
@@ -141,14 +153,18 @@ async def _feed(conn: StoreConnection, runner: SwarmRunner, fence: LeaseFence, r
         if runner.cancelled or runner.stop_reason:
             runner.end_feed()
             return
-        while runner.backlog < runner.limit:
-            lease = await lease_batch(conn, run_id, worker, fence.token, fence.lease_s)
-            if lease is None:
-                break
-            # in the fence at once: the next flush renews it with the others
-            fence.add(lease.batch, lease.first_seq, lease.last_seq)
+        while state.unfed or runner.backlog < runner.limit:
+            if not state.unfed:
+                lease = await lease_batch(conn, run_id, worker, fence.token, fence.lease_s)
+                if lease is None:
+                    break
+                # in the fence at once: the next flush renews it with the others
+                fence.add(lease.batch, lease.first_seq, lease.last_seq)
+                state.unfed.append(lease)
+            lease = state.unfed[0]
             seqs, heads, prior = await resumable_tasks(conn, run_id, lease.first_seq,
                                                        lease.last_seq)
+            state.unfed.pop(0)
             fence.count(lease.batch, len(seqs))
             if seqs:
                 runner.add_tasks(heads, seqs, prior)
@@ -156,19 +172,41 @@ async def _feed(conn: StoreConnection, runner: SwarmRunner, fence: LeaseFence, r
                 and await batches_left(conn, run_id) == 0:
             runner.end_feed()
             return
+        healthy()
         await asyncio.sleep(FEED_POLL_S)
 
 
 async def _feeding(conn: StoreConnection, runner: SwarmRunner, fence: LeaseFence,
                    run_id: str, worker: str, total: int, *, shared: bool,
-                   expected: int, budget: SharedBudget | None) -> None:
-    """The feed, or — when the store fails it — a stop with the reason, never a runner
-    left waiting for tasks that will not come."""
-    try:
-        await _feed(conn, runner, fence, run_id, worker, total, shared, expected, budget)
-    except sqlite3.Error as e:
-        runner.stop(STORE_STOPPED, f"worker: cannot lease batches ({e}); no more sends")
-        runner.end_feed()
+                   expected: int, budget: SharedBudget | None, grace_s: float) -> None:
+    """The feed. A store error (a deadlock, a lock timeout, a server restarting) is tried
+    again for up to the store's grace, as the writer does; then dispatch stops with the
+    reason — never a runner left waiting for tasks that will not come."""
+    loop = asyncio.get_running_loop()
+    state = _FeedState()
+    failing_since: float | None = None
+
+    def healthy() -> None:
+        nonlocal failing_since
+        failing_since = None
+
+    while True:
+        try:
+            await _feed(conn, runner, fence, run_id, worker, total, shared, expected, budget,
+                        state, healthy)
+            return
+        except sqlite3.Error as e:
+            now = loop.time()
+            if failing_since is None:
+                failing_since = now
+                runner.emit(CONTROL, detail=f"worker: the store refused the feed ({e}); "
+                                            "trying again")
+            if now - failing_since > grace_s:
+                runner.stop(STORE_STOPPED, f"worker: cannot lease batches ({e}); no more "
+                                           "sends")
+                runner.end_feed()
+                return
+            await asyncio.sleep(FEED_POLL_S)
 
 
 async def work(conn: StoreConnection, db_path: DbTarget, cfg: LoadedConfig, opts: RunOptions,
@@ -221,7 +259,8 @@ async def work(conn: StoreConnection, db_path: DbTarget, cfg: LoadedConfig, opts
             leases = await open_db(db_path, create=False, reconcile=False)
             feeder = asyncio.create_task(_feeding(
                 leases, runner, fence, run_id, worker, total, shared=shared,
-                expected=int(snap.get("workers") or 1), budget=budget))
+                expected=int(snap.get("workers") or 1), budget=budget,
+                grace_s=cfg.settings.store.unwritable_grace_s))
             try:
                 interrupted = await run_with_progress(runner, show=show_progress)
             finally:

@@ -5,7 +5,7 @@ Every worker's row holds what it drew (`granted_usd`) and what its stored result
 run has committed, per worker, the larger of the two while the worker lives and what it
 spent once it has ended — so a worker that leaves gives back what it did not spend, and
 the sum never passes the cap: every draw is one transaction that sees all the others
-(the run's row locked on PostgreSQL, BEGIN IMMEDIATE on SQLite).
+(serialised by an advisory lock on PostgreSQL, BEGIN IMMEDIATE on SQLite).
 
 A worker silent for longer than its lease is ended by the next draw (its allowance comes
 back as its stored spend); a worker so ended finds its row gone from under it at its
@@ -40,8 +40,13 @@ async def draw_budget(conn: StoreConnection, run_id: str, worker: str, cap: floa
     now = time.time()
     await conn.execute("BEGIN IMMEDIATE")
     try:
-        if dialect_of(conn) == "postgresql":  # draws queue on the run's row
-            await conn.execute("SELECT id FROM runs WHERE id=? FOR UPDATE", (run_id,))
+        if dialect_of(conn) == "postgresql":
+            # draws queue on a lock of their own, not on the run's row: a flush inserting
+            # results holds its worker's row and then key-shares the run's row (the foreign
+            # key), while this draw would hold the run's row and wait for that worker's
+            # row — a deadlock (measured: the bench's workers stopped on it)
+            await conn.execute("SELECT pg_advisory_xact_lock(hashtext(?))",
+                               (f"swarm-tui budget {run_id}",))
         await conn.execute("UPDATE workers SET ended_at=? WHERE run_id=? AND worker<>? AND "
                            "ended_at IS NULL AND heartbeat_at < ?",
                            (now, run_id, worker, now - dead_after_s))
