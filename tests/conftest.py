@@ -5,13 +5,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import json
 import os
 import socket
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -286,3 +289,39 @@ def slow_sim(tmp_path):
 @pytest.fixture
 def sim_proc(tmp_path):
     yield from sim_gateway(tmp_path, "fixed:50")
+
+
+class Receiver:
+    """A local HTTP receiver that records every POST (or refuses with `status`)."""
+
+    def __init__(self, status: int = 200) -> None:
+        self.posts: list[tuple[str, bytes]] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                outer.posts.append((self.path, body))
+                self.send_response(status)
+                self.end_headers()
+
+            def log_message(self, *a) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def json(self, path: str = "/hook") -> list[dict]:
+        return [json.loads(b) for p, b in self.posts if p == path]
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    r = Receiver()
+    yield r
+    r.close()

@@ -7,11 +7,9 @@ import json
 import re
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -226,42 +224,6 @@ def test_a_busy_metrics_port_is_one_line_before_the_run(env):
 
 
 # -- alerts ------------------------------------------------------------------------------
-class Receiver:
-    """A local HTTP receiver that records every POST (or refuses with `status`)."""
-
-    def __init__(self, status: int = 200) -> None:
-        self.posts: list[tuple[str, bytes]] = []
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                outer.posts.append((self.path, body))
-                self.send_response(status)
-                self.end_headers()
-
-            def log_message(self, *a) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def json(self, path: str = "/hook") -> list[dict]:
-        return [json.loads(b) for p, b in self.posts if p == path]
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    r = Receiver()
-    yield r
-    r.close()
-
-
 def _alert_config(tmp_path, url: str, extra: str = "") -> str:
     path = tmp_path / "alerts.toml"
     path.write_text(f"""

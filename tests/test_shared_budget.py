@@ -90,8 +90,15 @@ async def test_draws_on_a_shared_cap_never_pass_it_and_a_silent_worker_gives_bac
 
 @pytest.mark.slow
 def test_run_workers_stops_at_the_budget_cap_across_both_workers(tmp_path, slow_sim,
-                                                                 any_db):
+                                                                 any_db, receiver):
     port, cfg = slow_sim
+    cfg.write_text(cfg.read_text() + f"""
+[[alerts.webhooks]]
+name = "oncall"
+url = "http://127.0.0.1:{receiver.port}/hook"
+[alerts]
+drain_s = 3
+""")
     n = 600
     one = PriceTable(shipped_prices()).cost(
         "deepseek-v3.2", Task(id="x", prompt="task 100").prompt_tokens_estimate(), 16)
@@ -115,6 +122,13 @@ def test_run_workers_stops_at_the_budget_cap_across_both_workers(tmp_path, slow_
                                              "kind='control'")]
     assert any(d.startswith(f"budget cap ${cap:.4f} reached") for d in events), events
     assert any(d.startswith("budget: 80% reached") for d in events), events
+    # the run's alerts paged once, not once per worker: the draw that crossed 80 %, the
+    # worker that stopped the run, its end
+    kinds = [a["kind"] for a in receiver.json()]
+    assert sorted(kinds) == ["budget_80", "budget_stop", "run_interrupted"], kinds
+    stop = next(a for a in receiver.json() if a["kind"] == "budget_stop")
+    assert stop["details"]["unsent"] == s["unfinished"] + s["cancelled"]
+    assert any(d.startswith("alert run_interrupted → oncall: delivered") for d in _log(any_db))
     # resumable in one process under a higher cap: the rest once each
     proc = subprocess_resume(s["run_id"], cfg)
     out, err = proc.communicate(timeout=120)
@@ -122,6 +136,11 @@ def test_run_workers_stops_at_the_budget_cap_across_both_workers(tmp_path, slow_
     s2 = json.loads(out)
     assert (s2["status"], s2["succeeded"]) == ("finished", n)
     assert _served(port) == n
+
+
+def _log(db) -> list[str]:
+    return [r[0] for r in raw_rows(db, "SELECT detail_json FROM events WHERE detail_json "
+                                       "IS NOT NULL ORDER BY id")]
 
 
 def subprocess_resume(run_id: str, cfg) -> subprocess.Popen:

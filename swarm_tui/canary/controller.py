@@ -87,6 +87,9 @@ class CanaryController:
         self.on_change = on_change
         # told of every stage change (old, new): alerts
         self.listeners: list[Callable[[st.CanaryState, st.CanaryState], None]] = []
+        # told only of the changes this controller's own decision made (of a run's workers,
+        # each following the same canary, the one whose decision landed pages it)
+        self.own_moves: list[Callable[[st.CanaryState, st.CanaryState], None]] = []
         self.conn: StoreConnection | None = None
         self.state: st.CanaryState | None = None
         self.view: CanaryView | None = None
@@ -166,9 +169,12 @@ class CanaryController:
         if self.cfg.mode == "auto":
             after, action, reason = decide(state, analysis, self.cfg, now)
             if after != state:
-                await cs.save(self.conn, state, after, action=action, actor="auto",
-                              source="auto", reason=reason, analysis=analysis)
+                won = await cs.save(self.conn, state, after, action=action, actor="auto",
+                                    source="auto", reason=reason, analysis=analysis)
                 await self.poll()  # won or lost the race: follow what is stored
+                if won and self.state is not None:
+                    for listener in self.own_moves:
+                        listener(state, self.state)
                 if action is not None:
                     analysis = await cs.analyze(self.conn, self.cfg, self.state,
                                                 client_lag_ms=lag)

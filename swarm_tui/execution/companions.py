@@ -42,8 +42,7 @@ class Companions:
 
     async def start(self, runner: SwarmRunner, *, run_alerts: bool = True) -> None:
         """Once the runner's writer takes events: the canary evaluates and follows, key
-        files are watched, ops attach. `run_alerts=False` (a worker): alerts of this
-        process's own conditions only, not the canary's changes every worker follows."""
+        files are watched, ops attach. `run_alerts=False` (a worker): see RunOps.attach."""
         canary = self.canary
         if canary is not None:
             canary.client_lag = runner.loop_lag
@@ -58,7 +57,7 @@ class Companions:
         self._watchers = self.session.key_watchers(key_file_changed)
         for watcher in self._watchers:
             watcher.start()
-        self.ops.attach(runner, canary, canary_alerts=run_alerts)
+        self.ops.attach(runner, canary, run_alerts=run_alerts)
 
     async def stop(self, status: str, *, end_alert: bool = True) -> None:
         """The run has ended here (its writer still takes events)."""

@@ -28,16 +28,20 @@ from dataclasses import dataclass, field
 
 from swarm_tui.canary.controller import CanaryController
 from swarm_tui.config import LoadedConfig
+from swarm_tui.config_sections import AlertKind
 from swarm_tui.engine.events import CONTROL
 from swarm_tui.engine.routing import CanaryRouter
 from swarm_tui.engine.runner import BUDGET_STOPPED, SwarmRunner
 from swarm_tui.engine.state import RunStatus
+from swarm_tui.engine.summary import RunSummary
 from swarm_tui.errors import UserError
 from swarm_tui.execution.companions import Companions
 from swarm_tui.execution.progress import run_with_progress
 from swarm_tui.execution.shared_budget import SharedBudget
 from swarm_tui.execution.stored_run import Outcome, config_snapshot, pinned_gateway
 from swarm_tui.execution.wiring import RunOptions, RunSession
+from swarm_tui.ops.alerts import Alert
+from swarm_tui.ops.attach import end_alert_of, page_once
 from swarm_tui.runtime import collector_for_a_run
 from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.db import open_db
@@ -60,6 +64,7 @@ from swarm_tui.store.runs import (
     create_run,
     get_run,
     load_summary,
+    log_events,
     refresh_stats,
     resumable_tasks,
     save_summary,
@@ -246,7 +251,7 @@ async def work(conn: StoreConnection, db_path: DbTarget, cfg: LoadedConfig, opts
         runner = session.make_runner([], bodies=bodies)
         runner.feeding = True
         budget = None if cap is None else SharedBudget(runner, run_id, worker, float(cap),
-                                                      fence.lease_s)
+                                                      fence.lease_s, companions.ops.page)
         await join_run(conn, run_id, worker, claim.token, claim.host, claim.pid)
         async with collector_for_a_run():
             writer = StoreWriter(conn, db_path, run_id, runner, claim=claim, fence=fence,
@@ -281,15 +286,38 @@ async def work(conn: StoreConnection, db_path: DbTarget, cfg: LoadedConfig, opts
         await session.aclose()
     if writer.failure:
         raise UserError(writer.failure_line())
+    ended = False  # this worker ended the run: it pages the run's end, once
     if runner.cancelled:
-        await cancel_split_run(conn, run_id)
+        ended = await cancel_split_run(conn, run_id)
     elif runner.stop_reason == BUDGET_STOPPED:
-        await budget_stop_run(conn, run_id, fence.lease_s)
+        ended = await budget_stop_run(conn, run_id, fence.lease_s)
     last_out = not runner.cancelled and await finish_run(conn, run_id)
     if last_out:
         await refresh_stats(conn, "results", "attempts")
     summary = await load_summary(conn, await get_run(conn, run_id, db_path))
     if last_out:  # the run's stored summary, as a one-process run saves its own
         await save_summary(conn, summary)
+    if ended or last_out:
+        await _page_the_end(conn, cfg, summary, cap)
     return Outcome(summary, interrupted)
+
+
+async def _page_the_end(conn: StoreConnection, cfg: LoadedConfig, summary: RunSummary,
+                        cap: float | None) -> None:
+    """The run's end alert (and its stop at the cap), from the worker that ended it; the
+    deliveries' outcomes go into the run's log as any run's do."""
+    alerts = []
+    unsent = summary.unfinished + summary.cancelled
+    if summary.status == RunStatus.BUDGET_STOPPED and cap is not None:
+        alerts.append(Alert(AlertKind.BUDGET_STOP, f"budget cap ${cap:.4f} reached: the run's "
+                            f"workers stopped dispatch, {unsent} tasks unsent (resumable)",
+                            summary.run_id, details={"spent_usd": summary.cost_usd,
+                                                     "cap_usd": cap, "unsent": unsent}))
+    counts = {"succeeded": summary.succeeded, "failed": summary.failed,
+              "cancelled": summary.cancelled}
+    alerts.append(end_alert_of(summary.run_id, summary.status, counts, summary.total,
+                               summary.cost_usd))
+    lines: list[str] = []
+    await page_once(cfg.settings, alerts, lines.append)
+    await log_events(conn, summary.run_id, "control", lines)
 

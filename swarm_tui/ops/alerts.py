@@ -97,8 +97,11 @@ OK, FAILED, SLOW, T_OK, T_FAILED = range(1, 6)
 
 class AlertWatch:
     def __init__(self, cfg: AlertsConfig, sla: SlaConfig, run_id: str,
-                 send: Callable[[Alert], None], clock: Callable[[], float] = time.monotonic
-                 ) -> None:
+                 send: Callable[[Alert], None], clock: Callable[[], float] = time.monotonic,
+                 *, run_level: bool = True) -> None:
+        # run_level False: one of a run's workers — the run's budget is paged once, by the
+        # worker whose draw crossed 80 % and the one that stopped the run at the cap
+        self.run_level = run_level
         self.cfg = cfg
         self.sla = sla
         self.run_id = run_id
@@ -147,7 +150,7 @@ class AlertWatch:
 
     def _budget(self, runner: SwarmRunner) -> None:
         cap = runner.policy.budget_usd
-        if cap is None:
+        if cap is None or not self.run_level:
             return
         if runner.budget_warned and not self._budget_warned:
             self._budget_warned = True

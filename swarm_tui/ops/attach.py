@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from swarm_tui.config import Settings
@@ -21,6 +22,27 @@ if TYPE_CHECKING:
 
 TICK_S = 1.0
 END_ALERT = {RunStatus.FINISHED: AlertKind.RUN_FINISHED, RunStatus.UNSAVED: AlertKind.RUN_FAILED}
+
+
+def end_alert_of(run_id: str, status: str, counts: dict[str, int], total: int,
+                 spent_usd: float) -> Alert:
+    """The run's end: finished, failed to store, or interrupted (cancelled, budget)."""
+    kind = END_ALERT.get(RunStatus(status), AlertKind.RUN_INTERRUPTED)
+    return Alert(kind, f"run {status}: {counts['succeeded']} succeeded, {counts['failed']} "
+                 f"failed, {counts['cancelled']} cancelled of {total}; ${spent_usd:.4f}",
+                 run_id, details={"status": status, "total": total, **counts})
+
+
+async def page_once(settings: Settings, alerts: list[Alert],
+                    record: Callable[[str], None]) -> None:
+    """Alerts sent after a process's run-time delivery has closed (a worker that ended
+    its run pages the run's end once), drained as at any run's end."""
+    if not settings.alerts.webhooks or not alerts:
+        return
+    delivery = AlertDelivery(settings.alerts, record)
+    for alert in alerts:
+        delivery.send(alert)
+    await delivery.close()
 
 
 class RunOps:
@@ -43,9 +65,11 @@ class RunOps:
         self._task: asyncio.Task[None] | None = None
 
     def attach(self, runner: SwarmRunner, canary: CanaryController | None, *,
-               canary_alerts: bool = True) -> None:
-        """On the engine's loop, before the run starts. `canary_alerts=False`: a worker,
-        one of several following the same stored canary, does not page its changes."""
+               run_alerts: bool = True) -> None:
+        """On the engine's loop, before the run starts. `run_alerts=False`: one of a run's
+        workers — it pages its own conditions (keys, its SLA window), the canary moves its
+        own controller made, and what the run's ledger tells it to (`page`); not every
+        canary move it follows, nor its own end."""
         self.runner, self.canary = runner, canary
         s = self.settings
         if self.metrics is not None:
@@ -54,10 +78,12 @@ class RunOps:
             self.delivery = AlertDelivery(
                 s.alerts, lambda line: runner.emit(ev.CONTROL, detail=line),
                 self.metrics.delivered if self.metrics is not None else None)
-            self.watch = AlertWatch(s.alerts, s.sla, self.run_id, self.delivery.send)
+            self.watch = AlertWatch(s.alerts, s.sla, self.run_id, self.delivery.send,
+                                    run_level=run_alerts)
             runner.consumers.append(self.watch.on_event)
-            if canary is not None and canary_alerts:
-                canary.listeners.append(self.watch.on_canary_change)
+            if canary is not None:
+                (canary.listeners if run_alerts else canary.own_moves).append(
+                    self.watch.on_canary_change)
         if s.telemetry.otlp_endpoint:
             self.tracer = AttemptTracer(s.telemetry, self.run_id, runner)
             runner.consumers.append(self.tracer.on_event)
@@ -92,13 +118,8 @@ class RunOps:
         if (end_alert and self.watch is not None and self.delivery is not None
                 and self.runner is not None):
             r = self.runner
-            kind = END_ALERT.get(RunStatus(status), AlertKind.RUN_INTERRUPTED)
-            self.delivery.send(Alert(kind, f"run {status}: {r.counts['succeeded']} succeeded, "
-                                     f"{r.counts['failed']} failed, {r.counts['cancelled']} "
-                                     f"cancelled of {len(r.agents)}; ${r.spent_usd:.4f}",
-                                     self.run_id, details={"status": status,
-                                                           "total": len(r.agents),
-                                                           **dict(r.counts)}))
+            self.delivery.send(end_alert_of(self.run_id, status, dict(r.counts),
+                                            len(r.agents), r.spent_usd))
         if self.delivery is not None:
             await self.delivery.close()
         if self.tracer is not None:
@@ -107,6 +128,12 @@ class RunOps:
     async def linger(self, seconds: float) -> None:
         if self.server is not None and self.metrics is not None and seconds > 0:
             await self.server.linger(self.metrics, seconds)
+
+    def page(self, kind: AlertKind, summary: str, **details: object) -> None:
+        """An alert of the run the store told this process to send (a worker's share of
+        run-level alerts); nothing without webhooks."""
+        if self.watch is not None:
+            self.watch.alert(kind, summary, **details)
 
     def close(self) -> None:
         """The metrics endpoint goes last (after the run's final figures were sampled)."""

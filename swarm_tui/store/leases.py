@@ -68,11 +68,13 @@ async def newest_split_run(conn: StoreConnection, db_path: DbTarget) -> str:
     return str(row[0])
 
 
-async def cancel_split_run(conn: StoreConnection, run_id: str) -> None:
-    """A worker cancelled (watch --write): the run is cancelled; `resume` finishes it."""
-    await conn.execute("UPDATE runs SET status='cancelled', finished_at=? WHERE id=? AND "
-                       "status='running'", (time.time(), run_id))
+async def cancel_split_run(conn: StoreConnection, run_id: str) -> bool:
+    """A worker cancelled (watch --write): the run is cancelled; `resume` finishes it.
+    True for the one worker that marked it."""
+    cur = await conn.execute("UPDATE runs SET status='cancelled', finished_at=? WHERE id=? "
+                             "AND status='running'", (time.time(), run_id))
     await conn.commit()
+    return cur.rowcount == 1
 
 
 async def has_batches(conn: StoreConnection, run_id: str) -> bool:

@@ -293,6 +293,17 @@ async def release_run(conn: StoreConnection, run_id: str, status: str, claim: Cl
     claim.release()
 
 
+async def log_events(conn: StoreConnection, run_id: str, kind: str,
+                     details: list[str]) -> None:
+    """Lines into the run's log after its writer has closed (a worker's end alerts)."""
+    if details:
+        now = time.time()
+        await conn.executemany("INSERT INTO events (run_id, at, kind, actor, detail_json) "
+                               "VALUES (?, ?, ?, NULL, ?)",
+                               [(run_id, now, kind, d) for d in details])
+        await conn.commit()
+
+
 async def spent_usd(conn: StoreConnection, run_id: str) -> float:
     """What the run's succeeded tasks cost so far (a resume's budget starts from it)."""
     async with conn.execute("SELECT COALESCE(SUM(cost_usd), 0) FROM results WHERE run_id=? "
