@@ -16,7 +16,7 @@ import pytest
 from swarm_tui.sim.server import SimProcess
 from swarm_tui.sim.settings import SimSettings
 from swarm_tui.store.target import PgTarget
-from tests.conftest import TEST_KEY, assert_one_line_error, raw_rows, swarm
+from tests.conftest import TEST_KEY, assert_one_line_error, new_pg_database, raw_rows, swarm
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -269,11 +269,14 @@ def _status_nocfg(env) -> dict:
 
 
 @pytest.mark.slow
-def test_a_canary_split_across_three_workers_is_one_canary(sim_procs, tmp_path, env_any,
+def test_a_canary_split_across_three_workers_is_one_canary(sim_procs, tmp_path, pg_server,
                                                            receiver):
     """Every worker follows the stored canary and evaluates it; their auto decisions are
     compare-and-swaps, so a failing candidate is aborted once — and paged once — and no
-    worker sends to it after the abort."""
+    worker sends to it after the abort. On PostgreSQL, where the workers' transactions
+    do run at once (SQLite's one writer serialises them: the same CAS, no race to lose)."""
+    env_any = {"SWARM_TEST_KEY": TEST_KEY, "SWARM_TUI_DB": new_pg_database(pg_server).url,
+               "XDG_CONFIG_HOME": str(tmp_path / "xdg")}
     base = sim_procs(profile="fixed:150")
     cand = sim_procs(profile="fixed:150", rate_503=0.05)
     cfg = _config(tmp_path, base, cand, bake="60s", min_samples=40, extra=f"""

@@ -172,9 +172,11 @@ class CanaryController:
                 won = await cs.save(self.conn, state, after, action=action, actor="auto",
                                     source="auto", reason=reason, analysis=analysis)
                 await self.poll()  # won or lost the race: follow what is stored
-                if won and self.state is not None:
+                # its own move only: what it wrote (the stored state may already be another
+                # process's later move — which that process pages)
+                if won and action is not None:
                     for listener in self.own_moves:
-                        listener(state, self.state)
+                        listener(state, after)
                 if action is not None:
                     analysis = await cs.analyze(self.conn, self.cfg, self.state,
                                                 client_lag_ms=lag)

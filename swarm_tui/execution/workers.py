@@ -1,8 +1,9 @@
 """A run executed by worker processes that lease its batches (issue 17).
 
 `prepare` stores a new run split into batches and leaves it unowned; `work` is one
-worker: it leases batches while its runner has room, feeds their unanswered tasks to
-one runner (no drain between batches), writes results fenced on its leases, and leaves
+worker: it leases batches while its runner has room (execution/feed.py), feeds their
+unanswered tasks to one runner (no drain between batches), writes results fenced on its
+leases, and leaves
 when every batch of the run is done — waiting, meanwhile, for a dead worker's leases to
 expire so that its batches are done too. The last worker out marks the run finished.
 
@@ -19,23 +20,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import math
 import os
-import sqlite3
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from swarm_tui.canary.controller import CanaryController
 from swarm_tui.config import LoadedConfig
 from swarm_tui.config_sections import AlertKind
-from swarm_tui.engine.events import CONTROL
 from swarm_tui.engine.routing import CanaryRouter
-from swarm_tui.engine.runner import BUDGET_STOPPED, SwarmRunner
+from swarm_tui.engine.runner import BUDGET_STOPPED
 from swarm_tui.engine.state import RunStatus
 from swarm_tui.engine.summary import RunSummary
 from swarm_tui.errors import UserError
 from swarm_tui.execution.companions import Companions
+from swarm_tui.execution.feed import feeding
 from swarm_tui.execution.progress import run_with_progress
 from swarm_tui.execution.shared_budget import SharedBudget
 from swarm_tui.execution.stored_run import Outcome, config_snapshot, pinned_gateway
@@ -47,16 +44,11 @@ from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.db import open_db
 from swarm_tui.store.fences import LeaseFence
 from swarm_tui.store.leases import (
-    Lease,
-    batches_left,
-    beat_run,
     budget_stop_run,
     cancel_split_run,
     finish_run,
     join_run,
-    lease_batch,
     lease_seconds,
-    live_workers,
     split_run,
 )
 from swarm_tui.store.ownership import take_lock
@@ -66,15 +58,12 @@ from swarm_tui.store.runs import (
     load_summary,
     log_events,
     refresh_stats,
-    resumable_tasks,
     save_summary,
 )
 from swarm_tui.store.target import DbTarget
 from swarm_tui.store.task_bodies import StoredBodies
-from swarm_tui.store.writer import STORE_STOPPED, StoreWriter
+from swarm_tui.store.writer import StoreWriter
 from swarm_tui.workload import Workload
-
-FEED_POLL_S = 0.2  # how often a worker looks for room, new batches, expired leases
 
 
 def _refuse_in_one_process(session: RunSession) -> None:
@@ -125,95 +114,6 @@ async def prepare(conn: StoreConnection, db_path: DbTarget, cfg: LoadedConfig,
     return batches
 
 
-@dataclass
-class _FeedState:
-    """What the feed keeps across a store error it retries: a lease taken but not yet fed
-    to the runner is fed on the next pass, never left held and unsent."""
-    last_beat: float = 0.0
-    unfed: list[Lease] = field(default_factory=list)
-
-
-async def _feed(conn: StoreConnection, runner: SwarmRunner, fence: LeaseFence, run_id: str,
-                worker: str, total_concurrency: int, shared: bool, expected: int,
-                budget: SharedBudget | None, state: _FeedState,
-                healthy: Callable[[], None]) -> None:
-    """Lease batches while the runner has room (and draw on the run's cap for them); end
-    the feed once the run has no batch left that is not done (a dead worker's come back
-    when their leases expire)."""
-    loop = asyncio.get_running_loop()
-    while True:
-        now = loop.time()
-        if now - state.last_beat >= 1.0:
-            await beat_run(conn, run_id)
-            sharing = max(await live_workers(conn, run_id), expected)
-            state.last_beat = now
-            # the keys' quotas are the run's: each worker spends its share of what the
-            # gateway's headers say remains (the gateway counts every worker's calls)
-            runner.set_rate_share(1.0 / sharing)
-            share = math.ceil(total_concurrency / sharing)
-            if shared and share != runner.limit:
-                runner.set_concurrency(share)
-        if budget is not None and not runner.stop_reason:
-            await budget.tend(conn)
-        if runner.cancelled or runner.stop_reason:
-            runner.end_feed()
-            return
-        while state.unfed or runner.backlog < runner.limit:
-            if not state.unfed:
-                lease = await lease_batch(conn, run_id, worker, fence.token, fence.lease_s)
-                if lease is None:
-                    break
-                # in the fence at once: the next flush renews it with the others
-                fence.add(lease.batch, lease.first_seq, lease.last_seq)
-                state.unfed.append(lease)
-            lease = state.unfed[0]
-            seqs, heads, prior = await resumable_tasks(conn, run_id, lease.first_seq,
-                                                       lease.last_seq)
-            state.unfed.pop(0)
-            fence.count(lease.batch, len(seqs))
-            if seqs:
-                runner.add_tasks(heads, seqs, prior)
-        if fence.held == 0 and runner.backlog == 0 and not runner.in_flight \
-                and await batches_left(conn, run_id) == 0:
-            runner.end_feed()
-            return
-        healthy()
-        await asyncio.sleep(FEED_POLL_S)
-
-
-async def _feeding(conn: StoreConnection, runner: SwarmRunner, fence: LeaseFence,
-                   run_id: str, worker: str, total: int, *, shared: bool,
-                   expected: int, budget: SharedBudget | None, grace_s: float) -> None:
-    """The feed. A store error (a deadlock, a lock timeout, a server restarting) is tried
-    again for up to the store's grace, as the writer does; then dispatch stops with the
-    reason — never a runner left waiting for tasks that will not come."""
-    loop = asyncio.get_running_loop()
-    state = _FeedState()
-    failing_since: float | None = None
-
-    def healthy() -> None:
-        nonlocal failing_since
-        failing_since = None
-
-    while True:
-        try:
-            await _feed(conn, runner, fence, run_id, worker, total, shared, expected, budget,
-                        state, healthy)
-            return
-        except sqlite3.Error as e:
-            now = loop.time()
-            if failing_since is None:
-                failing_since = now
-                runner.emit(CONTROL, detail=f"worker: the store refused the feed ({e}); "
-                                            "trying again")
-            if now - failing_since > grace_s:
-                runner.stop(STORE_STOPPED, f"worker: cannot lease batches ({e}); no more "
-                                           "sends")
-                runner.end_feed()
-                return
-            await asyncio.sleep(FEED_POLL_S)
-
-
 async def work(conn: StoreConnection, db_path: DbTarget, cfg: LoadedConfig, opts: RunOptions,
                run_id: str, *, show_progress: bool) -> Outcome:
     """One worker of a run, to the run's end (or this worker's cancel)."""
@@ -262,7 +162,7 @@ async def work(conn: StoreConnection, db_path: DbTarget, cfg: LoadedConfig, opts
             # leases on a connection of their own: the writer's flush holds a transaction
             # on `conn`, and a lease is a transaction too
             leases = await open_db(db_path, create=False, reconcile=False)
-            feeder = asyncio.create_task(_feeding(
+            feeder = asyncio.create_task(feeding(
                 leases, runner, fence, run_id, worker, total, shared=shared,
                 expected=int(snap.get("workers") or 1), budget=budget,
                 grace_s=cfg.settings.store.unwritable_grace_s))
