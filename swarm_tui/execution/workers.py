@@ -130,8 +130,7 @@ async def work(conn: StoreConnection, db_path: DbTarget, cfg: LoadedConfig, opts
         update={"budget_usd": cap})})
     session = RunSession(cfg, dataclasses.replace(
         opts, keep_answers=False, gateway=opts.gateway or pinned_gateway(snap),
-        model=opts.model or snap.get("model"), concurrency=total,  # the pool fits the run
-        budget_usd=cap))
+        model=opts.model or snap.get("model"), concurrency=total))  # the pool fits the run
     _refuse_in_one_process(session)
     if not opts.gateway:
         _same_canary(session, run_id, snap)

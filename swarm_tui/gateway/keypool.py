@@ -198,6 +198,8 @@ class KeyPool:
     def set_share(self, share: float) -> None:
         """This process's part of every key's quota (1 / the workers sharing the keys):
         learned quotas are counted at it from the next answer on."""
+        if share == self.share:  # set every second by a worker's feed; rarely changes
+            return
         self.share = share
         for slot in self.slots:
             slot.share = share

@@ -171,7 +171,6 @@ class StoreSource:
         if self._quiet(f):  # nothing written since the last read: only time moved on
             assert f is not None and self._seen is not None and self.record is not None
             return self._build(f, self.record, *self._seen)
-        self._read_at = time.monotonic()
         self.record = run = await get_run(self.conn, self.run_id, self.db_path)
         status = run.effective_status()
         if f is None or f.session != _session(run) or (f.final and status != f.status):
@@ -200,6 +199,7 @@ class StoreSource:
                 canary = f"canary {state.pct}% {state.status}"
                 canary_pct = state.pct
         self._seen = (live, keys, canary, canary_pct)
+        self._read_at = time.monotonic()  # once read: a slow read still earns its quiet ticks
         return self._build(f, run, live, keys, canary, canary_pct)
 
     def _canary_name(self) -> str | None:
