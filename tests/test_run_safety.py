@@ -35,6 +35,7 @@ from tests.conftest import (
     make_client,
     make_runner,
     raw_rows,
+    start_sim_process,
     swarm,
     tasks,
     wait_until,
@@ -481,3 +482,45 @@ def test_a_database_others_can_read_is_warned_about(tmp_path):
     r = swarm("runs")
     assert r.returncode == 0
     assert f"chmod 600 '{db}'" in r.stderr and "readable by other users" in r.stderr
+
+
+def test_a_cancel_during_retry_waits_books_each_attempt_once(tmp_path, no_user_config):
+    """^C while tasks wait for their retry: each attempt is stored once (the cancel booked
+    the waiting task's last attempt a second time: SENT MORE THAN ONCE with nothing sent
+    twice), and the gateway's count of requests equals the stored attempts."""
+    proc_sim, port = start_sim_process("--profile", "fixed:30", "--rate-503", "0.3")
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[gateways.local]\nbase_url = "http://127.0.0.1:{port}/v1"\n'
+                   'key_env = ["GW_KEY"]\n')
+    db = Path(os.environ["SWARM_TUI_DB"])
+    try:
+        proc = _popen(*_run_args(_workload(tmp_path, 3000), cfg))
+        try:
+            # retries scheduled and stored (attempts outnumber results): some tasks wait now
+            wait_until(lambda: _results(db) >= 50 and _q(
+                db, "SELECT COUNT(*) FROM attempts WHERE outcome = 'error'")[0][0] >= 20,
+                "stored retries")
+            proc.send_signal(signal.SIGINT)
+            _out, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert proc.returncode == 130, err
+        sent = _requests(port)
+    finally:
+        proc_sim.terminate()
+        proc_sim.wait(10)
+    dupes = _q(db, "SELECT seq, number, COUNT(*) FROM attempts GROUP BY seq, number "
+                   "HAVING COUNT(*) > 1")
+    assert dupes == []
+    # every request the gateway saw is on record; a call cancelled in flight may or may
+    # not have reached it before the cancel
+    stored = _q(db, "SELECT COUNT(*) FROM attempts")[0][0]
+    in_flight = _q(db, "SELECT COUNT(*) FROM attempts WHERE outcome = 'cancelled'")[0][0]
+    assert stored - in_flight <= sent <= stored, (stored, in_flight, sent)
+    cancelled_waiting = _q(db, "SELECT COUNT(*) FROM results r WHERE r.state = 'cancelled' "
+                               "AND EXISTS (SELECT 1 FROM attempts a WHERE a.run_id = r.run_id "
+                               "AND a.seq = r.seq)")[0][0]
+    assert cancelled_waiting >= 1  # the case itself: tasks cancelled after an attempt
+    report = swarm("report", "last")
+    assert "SENT MORE THAN ONCE" not in report.stdout, report.stdout

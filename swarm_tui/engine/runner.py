@@ -738,6 +738,7 @@ class SwarmRunner:
         agent.ready_at = time.perf_counter()  # the wait counts as queue time, not latency
         self.retry_waiting += 1
         agent.handle = asyncio.get_running_loop().call_later(wait, self._retry_due, agent)
+        attempt.reported = True
         self.emit(ev.RETRY_SCHEDULED, agent, attempt, detail)
 
     def _rate_limited(self, agent: Agent, attempt: Attempt, err: CallError,
@@ -785,7 +786,12 @@ class SwarmRunner:
         agent.finished_ms = self.now_ms()
         self.counts[state] += 1
         self.done += 1
-        self.emit(kind, agent, agent.attempts[-1] if agent.attempts else None)
+        last = agent.attempts[-1] if agent.attempts else None
+        if last is not None and last.reported:
+            last = None  # booked with its retry: a cancel or failure in the wait adds none
+        elif last is not None:
+            last.reported = True
+        self.emit(kind, agent, last)
         if not self.policy.keep_answers:
             agent.response_text = None
             agent.settle()

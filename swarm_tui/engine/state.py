@@ -72,6 +72,9 @@ class Attempt:
     tokens_out: int = 0
     cached_in: int = 0
     outcome: str = "running"  # ok | error | cancelled
+    # reported in a retry or final event: the store books each attempt once (a task
+    # cancelled or failed while waiting for its retry has no new attempt to report)
+    reported: bool = False
 
 
 @dataclass(slots=True, eq=False)
