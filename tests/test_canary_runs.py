@@ -303,12 +303,21 @@ drain_s = 3
     target = PgTarget(db) if db.startswith("postgresql://") else Path(db)
     assert raw_rows(target, "SELECT COUNT(DISTINCT worker) FROM batches")[0][0] == 3
     aborted_at = raw_rows(target, "SELECT MAX(at) FROM canary_actions")[0][0]
-    # every worker follows within its poll (0.5 s; at once on PostgreSQL): no task is
-    # sent to the candidate after it (a retry of a call the candidate failed before the
-    # abort may still go there: a task keeps its gateway once sent)
-    late = raw_rows(target, "SELECT COUNT(*) FROM attempts WHERE gateway='gw' AND "
-                            "number = 1 AND sent_at > ? + 1.0", (aborted_at,))[0][0]
-    assert late == 0
+    # no worker sends a task's first call to the candidate after it saw the abort (a retry
+    # of a call the candidate failed before may still go there: a task keeps its gateway
+    # once sent). When each worker saw it is its own signed log line, on the clock of its
+    # attempts; how soon after the abort that was depends on the machine, not asserted.
+    seen = dict(raw_rows(target, "SELECT actor, MIN(at) FROM events WHERE kind = 'control' "
+                                 "AND detail_json LIKE '%(aborted)%' GROUP BY actor"))
+    for worker, ended in raw_rows(target, "SELECT worker, ended_at FROM workers"):
+        late = raw_rows(target, "SELECT COUNT(*) FROM attempts a JOIN batches b ON "
+                                "b.run_id = a.run_id AND a.seq BETWEEN b.first_seq AND "
+                                "b.last_seq WHERE b.worker = ? AND a.gateway = 'gw' AND "
+                                "a.number = 1 AND a.sent_at > ?",
+                        (worker, seen.get(worker, ended)))[0][0]
+        assert late == 0, (worker, seen, aborted_at)
+        # a worker that never logged the abort had ended before it
+        assert worker in seen or ended <= aborted_at, (worker, seen, aborted_at)
     # and before it, the candidate had its share from the split run's routing
     assert raw_rows(target, "SELECT COUNT(*) FROM attempts WHERE gateway='gw'")[0][0] >= 40
 

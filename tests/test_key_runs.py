@@ -191,8 +191,10 @@ async def test_a_cooling_gateway_does_not_hold_up_the_other(sim_factory):
     a, b = sim_factory(profile="fixed:20"), sim_factory(profile="fixed:20")
     base, cand = make_client(a, name="base"), make_client(b, name="cand", keys=KEYS[1:2])
     try:
+        # cooling until the test ends it (a fixed 1.5 s could pass before the candidate
+        # had done its 50 on a slow machine, and the state was gone when read)
         for k in base.keys:
-            k.rate("deepseek-v3.2").cooling_until = time.monotonic() + 1.5
+            k.rate("deepseek-v3.2").cooling_until = time.monotonic() + 3600
         runner = SwarmRunner(tasks(200), {"base": base, "cand": cand},
                              CanaryRouter("base", "cand", 50),
                              RunPolicy(20, RetryConfig(), RoutingConfig(), "deepseek-v3.2"),
@@ -207,7 +209,10 @@ async def test_a_cooling_gateway_does_not_hold_up_the_other(sim_factory):
         by_gw = {"base": done_on("base"), "cand": done_on("cand")}
         assert (runner.waiting_for_keys or "").startswith("base keys cooling")
         assert by_gw["base"] == 0 and by_gw["cand"] > 50  # the candidate kept going
-        await asyncio.wait_for(run, 30)
+        for k in base.keys:  # the cooldown ends; the parked tasks go
+            k.rate("deepseek-v3.2").cooling_until = 0.0
+        runner.wake()
+        await asyncio.wait_for(run, 60)
     finally:
         await base.aclose()
         await cand.aclose()

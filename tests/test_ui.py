@@ -4,6 +4,7 @@ the readonly/watch rules, keymaps, and watch catching up with another process.""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import os
 import sqlite3
@@ -35,13 +36,22 @@ def notes(app, text: str) -> int:
     return sum(text in str(n.message) for n in app._notifications)
 
 
-async def wait_for(pred, timeout=15.0):
+async def wait_for(pred, timeout=60.0, what: str = "", seen=None):
+    """Wait on state; the deadline only stops a broken test (a slow machine takes longer,
+    it does not fail). When it fires it says what it waited for — `what`, or the
+    predicate's own source line — and what it saw last (`seen()`, when given)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if pred():
             return True
         await asyncio.sleep(0.05)
-    raise AssertionError("condition not reached")
+    if not what:
+        try:
+            what = inspect.getsource(pred).strip()
+        except (OSError, TypeError):
+            what = repr(pred)
+    last = f"; last seen: {seen()!r}" if seen is not None else ""
+    raise AssertionError(f"not reached in {timeout:.0f} s: {what}{last}")
 
 
 @pytest.mark.slow
@@ -218,8 +228,9 @@ async def test_watch_follows_another_process_and_obeys_write(cfg, tmp_path):
             # never more slots than its concurrency
             await wait_for(lambda: sum(x.cell is not None for x in app.snapshot.slots) >= 5)
             assert len(app.snapshot.slots) == 20
-            await pilot.press("p")  # read-only watch: refused
-            assert not isinstance(app.screen, ConfirmScreen)
+            await pilot.press("p")  # read-only watch: refused — the refusal arrives first
+            await wait_for(lambda: notes(app, "read-only") >= 1, what="the refusal")
+            assert not isinstance(app.screen, ConfirmScreen) and app.snapshot.status != "paused"
         await ro.close()
         rw = StoreSource(db, ro.run_id, write=True)
         await rw.open()

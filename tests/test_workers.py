@@ -11,11 +11,13 @@ import asyncio
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
 
 import httpx2
+import psycopg
 import pytest
 
 from swarm_tui.engine import events as ev
@@ -73,10 +75,14 @@ async def _stored_keys(db, run_id: str):
 
 
 def _count(db, sql: str, *args) -> int:
+    """A count; 0 only while the table does not exist yet (a poll before the run made its
+    database) — any other failure of the query fails the test."""
     try:
         return int(raw_rows(db, sql, args)[0][0] or 0)
-    except Exception:
-        return 0
+    except (sqlite3.OperationalError, psycopg.errors.UndefinedTable) as e:
+        if "no such table" in str(e) or isinstance(e, psycopg.errors.UndefinedTable):
+            return 0
+        raise
 
 
 @pytest.mark.slow
@@ -85,7 +91,7 @@ def test_workers_split_a_run_and_answer_each_task_once(tmp_path, slow_sim, any_d
     n = 600
     proc = _run(_workload(tmp_path, n), cfg, 2)
     out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 0, err
+    assert proc.returncode in (0, 3), err  # 3: the SLA verdict of a slow machine's latency
     summary = json.loads(out)
     assert summary["status"] == "finished" and summary["succeeded"] == n
     assert _served(port) == n  # one request per task: nothing sent twice

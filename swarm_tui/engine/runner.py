@@ -629,6 +629,9 @@ class SwarmRunner:
             except Exception as e:  # nothing was sent: cancelled, so `resume` sends it
                 self._unreadable(agent, attempt, gw, slot, e)
                 return
+            if agent.route_version != self.router.version and len(agent.attempts) == 1:
+                self._unlaunch(agent, attempt, gw, slot)  # routed before the wait
+                return
             res = await gw.complete(slot, agent.model, task.messages(), task.max_tokens,
                                     task.temperature, agent)
         except asyncio.CancelledError:
@@ -682,6 +685,23 @@ class SwarmRunner:
             self._finish(agent, SUCCEEDED, ev.SUCCEEDED)
             return
         self._failed_attempt(agent, attempt, res.error)
+
+    def _unlaunch(self, agent: Agent, attempt: Attempt, gw: GatewayClient, slot) -> None:
+        """Routing moved (a canary abort, a new stage) while this task's prompt was read:
+        nothing was sent, so it goes back to the head of the queue and is routed again at
+        its launch — a worker sends no first call to an aborted candidate once it knows."""
+        gw.release(slot, attempt.model)
+        self.in_flight -= 1
+        self._settle_estimate(agent)
+        agent.attempts.pop()
+        agent.attempts_on_model -= 1
+        agent.queue_ms -= attempt.queue_ms
+        attempt.outcome = AttemptOutcome.CANCELLED  # its done callback has nothing to undo
+        agent.state = QUEUED
+        agent.handle = None
+        self._retry_ready.appendleft(agent)
+        self.emit(ev.QUEUED, agent)
+        self._wake.set()
 
     def _unreadable(self, agent: Agent, attempt: Attempt, gw: GatewayClient, slot,
                     e: Exception) -> None:

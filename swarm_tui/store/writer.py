@@ -140,9 +140,12 @@ class StoreWriter:
             self._working[e.agent.index] = (e.agent, e.attempt.started_ms / 1000.0)
             return
         elif kind == ev.CONTROL:
-            self._events.append((self.run_id, time.time(), "control", None, e.detail))
+            # a worker signs what it did (followed a canary move, applied a command), on the
+            # clock its attempts' sent_at is read from: "sent after it saw X" is decidable
+            self._events.append((self.run_id, self._now(), "control", self._worker or None,
+                                 e.detail))
         elif kind == ev.FALLBACK and e.agent is not None:  # for a watched/replayed log
-            self._events.append((self.run_id, time.time(), "fallback", None,
+            self._events.append((self.run_id, self._now(), "fallback", None,
                                  f"{e.agent.task.id} {e.detail}"))
         else:
             return
@@ -172,11 +175,22 @@ class StoreWriter:
                 x.error_class, x.error_message, x.retry_wait_s, x.tokens_in, x.tokens_out,
                 x.cached_in, x.outcome)
 
+    @property
+    def _worker(self) -> str:
+        """This process's name among a run's workers; '' for a run's single executor."""
+        return self.fence.worker if isinstance(self.fence, LeaseFence) else ""
+
+    def _now(self) -> float:
+        """Wall time on the runner's clock (its attempts' sent_at), once it has started."""
+        runner = self.runner
+        if runner.started_wall:
+            return runner.started_wall + runner.now_ms() / 1000.0
+        return time.time()
+
     def _key_rows(self, now: float) -> list[tuple]:
         """Every key's state for `keys list` / watch: fingerprints and counters only."""
-        # a worker's own row of each key (its counters); '' for a run's single executor
-        worker = self.fence.worker if isinstance(self.fence, LeaseFence) else ""
-        return [(self.run_id, *dataclasses.astuple(k), now, worker)
+        # a worker's own row of each key (its counters)
+        return [(self.run_id, *dataclasses.astuple(k), now, self._worker)
                 for k in key_rows(self.runner.gateways)]
 
     def log_event(self, kind: str, detail_json: str | None = None,
