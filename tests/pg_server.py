@@ -37,7 +37,11 @@ def _free_port() -> int:
 
 
 class ThrowawayPostgres:
-    def __init__(self) -> None:
+    def __init__(self, durable: bool = False) -> None:
+        # durable: commits acknowledged only once in the WAL (PostgreSQL's default). The
+        # suite's server skips that for speed; a server crashed on purpose must not (an
+        # asynchronous commit's last ~0.6 s is lost by `stop -m immediate`)
+        self.durable = durable
         initdb, pg_ctl = pg_tool("initdb"), pg_tool("pg_ctl")
         if not initdb or not pg_ctl:
             raise FileNotFoundError("initdb/pg_ctl not found (apt-get install postgresql)")
@@ -60,10 +64,19 @@ class ThrowawayPostgres:
     def start(self) -> None:
         self._run(self.initdb, "-D", str(self.data), "-U", self.superuser, "-A", "trust",
                   "-E", "UTF8", "--no-sync")
+        self.start_again()
+
+    def start_again(self) -> None:
+        """Start the server on its data (after `crash`): same port, same databases."""
         opts = (f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off "
-                "-c synchronous_commit=off -c full_page_writes=off -c max_connections=200")
+                f"-c synchronous_commit={'on' if self.durable else 'off'} "
+                "-c full_page_writes=off -c max_connections=200")
         self._run(self.pg_ctl, "-D", str(self.data), "-o", opts, "-l",
                   str(self.dir / "server.log"), "-w", "-t", "60", "start")
+
+    def crash(self) -> None:
+        """`pg_ctl stop -m immediate`: every backend gone at once, as in a server crash."""
+        self._run(self.pg_ctl, "-D", str(self.data), "-m", "immediate", "-w", "stop")
 
     def url(self, database: str = "postgres", user: str | None = None) -> str:
         return f"postgresql://{user or self.superuser}@127.0.0.1:{self.port}/{database}"

@@ -122,7 +122,7 @@ class CanaryController:
         wake = asyncio.Event()
         listener = await Listener.open(
             self.db_path, (CANARY,),
-            lambda _channel, name: wake.set() if name == self.cfg.name else None)
+            lambda _channel, name: wake.set() if name in (self.cfg.name, "*") else None)
         try:
             while True:
                 try:

@@ -81,7 +81,7 @@ async def execute(
     # every result goes to the store: the runner need not keep the answers in memory
     session = RunSession(cfg, dataclasses.replace(opts, keep_answers=False))
     workload = tasks if isinstance(tasks, Workload) else Workload.of(tasks)
-    bodies = StoredBodies(db_path, run_id)
+    bodies = StoredBodies(db_path, run_id, cfg.settings.store.unwritable_grace_s)
     writer: StoreWriter | None = None
     companions: Companions | None = None
     try:

@@ -137,7 +137,7 @@ async def work(conn: StoreConnection, db_path: DbTarget, cfg: LoadedConfig, opts
     claim = take_lock(db_path, f"{run_id}.worker.{os.getpid()}")
     worker = f"{claim.host}:{claim.pid}"
     fence = LeaseFence(run_id, worker, claim.token, lease_seconds())
-    bodies = StoredBodies(db_path, run_id)
+    bodies = StoredBodies(db_path, run_id, cfg.settings.store.unwritable_grace_s)
     writer: StoreWriter | None = None
     companions: Companions | None = None
     try:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 import psycopg
 
 from swarm_tui.store.conn import StoreConnection, dialect_of
+from swarm_tui.store.pg import RECONNECT_BACKOFF_S, connect_kwargs
 from swarm_tui.store.target import DbTarget, PgTarget
 
 ROWS = "swarm_tui_rows"        # a run's rows, live figures, heartbeat: payload run id
@@ -32,12 +33,19 @@ async def notify(conn: StoreConnection, channel: str, key: str) -> None:
 
 class Listener:
     """Keys named on some channels since they were last taken; `on_notify` is called on
-    the listener's loop for each (e.g. to wake a waiting task at once)."""
+    the listener's loop for each (e.g. to wake a waiting task at once). A lost connection
+    (server restart, cut link) is listened again with backoff; what was notified while it
+    was down is read by the readers' polls, and each key is taken as named once it is back
+    (`on_notify` with key "*": look now)."""
 
-    def __init__(self, raw: psycopg.AsyncConnection, on_notify: Callable[[str, str], None]
-                 | None) -> None:
+    def __init__(self, raw: psycopg.AsyncConnection, target: PgTarget,
+                 channels: tuple[str, ...],
+                 on_notify: Callable[[str, str], None] | None) -> None:
         self._raw = raw
+        self._target = target
+        self._channels = channels
         self._heard: set[tuple[str, str]] = set()
+        self._everything = False  # back after a loss: every key counts as named once
         self._on_notify = on_notify
         self._task = asyncio.create_task(self._listen())
         self.lost = False  # the connection failed: readers fall back to their polls
@@ -48,26 +56,57 @@ class Listener:
         """None on SQLite, or when the server cannot be listened to (readers poll)."""
         if not isinstance(target, PgTarget):
             return None
+        names = tuple(channels)
         try:
-            raw = await psycopg.AsyncConnection.connect(target.url, autocommit=True,
-                                                        application_name="swarm-tui listen")
+            raw = await cls._connect(target, names)
+        except psycopg.Error:
+            return None
+        return cls(raw, target, names, on_notify)
+
+    @staticmethod
+    async def _connect(target: PgTarget, channels: tuple[str, ...]) -> psycopg.AsyncConnection:
+        raw = await psycopg.AsyncConnection.connect(
+            target.url, **connect_kwargs("swarm-tui listen"))
+        try:
             for channel in channels:
                 await raw.execute(f"LISTEN {channel}")
         except psycopg.Error:
-            return None
-        return cls(raw, on_notify)
+            await raw.close()
+            raise
+        return raw
 
     async def _listen(self) -> None:
-        try:
-            async for n in self._raw.notifies():
-                self._heard.add((n.channel, n.payload))
+        backoff = RECONNECT_BACKOFF_S[0]
+        while True:
+            try:
+                async for n in self._raw.notifies():
+                    self._heard.add((n.channel, n.payload))
+                    if self._on_notify is not None:
+                        self._on_notify(n.channel, n.payload)
+                return  # the generator ended: closed by us
+            except psycopg.Error:
+                self.lost = True
+            with contextlib.suppress(psycopg.Error):
+                await self._raw.close()
+            while self.lost:
+                await asyncio.sleep(backoff)
+                try:
+                    self._raw = await self._connect(self._target, self._channels)
+                except psycopg.Error:
+                    backoff = min(backoff * 2, RECONNECT_BACKOFF_S[1])
+                    continue
+                backoff = RECONNECT_BACKOFF_S[0]
+                self.lost = False
+                self._everything = True
                 if self._on_notify is not None:
-                    self._on_notify(n.channel, n.payload)
-        except psycopg.Error:
-            self.lost = True
+                    for channel in self._channels:
+                        self._on_notify(channel, "*")
 
     def take(self, channel: str, key: str) -> bool:
         """Whether `key` was named on `channel` since the last take (then forgotten)."""
+        if self._everything:
+            self._everything = False
+            return True
         if (channel, key) in self._heard:
             self._heard.discard((channel, key))
             return True

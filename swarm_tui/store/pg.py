@@ -11,8 +11,10 @@ file, the service file, `PG*` variables and `sslmode` in the URL work as in psql
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sqlite3
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterable
 from functools import lru_cache
 from typing import Any
@@ -88,33 +90,44 @@ class _NumberLoader(Loader):
 
 
 class PgCursor:
-    def __init__(self, cur: psycopg.AsyncCursor[Any]) -> None:
+    """A psycopg cursor with the store's errors; None: a statement that had nothing to do
+    (a ROLLBACK after the link was lost)."""
+
+    def __init__(self, cur: psycopg.AsyncCursor[Any] | None) -> None:
         self._cur = cur
 
     @property
     def rowcount(self) -> int:
-        return self._cur.rowcount
+        return self._cur.rowcount if self._cur is not None else -1
 
     async def fetchone(self) -> tuple | None:
+        if self._cur is None:
+            return None
         try:
             return await self._cur.fetchone()
         except psycopg.Error as e:
             raise _error(e) from None
 
     async def fetchall(self) -> list[tuple]:
+        if self._cur is None:
+            return []
         try:
             return await self._cur.fetchall()
         except psycopg.Error as e:
             raise _error(e) from None
 
     async def fetchmany(self, size: int) -> list[tuple]:
+        if self._cur is None:
+            return []
         try:
             return await self._cur.fetchmany(size)
         except psycopg.Error as e:
             raise _error(e) from None
 
     async def close(self) -> None:
-        await self._cur.close()
+        if self._cur is not None:
+            with contextlib.suppress(psycopg.Error):
+                await self._cur.close()
 
     def __aiter__(self) -> AsyncIterator[tuple]:
         return self._rows()
@@ -156,7 +169,26 @@ def _inline(sql: str, params: Any) -> str:
     return out.replace("%%", "%")
 
 
+CONNECT_TIMEOUT_S = 5  # a partitioned server must not hold a reconnect for TCP's minutes
+RECONNECT_BACKOFF_S = (0.25, 5.0)  # first wait after a failed reconnect, and the longest
+LOST = "08006"  # connection_failure: what a statement gets while the link is down
+
+
+def connect_kwargs(app: str) -> dict[str, Any]:
+    # keepalives: a cut link (no RST) shows as an error within ~15 s, not TCP's 2 hours
+    return {"autocommit": True, "application_name": app, "connect_timeout": CONNECT_TIMEOUT_S,
+            "keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2,
+            "keepalives_count": 3}
+
+
 class PgConnection:
+    """One connection that comes back: a statement outside a transaction after the link
+    was lost (server restart, a cut connection, pg_terminate_backend) reconnects first,
+    with backoff between failed tries; inside a transaction it fails until the caller's
+    ROLLBACK (the transaction is gone with the link: nothing of it may commit piecemeal).
+    Every driver error, connect included, is raised here as a `PgError` — the one place
+    they are translated."""
+
     dialect = "postgresql"
 
     def __init__(self, raw: psycopg.AsyncConnection[Any], target: PgTarget) -> None:
@@ -164,6 +196,10 @@ class PgConnection:
         self.target = target
         self.db_user: str = raw.info.user  # the audit log names it beside the OS user
         self._trace: Callable[[str], object] | None = None
+        self._in_tx = False
+        self._retry_at = 0.0  # monotonic: no reconnect before (backoff after a failed one)
+        self._backoff = RECONNECT_BACKOFF_S[0]
+        self.reconnects = 0
 
     async def set_trace_callback(self, trace: Callable[[str], object] | None) -> None:
         """Each statement, its parameters written in (as sqlite3's trace shows them)."""
@@ -171,13 +207,38 @@ class PgConnection:
 
     @classmethod
     async def connect(cls, target: PgTarget) -> PgConnection:
+        return cls(await cls._open(target), target)
+
+    @staticmethod
+    async def _open(target: PgTarget) -> psycopg.AsyncConnection[Any]:
         try:
-            raw = await psycopg.AsyncConnection.connect(target.url, autocommit=True,
-                                                        application_name="swarm-tui")
+            raw = await psycopg.AsyncConnection.connect(target.url,
+                                                        **connect_kwargs("swarm-tui"))
         except psycopg.Error as e:
             raise _error(e) from None
         raw.adapters.register_loader("numeric", _NumberLoader)
-        return cls(raw, target)
+        return raw
+
+    @property
+    def lost(self) -> bool:
+        return bool(self.raw.closed or self.raw.broken)
+
+    async def _reconnect(self) -> None:
+        now = time.monotonic()
+        if now < self._retry_at:
+            raise PgError(f"connection to the server lost (next try in "
+                          f"{self._retry_at - now:.1f} s)", LOST)
+        try:
+            raw = await self._open(self.target)
+        except PgError:
+            self._retry_at = time.monotonic() + self._backoff
+            self._backoff = min(self._backoff * 2, RECONNECT_BACKOFF_S[1])
+            raise
+        with contextlib.suppress(psycopg.Error):
+            await self.raw.close()
+        self.raw = raw
+        self._backoff = RECONNECT_BACKOFF_S[0]
+        self.reconnects += 1
 
     def execute(self, sql: str, parameters: Iterable[Any] | None = None) -> _Execution:
         params = tuple(parameters) if parameters is not None else None
@@ -195,12 +256,33 @@ class PgConnection:
     async def _run(self, method: str, sql: str, params: Any) -> PgCursor:
         if self._trace is not None:
             self._trace(_inline(sql, params) if method == "execute" else sql)
-        cur = self.raw.cursor()
+        verb = sql.lstrip()[:8].upper()
+        ends_tx = verb.startswith(("COMMIT", "ROLLBACK"))
+        if self.lost:
+            if self._in_tx and not ends_tx:
+                raise PgError("connection to the server lost in a transaction", LOST)
+            if verb.startswith("ROLLBACK"):  # nothing to roll back: it went with the link
+                self._in_tx = False
+                return PgCursor(None)
+            if ends_tx:
+                self._in_tx = False
+                raise PgError("connection to the server lost before COMMIT", LOST)
+            await self._reconnect()
+        cur: psycopg.AsyncCursor[Any] | None = None
         try:
+            cur = self.raw.cursor()
             await getattr(cur, method)(sql, params)
         except psycopg.Error as e:
-            await cur.close()
+            if ends_tx:
+                self._in_tx = False
+            if cur is not None:
+                with contextlib.suppress(psycopg.Error):
+                    await cur.close()
             raise _error(e) from None
+        if verb.startswith("BEGIN"):
+            self._in_tx = True
+        elif ends_tx:
+            self._in_tx = False
         return PgCursor(cur)
 
     async def may_write(self, table: str) -> bool:
@@ -213,4 +295,5 @@ class PgConnection:
         """Autocommit, as the SQLite connections are: a no-op outside BEGIN ... COMMIT."""
 
     async def close(self) -> None:
-        await self.raw.close()
+        with contextlib.suppress(psycopg.Error):
+            await self.raw.close()

@@ -7,6 +7,8 @@ blocks of consecutive seqs, one block ahead of the sends, so a send almost never
 from __future__ import annotations
 
 import asyncio
+import sqlite3
+import time
 
 from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.db import open_db
@@ -20,8 +22,9 @@ KEEP_BEHIND = 2    # blocks kept behind the newest one read (tasks parked meanwh
 class StoredBodies:
     """One read connection of its own: a send never queues behind the writer's batch."""
 
-    def __init__(self, db_path: DbTarget, run_id: str) -> None:
+    def __init__(self, db_path: DbTarget, run_id: str, grace_s: float = 60.0) -> None:
         self.db_path, self.run_id = db_path, run_id
+        self.grace_s = grace_s  # a store that fails this long leaves the task unsent
         self._conn: StoreConnection | None = None
         self._opening: asyncio.Task[StoreConnection] | None = None
         self._cache: dict[int, Task] = {}
@@ -36,6 +39,20 @@ class StoredBodies:
         return task
 
     async def load(self, index: int, seq: int) -> Task:
+        """The task's prompt, read again while the store fails (a restart, a lost link)
+        for up to the store's grace; the wait is the send's queue time."""
+        deadline = time.monotonic() + self.grace_s
+        wait = 0.1
+        while True:
+            try:
+                return await self._load(seq)
+            except sqlite3.Error:
+                if time.monotonic() + wait > deadline:
+                    raise
+                await asyncio.sleep(wait)
+                wait = min(wait * 2, 2.0)
+
+    async def _load(self, seq: int) -> Task:
         block = seq // BLOCK
         if block not in self._blocks:
             if block < self._newest - KEEP_BEHIND:  # let go of (a task parked long)

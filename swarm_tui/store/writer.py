@@ -205,6 +205,18 @@ class StoreWriter:
     def start(self) -> None:
         self.journal.reserve()
         self._loop_task = asyncio.create_task(self._loop())
+        self._loop_task.add_done_callback(self._loop_ended)
+
+    def _loop_ended(self, task: asyncio.Task) -> None:
+        """A writer that dies stops dispatch at once: nothing more is sent that could not
+        be stored (what is unsaved is journaled by close)."""
+        if task.cancelled() or task.exception() is None:
+            return
+        e = task.exception()
+        self.error = f"store writer stopped: {type(e).__name__}: {e}"
+        if self.failure is None:
+            self.failure = STORE_STOPPED
+            self.runner.stop(STORE_STOPPED, f"{self.error}; no more sends")
 
     async def _loop(self) -> None:
         # PostgreSQL: a command queued for this run wakes the loop at once (the poll stays,
@@ -226,7 +238,7 @@ class StoreWriter:
                 await listener.close()
 
     def _notified(self, channel: str, key: str) -> None:
-        if key == self.run_id:
+        if key in (self.run_id, "*"):  # "*": listening again after a lost link
             self._kick.set()
 
     async def apply_control(self) -> None:
@@ -394,7 +406,8 @@ class StoreWriter:
         self._stopping = True
         self._kick.set()
         if self._loop_task is not None:
-            await self._loop_task
+            with contextlib.suppress(Exception):  # its death was told (_loop_ended)
+                await self._loop_task
         self._last_keys = 0.0
         await self.flush()
         if self.error is not None:
