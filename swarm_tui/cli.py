@@ -400,6 +400,10 @@ async def _run_workers(conn, path, cfg, opts, tasks, args) -> int:
                                                   stdout=subprocess.DEVNULL)
              for _ in range(args.workers)]
     codes = [await p.wait() for p in procs]
+    from swarm_tui.store.reconcile import import_worker_journals
+
+    for warning in await import_worker_journals(conn, path, run_id):
+        print(f"swarm-tui: warning: {warning}", file=sys.stderr)
     summary = await load_summary(conn, await get_run(conn, run_id, path))
     failed = [c for c in codes if c not in (EXIT_OK, EXIT_SLA_BREACHED, EXIT_BUDGET_STOPPED)]
     if failed:

@@ -172,3 +172,26 @@ def test_a_terminated_backend_is_reconnected(tmp_path, own_pg, gateway):
     assert "Traceback" not in err and "never retrieved" not in err, err
     assert json.loads(out)["succeeded"] == n
     _paid_once(db, port, n)
+
+
+def test_workers_ride_out_a_ten_second_restart(tmp_path, own_pg, gateway):
+    """Two workers: their writers, lease renewals, heartbeats and feeds reconnect; no batch
+    is taken from a live worker for the outage (its lease outlives it), every task is
+    answered once."""
+    port, cfg = gateway
+    db = new_pg_database(own_pg)
+    n = 2000
+    proc = _start(tmp_path, cfg, db, n, "--workers", "2")
+    try:
+        wait_until(lambda: _results(db) >= 300, "300 stored results")
+        own_pg.crash()
+        time.sleep(10)
+        own_pg.start_again()
+        out, err = _finish(proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode in (0, 3), err
+    assert "Traceback" not in err and "never retrieved" not in err, err
+    assert json.loads(out)["succeeded"] == n, err
+    _paid_once(db, port, n)

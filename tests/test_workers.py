@@ -15,6 +15,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import time
 
 import httpx2
 import psycopg
@@ -157,7 +158,7 @@ async def test_a_worker_whose_batch_was_leased_again_stops_writing(sim_factory, 
         lease = await lease_batch(leases, "f", "me", claim.token, lease_s=60)
         assert lease is not None and (lease.first_seq, lease.last_seq) == (0, 99)
         fence = LeaseFence("f", "me", claim.token, lease_s=60)
-        fence.add(lease.batch, lease.first_seq, lease.last_seq)
+        fence.add(lease.batch, lease.first_seq, lease.last_seq, time.monotonic())
         runner = make_runner(gw, work[:100], concurrency=10)  # batch 0's tasks, seqs 0..99
         writer = StoreWriter(conn, db_target, "f", runner, claim=claim, fence=fence,
                              flush_interval=0.05)
@@ -296,3 +297,44 @@ def test_workers_share_a_third_party_servers_quota_llmock(tmp_path, monkeypatch)
     assert (summary["status"], summary["succeeded"]) == ("finished", 700)
     limited = _count(db, "SELECT COUNT(*) FROM attempts WHERE error_class='rate_limited'")
     assert limited <= 0.03 * summary["calls"], (limited, summary["calls"])
+
+
+@pytest.mark.slow
+def test_a_worker_stopped_past_its_lease_sends_nothing_more_and_its_calls_stay_on_record(
+        tmp_path, slow_sim, any_db):
+    """SIGSTOP one of two workers longer than its lease, then SIGCONT: the other leases its
+    batches again; the stopped one sends nothing once its lease has run out on its own
+    clock, and writes what it had sent and was answered (unfenced: attempts by uid, a
+    result only where none is). Every request the gateway saw is a stored attempt, and
+    every task sent twice shows as sent twice (it used to vanish with a journal another
+    worker removed)."""
+    port, cfg = slow_sim
+    n = 1500
+    proc = _run(_workload(tmp_path, n), cfg, 2, lease_s=3.0)
+    try:
+        wait_until(lambda: _count(any_db, "SELECT COUNT(*) FROM workers") == 2
+                   and _count(any_db, "SELECT COUNT(*) FROM results") >= 150,
+                   "two busy workers", 90)
+        pid = raw_rows(any_db, "SELECT pid FROM workers ORDER BY worker")[0][0]
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            # past its lease: the other worker has leased one of its batches again
+            wait_until(lambda: _count(any_db, "SELECT COUNT(*) FROM batches WHERE leases > 1")
+                       >= 1, "a batch leased again", 60)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        out, err = proc.communicate(timeout=150)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode in (0, 3), err
+    assert "Traceback" not in err, err
+    summary = json.loads(out)
+    assert summary["succeeded"] == n
+    served = _served(port)
+    attempts = _count(any_db, "SELECT COUNT(*) FROM attempts")
+    assert attempts == served, (attempts, served)  # nothing sent is off the record
+    repeats = _count(any_db, "SELECT COUNT(*) FROM (SELECT seq FROM attempts GROUP BY seq "
+                             "HAVING COUNT(*) > 1) twice")
+    assert served - n == _count(any_db, "SELECT COUNT(*) - COUNT(DISTINCT seq) FROM attempts")
+    assert summary["sent_twice"] == repeats, (summary["sent_twice"], repeats)

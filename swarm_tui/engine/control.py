@@ -8,7 +8,7 @@ satisfies `Executor`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol
 
@@ -31,6 +31,9 @@ class Command(StrEnum):
     KEY_ENABLE = "key_enable"      # arg: a key fingerprint
 
 
+PERMIT_HOLD = "permit"  # the runner's hold while its send_permit refuses
+
+
 class Executor(Protocol):
     """What the store's writer reads and holds of the run it records."""
 
@@ -44,6 +47,7 @@ class Executor(Protocol):
     paused: bool
     retry_waiting: int
     loop_lag: LoopLag
+    send_permit: Callable[[], str | None] | None
 
     @property
     def gateways(self) -> Mapping[str, GatewayClient]: ...

@@ -19,12 +19,13 @@ import heapq
 import random
 import time
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from swarm_tui.config_sections import RetryConfig, RoutingConfig
 from swarm_tui.engine import events as ev
 from swarm_tui.engine.bodies import MemoryBodies, TaskBodies
+from swarm_tui.engine.control import PERMIT_HOLD
 from swarm_tui.engine.looplag import LoopLag
 from swarm_tui.engine.retry import retry_wait_s
 from swarm_tui.engine.routing import Router, choose_model, fallback_chain
@@ -128,6 +129,10 @@ class SwarmRunner:
         # Reasons dispatch is held (e.g. the store cannot take results): nothing new is
         # sent while any is set; calls in flight finish.
         self.holds: dict[str, str] = {}
+        # asked before every send: None, or why nothing may be sent now (a worker's lease
+        # not renewed in time on its own clock); the hold it causes is released by the
+        # permit's owner
+        self.send_permit: Callable[[], str | None] | None = None
         self.spent_usd = policy.spent_before_usd
         self.in_flight_est_usd = 0.0  # estimated cost of the calls in flight
         self._model_dearest: dict[str, float] = {}  # the dearest finished call per model
@@ -443,6 +448,10 @@ class SwarmRunner:
                     break
                 if self.policy.budget_usd is not None and self._over_budget(agent):
                     self._retry_ready.appendleft(agent)
+                    break
+                if self.send_permit is not None and (why := self.send_permit()) is not None:
+                    self._retry_ready.appendleft(agent)
+                    self.hold(PERMIT_HOLD, why)  # released by whoever renews the permit
                     break
                 self._launch(agent)
             if not (self.in_flight or self.retry_waiting or self._pending or self._retry_ready

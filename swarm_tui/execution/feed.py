@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import math
 import sqlite3
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -65,11 +66,12 @@ async def feed(conn: StoreConnection, runner: SwarmRunner, fence: LeaseFence, ru
             return
         while state.unfed or runner.backlog < runner.limit:
             if not state.unfed:
+                leased_from = time.monotonic()  # its lease runs from no earlier than this
                 lease = await lease_batch(conn, run_id, worker, fence.token, fence.lease_s)
                 if lease is None:
                     break
                 # in the fence at once: the next flush renews it with the others
-                fence.add(lease.batch, lease.first_seq, lease.last_seq)
+                fence.add(lease.batch, lease.first_seq, lease.last_seq, leased_from)
                 state.unfed.append(lease)
             lease = state.unfed[0]
             seqs, heads, prior = await resumable_tasks(conn, run_id, lease.first_seq,

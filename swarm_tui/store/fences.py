@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 
@@ -15,6 +16,7 @@ from swarm_tui.store.conn import StoreConnection
 
 CANCELLED = "cancelled"
 SUCCEEDED = "succeeded"
+LEASE_MARGIN_S = 0.5  # stop sending this long before the lease could lapse
 RESULT_COST = 12  # cost_usd's place in a result row (store/writer.py: RESULT_COLS)
 
 
@@ -58,12 +60,30 @@ class LeaseFence:
         self.missing: dict[int, int] = {}              # batch -> results still to store
         self.done: list[int] = []
         self._stored: dict[int, int] = {}
+        # on this process's own clock: until when each batch it holds is surely still its
+        # own (its lease was taken or renewed by a statement sent no earlier than this
+        # less lease_s). Past the earliest nothing is sent, whatever the next flush finds.
+        self.deadline: dict[int, float] = {}
+        self._renewing: tuple[float, set[int]] | None = None
 
-    def add(self, batch: int, first: int, last: int) -> None:
+    def add(self, batch: int, first: int, last: int, leased_from: float) -> None:
         """A batch just leased, counted whole until `count` says how many lack a result
-        (before any of its tasks is sent, so no result of it can be counted meanwhile)."""
+        (before any of its tasks is sent, so no result of it can be counted meanwhile).
+        `leased_from`: monotonic time before its lease statement was sent."""
         self.ranges[batch] = (first, last)
         self.missing[batch] = last - first + 1
+        self.deadline[batch] = leased_from + self.lease_s
+
+    @property
+    def valid_until(self) -> float:
+        return min(self.deadline.values(), default=math.inf)
+
+    def permit(self) -> str | None:
+        """None while sending is covered by the lease; else why not (the runner holds)."""
+        if time.monotonic() < self.valid_until - LEASE_MARGIN_S:
+            return None
+        return (f"worker: its lease of {self.lease_s:.0f} s was not renewed in time "
+                "(stopped, cut off or a slow store); no sends until it is")
 
     def count(self, batch: int, missing: int) -> None:
         self.missing[batch] = missing
@@ -85,6 +105,7 @@ class LeaseFence:
             # after its lease committed, possibly after this UPDATE's snapshot (it is
             # renewed by the next flush; a lease outlives many flushes)
             held = set(self.missing)
+            self._renewing = (time.monotonic(), held)
             async with conn.execute(
                     "UPDATE batches SET expires_at=? WHERE run_id=? AND token=? AND "
                     "done_at IS NULL RETURNING batch",
@@ -129,12 +150,18 @@ class LeaseFence:
         return done
 
     def committed(self, done: list[int]) -> None:
+        if self._renewing is not None:  # the batches held then were renewed by it
+            since, held = self._renewing
+            self._renewing = None
+            for batch in held & self.deadline.keys():
+                self.deadline[batch] = since + self.lease_s
         for batch, n in self._stored.items():
             if batch in self.missing:
                 self.missing[batch] -= n
         for batch in done:
             self.missing.pop(batch, None)
             self.ranges.pop(batch, None)
+            self.deadline.pop(batch, None)
         self.done += done
 
     async def release(self, conn: StoreConnection, status: str, wall_ms: float) -> bool:

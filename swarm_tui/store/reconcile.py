@@ -63,6 +63,20 @@ async def reconcile_runs(conn: StoreConnection, path: DbTarget) -> list[str]:
     return warnings
 
 
+async def import_worker_journals(conn: StoreConnection, path: DbTarget,
+                                 run_id: str) -> list[str]:
+    """After a run's workers have all exited (`run --workers`): what any of them journaled
+    (a store that failed past its grace, a lease lost while stopped) goes into the store
+    before the run's summary is read. Warnings for what could not be imported yet."""
+    run = await get_run(conn, run_id, path)
+    warnings = []
+    for journal in find_journals(path).get(run_id, []):
+        warning = await _import(conn, run, journal)
+        if warning:
+            warnings.append(warning)
+    return warnings
+
+
 async def _import(conn: StoreConnection, run: RunRecord, journal: Path) -> str | None:
     """Write a journal's rows (idempotent: attempts by uid, first result wins), then
     remove it. On failure the journal stays for the next open."""

@@ -43,26 +43,26 @@ def fallback_dir() -> Path:
     return Path(tempfile.gettempdir()) / f"swarm-tui-spill-{os.getuid()}"
 
 
-def journal_paths(db_path: DbTarget, run_id: str) -> list[Path]:
-    """Where a run's journal may be: beside the database first, then the fallback."""
+def journal_paths(db_path: DbTarget, run_id: str, owner: str | None = None) -> list[Path]:
+    """Where a run's journal may be: beside the database first, then the fallback. A
+    worker's (`owner`) is its own file: `<run>.<owner>`."""
     home, prefix = _home(db_path)
-    return [home / f"{prefix}{run_id}{SUFFIX}",
-            fallback_dir() / f"{_db_tag(db_path)}-{run_id}{SUFFIX}"]
+    name = run_id if owner is None else f"{run_id}.{owner}"
+    return [home / f"{prefix}{name}{SUFFIX}",
+            fallback_dir() / f"{_db_tag(db_path)}-{name}{SUFFIX}"]
 
 
 def find_journals(db_path: DbTarget) -> dict[str, list[Path]]:
-    """Every journal that belongs to this database, by run id."""
+    """Every journal that belongs to this database, by run id (a run's workers' too)."""
     found: dict[str, list[Path]] = {}
     home, prefix = _home(db_path)
-    with contextlib.suppress(OSError):
-        for p in home.iterdir():
-            if p.name.startswith(prefix) and p.name.endswith(SUFFIX):
-                found.setdefault(p.name[len(prefix):-len(SUFFIX)], []).append(p)
     tag = f"{_db_tag(db_path)}-"
-    with contextlib.suppress(OSError):
-        for p in fallback_dir().iterdir():
-            if p.name.startswith(tag) and p.name.endswith(SUFFIX):
-                found.setdefault(p.name[len(tag):-len(SUFFIX)], []).append(p)
+    for folder, start in ((home, prefix), (fallback_dir(), tag)):
+        with contextlib.suppress(OSError):
+            for p in folder.iterdir():
+                if p.name.startswith(start) and p.name.endswith(SUFFIX):
+                    run_id = p.name[len(start):-len(SUFFIX)].split(".", 1)[0]
+                    found.setdefault(run_id, []).append(p)
     return found
 
 
@@ -86,8 +86,8 @@ def read_journal(path: Path) -> list[tuple[str, list]]:
 class SpillJournal:
     """Append-only, fsynced, with space reserved up front. Not thread-safe (one writer)."""
 
-    def __init__(self, db_path: DbTarget, run_id: str) -> None:
-        self.candidates = journal_paths(db_path, run_id)
+    def __init__(self, db_path: DbTarget, run_id: str, owner: str | None = None) -> None:
+        self.candidates = journal_paths(db_path, run_id, owner)
         self.path: Path | None = None
         self._fd = -1
         self._offset = 0

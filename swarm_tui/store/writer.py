@@ -21,7 +21,7 @@ import sqlite3
 import time
 
 from swarm_tui.engine import events as ev
-from swarm_tui.engine.control import Executor, apply_command
+from swarm_tui.engine.control import PERMIT_HOLD, Executor, apply_command
 from swarm_tui.engine.snapshot import key_rows
 from swarm_tui.engine.state import Agent, Attempt
 from swarm_tui.store.conn import StoreConnection
@@ -102,7 +102,10 @@ class StoreWriter:
         self.error: str | None = None      # the last flush's failure, while it lasts
         self.failure: str | None = None    # why the run could not be stored (exit 2)
         self.failing_since: float | None = None
-        self.journal = SpillJournal(path, run_id)
+        # a worker's journal is its own: workers of one run on one host shared one file,
+        # and the first to finish removed the others' unsaved answers
+        self.journal = SpillJournal(path, run_id, owner=(
+            f"w{claim.pid}" if isinstance(self.fence, LeaseFence) else None))
         self._tasks: list[tuple] = []
         self._attempts: list[tuple] = []
         self._events: list[tuple] = []
@@ -204,6 +207,8 @@ class StoreWriter:
     # -- the flushing task -----------------------------------------------------------------
     def start(self) -> None:
         self.journal.reserve()
+        if isinstance(self.fence, LeaseFence):  # no send past the lease on its own clock
+            self.runner.send_permit = self.fence.permit
         self._loop_task = asyncio.create_task(self._loop())
         self._loop_task.add_done_callback(self._loop_ended)
 
@@ -278,7 +283,10 @@ class StoreWriter:
 
     async def flush(self) -> None:
         if self.failure == LOST_CLAIM:
-            self._spill(self._take_pending())  # not ours to write any more: journal only
+            if isinstance(self.fence, LeaseFence):
+                await self._salvage()
+            else:
+                self._spill(self._take_pending())  # not ours to write any more: journal
             return
         fresh = self._take_pending()
         now = time.time()
@@ -348,6 +356,34 @@ class StoreWriter:
             raise
         self.fence.committed(done)
 
+    async def _salvage(self) -> None:
+        """A worker whose lease was taken (it was stopped or cut off past it) still writes
+        what it sent and was answered — unfenced, which the rows allow: attempts are only
+        inserted (by uid), a result only where the task has none, and no batch is marked
+        done. So a task the next holder sends again shows as SENT MORE THAN ONCE, with
+        both calls' cost, instead of vanishing with this process."""
+        batch = self._spilled + self._take_pending()
+        if not batch:
+            return
+        try:
+            await self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                for table in TABLE_ORDER:
+                    rows = [r for t, r in batch if t == table]
+                    if rows:
+                        await self.conn.executemany(SQL_BY_TABLE[table], rows)
+                await self.conn.execute("COMMIT")
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    await self.conn.execute("ROLLBACK")
+                raise
+        except sqlite3.Error:
+            fresh = batch[len(self._spilled):]
+            self._spill(fresh)  # journaled; imported once this worker is gone
+            return
+        self._spilled = []
+        self.journal.clear()
+
     def _requeue(self, rows: list[tuple[str, tuple]]) -> None:
         lists = {"attempt": self._attempts, "result": self._tasks, "event": self._events}
         for table, row in reversed(rows):
@@ -375,6 +411,9 @@ class StoreWriter:
 
     def _recovered(self) -> None:
         self.error = None
+        if PERMIT_HOLD in self.runner.holds and self.runner.send_permit is not None \
+                and self.runner.send_permit() is None:
+            self.runner.release(PERMIT_HOLD, "worker: lease renewed; dispatch resumed")
         if self.failing_since is not None:
             self.failing_since = None
             self.runner.release(STORE_HOLD, "store: writable again; dispatch resumed")
