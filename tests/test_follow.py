@@ -10,6 +10,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psycopg
@@ -145,3 +146,46 @@ async def test_a_watcher_follows_a_resume_of_a_cancelled_run():
         await src.close()
         if proc.poll() is None:
             proc.kill()
+
+
+@pytest.mark.slow
+async def test_a_watcher_shows_time_on_call_on_the_executors_clock(no_user_config):
+    """A resumed run's calls of 3 s: the watcher's time on call for each is at most the
+    call's own 3 s and a heartbeat or two — never the seconds between the run's first start
+    and this executor's (it read run-relative times against its own clock: 10–16 s)."""
+    db = Path(os.environ["SWARM_TUI_DB"])
+    first = _start_run(400, "--concurrency", "20", "--sim-profile", "fixed:3000",
+                       "--sim-rate-503", "0")
+    try:
+        await until(lambda: _running(db))
+        run_id = raw_rows(db, "SELECT id FROM runs")[0][0]
+        started = raw_rows(db, "SELECT started_at FROM runs")[0][0]
+        first.kill()
+        first.wait(10)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    # the resume starts its clock well after the run's own start
+    await until(lambda: time.time() - started > 8, timeout=30)
+    resumed = subprocess.Popen(
+        [sys.executable, "-m", "swarm_tui", "resume", run_id, "--quiet", "--headless"],
+        env=os.environ.copy(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL)
+    src = StoreSource(db, run_id)
+    try:
+        await until(lambda: resumed.poll() is None and raw_rows(
+            db, "SELECT owner_token IS NOT NULL FROM runs")[0][0], timeout=60)
+        await src.open()
+        on_call: list[float] = []
+        watch_until = time.monotonic() + 4.0  # more than one call's length: new calls too
+        while time.monotonic() < watch_until or len(on_call) < 40:
+            snap = await src.snapshot()
+            if snap is not None:
+                on_call += [snap.elapsed_s - s.started_s for s in snap.slots
+                            if s.cell is not None and s.started_s is not None]
+            await asyncio.sleep(0.2)
+        assert min(on_call) >= 0 and max(on_call) <= 3.0 + 2.0, sorted(on_call)[-5:]
+    finally:
+        await src.close()
+        resumed.kill()
+        resumed.wait(10)

@@ -303,8 +303,19 @@ def test_kill_9_at_random_points_then_resume_pays_each_task_once_but_the_window(
     # a kill loses at most the calls in flight plus one flush window of results
     # (fixed:50 at 20 in flight ≈ 400 answers/s, 0.25 s window ≈ 100)
     window = CONCURRENCY + 100
-    extra = _requests(port) - n
+    sent = _requests(port)
+    extra = sent - n
     assert 0 <= extra <= kills * window, extra
+    # what each killed executor had in flight at its last heartbeat is on record as sent
+    # with its answer lost, and a task sent again after it counts as sent twice; only
+    # calls launched after the last commit before a kill are off the record
+    lost = _q(db, "SELECT COUNT(*) FROM attempts WHERE outcome = 'lost'")[0][0]
+    assert lost >= kills - 1, lost  # ~20 calls are always in flight
+    unrecorded = sent - _q(db, "SELECT COUNT(*) FROM attempts")[0][0]
+    assert unrecorded <= kills * 100, (unrecorded, lost, extra)
+    report = json.loads(swarm("report", run_id, "--json").stdout)
+    resent = _q(db, "SELECT COUNT(DISTINCT seq) FROM attempts WHERE outcome = 'lost'")[0][0]
+    assert report["sent_lost"] == lost and report["sent_twice"] >= resent > 0, report
 
 
 @pytest.mark.usefixtures("no_user_config")

@@ -122,6 +122,9 @@ class RunSummary(Stats):
     # tasks whose stored attempts show them sent more than once (two executors, or a result
     # lost in a crash window): each such send was paid
     sent_twice: int = 0
+    # calls sent whose answers were lost with their executor (kill -9): may have been paid
+    sent_lost: int = 0
+    sent_lost_tokens_in: int = 0  # their prompts, estimated
     # the engine's own scheduling delay over the run (engine/looplag.py): when its p95
     # passes the threshold the latency figures are the client's, marked client-bound
     client_lag_p95_ms: float | None = None

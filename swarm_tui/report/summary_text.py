@@ -43,6 +43,10 @@ def summary_text(s: RunSummary) -> str:
     if s.sent_twice:
         extra.append(f"SENT MORE THAN ONCE: {s.sent_twice} tasks (paid twice; "
                      "`export` flags them)")
+    if s.sent_lost:
+        extra.append(f"SENT, ANSWER LOST: {s.sent_lost} calls in flight when their executor "
+                     f"died (may have been paid: ~{s.sent_lost_tokens_in:,} prompt tokens; "
+                     "`cost` prices them)")
     if s.client_bound:
         extra.append(f"CLIENT-BOUND: latency includes this process's own delay (loop lag "
                      f"p95 {fmt.ms(s.client_lag_p95_ms)} ms, max {fmt.ms(s.client_lag_max_ms)})")

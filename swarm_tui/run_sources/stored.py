@@ -46,6 +46,7 @@ class _Follow:
         self.index = {seq: i for i, (seq, *_rest) in enumerate(tasks)}
         self.task_ids = [t[1] for t in tasks]
         self.ended_at: float | None = None  # the run's end (unix s); None while it runs
+        self.started_at = run.started_at  # this reader's run clock is unix s less this
         self.metrics = LiveMetrics(clock=lambda: (self.ended_at or time.time())
                                    - run.started_at)
         for i, (seq, task_id, model, bucket) in enumerate(tasks):
@@ -88,11 +89,13 @@ def _show_working(f: _Follow, agents: list[list]) -> None:
         if cell is not None and cell.state not in _FINAL:
             m.put_cell(i, AgentCell(cell.seq, cell.task_id, TaskState.RETRYING, cell.model,
                                     cell.bucket, None, None, cell.attempts, None))
-    for i, (seq, state, started_s, chars, model) in now.items():
+    for i, (seq, state, sent, chars, model, *_) in now.items():
         cell = m.cells[i]
         m.put_cell(i, AgentCell(seq, f.task_ids[i], state, model, f.buckets[i], None, None,
                                 cell.attempts if cell else 0, None))
-        m.slot_on(i, started_s, functools.partial(int, chars))
+        # the executor's send on the wall clock, read on this watcher's run clock (the
+        # executor's own run clock starts later: preflight, a resume)
+        m.slot_on(i, sent - f.started_at, functools.partial(int, chars))
     f.working = set(now)
 
 

@@ -19,6 +19,7 @@ from swarm_tui.engine.state import Agent, RunStatus
 from swarm_tui.engine.summary import RunSummary, SummaryBuilder
 from swarm_tui.errors import UserError
 from swarm_tui.store.conn import StoreConnection, dialect_of
+from swarm_tui.store.lost_sends import book_lost_sends, lost_sends
 from swarm_tui.store.ownership import Claim, owner_alive, pid_alive
 from swarm_tui.store.reads import live_figures
 from swarm_tui.store.target import DbTarget
@@ -213,15 +214,17 @@ async def load_summary(conn: StoreConnection, run: RunRecord) -> RunSummary:
                               client_lag=lag, status=run.effective_status(),
                               simulated=run.simulated, started_at=run.started_at)
     summary.sent_twice = len(await tasks_sent_twice(conn, run.id))
+    summary.sent_lost, summary.sent_lost_tokens_in = await lost_sends(conn, run.id)
     return summary
 
 
 async def tasks_sent_twice(conn: StoreConnection, run_id: str) -> set[int]:
-    """Seqs of tasks answered more than once, or whose attempt number repeats (two
-    executors each sent it)."""
+    """Seqs of tasks answered more than once, whose attempt number repeats (two executors
+    each sent it), or sent again after a send whose answer was lost with its executor."""
     async with conn.execute(
             "SELECT seq FROM attempts WHERE run_id = ? GROUP BY seq HAVING "
-            "COUNT(CASE WHEN outcome = 'ok' THEN 1 END) > 1 OR COUNT(*) > COUNT(DISTINCT number)",
+            "COUNT(CASE WHEN outcome = 'ok' THEN 1 END) > 1 OR COUNT(*) > COUNT(DISTINCT number)"
+            " OR (COUNT(CASE WHEN outcome = 'lost' THEN 1 END) > 0 AND COUNT(*) > 1)",
             (run_id,)) as cur:
         return {r[0] for r in await cur.fetchall()}
 
@@ -269,8 +272,15 @@ async def claim_run(conn: StoreConnection, run: RunRecord, claim: Claim,
         raise UserError(f"run {run.id}: still being executed by pid {run.pid} on {run.host} "
                         "(stopped or busy processes keep their run); resume it once that "
                         "process has ended")
+    # what the previous executor had in flight when it died: sent, answers lost (booked
+    # before this session numbers its attempts, so a re-send shows as sent twice)
+    if run.owner_token:
+        async with conn.execute("SELECT live_json FROM runs WHERE id=?", (run.id,)) as cur:
+            row = await cur.fetchone()
+        await book_lost_sends(conn, run.id, run.owner_token, row[0] if row else None)
     cur = await conn.execute(
         "UPDATE runs SET status='running', heartbeat_at=?, pid=?, host=?, finished_at=NULL, "
+        "live_json=NULL, "
         "owner_token=?, owner_started=?, lock_path=? WHERE id=? AND owner_token IS ?",
         (time.time(), claim.pid, claim.host, claim.token, claim.started, str(claim.lock_path),
          run.id, run.owner_token))

@@ -330,8 +330,10 @@ class StoreWriter:
             lag = r.loop_lag
             figures = {"in_flight": r.in_flight, "concurrency": r.limit, "paused": r.paused,
                        "retrying": r.retry_waiting,
-                       # the agents view of a watcher: each call in flight
-                       "agents": [[a.seq, a.state, round(t, 3), a.live_chars, a.model]
+                       # each call in flight, for a watcher's agents view and, after a
+                       # crash, the record of what was sent and never answered (lost
+                       # sends): its send on the wall clock (watchers have their own)
+                       "agents": [self._in_flight_entry(a, t)
                                   for a, t in list(self._working.values())]}
             moved = batch or figures != self._last_live  # (the loop's lag moves anyway)
             self._last_live = figures
@@ -383,6 +385,14 @@ class StoreWriter:
             return
         self._spilled = []
         self.journal.clear()
+
+    def _in_flight_entry(self, a: Agent, t: float) -> list:
+        """[seq, state, sent (unix s), chars, model, attempt number, gateway, key, prompt
+        tokens (estimated)] — store/lost_sends.py reads it after a crash."""
+        x = a.attempts[-1] if a.attempts else None
+        return [a.seq, a.state, round(self.runner.started_wall + t, 3), a.live_chars, a.model,
+                x.number if x else None, x.gateway if x else a.gateway,
+                x.key_fp if x else None, a.task.prompt_tokens]
 
     def _requeue(self, rows: list[tuple[str, tuple]]) -> None:
         lists = {"attempt": self._attempts, "result": self._tasks, "event": self._events}
