@@ -346,7 +346,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     run_async(probe.close())
     write = args.write and not args.readonly
     serve(console_command(db, args.config, probe.run_id if args.run_id else None,
-                          write, getattr(args, "theme", None)), args.host, args.port, write)
+                          write, getattr(args, "theme", None)), args.host, args.port, write,
+          socket=args.socket, token_file=args.token_file, certfile=args.certfile,
+          keyfile=args.keyfile, public_url=args.public_url)
     return EXIT_OK
 
 

@@ -160,8 +160,19 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("run_id", nargs="?", help="default: the newest running run")
     serve.add_argument("--host", default="127.0.0.1",
                        help="address to listen on (default 127.0.0.1: reach it through "
-                       "`ssh -L 8000:localhost:8000 HOST`; there is no login)")
-    serve.add_argument("--port", type=_port, default=8000, help="port (default 8000)")
+                       "`ssh -L 8000:localhost:8000 HOST`; another address needs TLS)")
+    serve.add_argument("--port", type=_port, default=8000,
+                       help="port (default 8000; with --socket, the tunnel's local port)")
+    serve.add_argument("--socket", metavar="PATH",
+                       help="listen on a Unix socket only you may connect to (mode 0600) "
+                       "instead of a port: `ssh -L 8000:PATH HOST`")
+    serve.add_argument("--token-file", metavar="PATH",
+                       help="the login token from a file only you can read (default: a new "
+                       "one each start, printed once as a URL)")
+    serve.add_argument("--certfile", metavar="PEM", help="TLS certificate (with --keyfile)")
+    serve.add_argument("--keyfile", metavar="PEM", help="TLS private key")
+    serve.add_argument("--public-url", metavar="URL",
+                       help="the address the browser uses (default http://HOST:PORT)")
     serve.add_argument("--write", action="store_true",
                        help="allow pause / resume / cancel / concurrency from the browser")
     _console_flags(serve)

@@ -18,6 +18,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -27,6 +28,7 @@ import pytest
 from tests.conftest import free_port
 
 pytestmark = pytest.mark.timeout(120)
+TOKEN = "t0ken-for-the-tests-" + "x" * 20  # the login (a token file of the operator's)
 ARTIFACTS = Path(__file__).parent / "artifacts"
 CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser",
                                                 "google-chrome")) if p), None)
@@ -50,12 +52,16 @@ Object.assign(window.WebSocket, {OPEN: 1, CLOSED: 3, CONNECTING: 0, CLOSING: 2})
 
 
 def _wait_http(url: str, timeout: float = 60) -> None:
+    """Until the server answers at all (the console's 401 without a login counts)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
             with urllib.request.urlopen(url, timeout=5) as r:
                 if r.status == 200:
                     return
+        except urllib.error.HTTPError as e:
+            if e.code == 401:
+                return
         except OSError:
             time.sleep(0.1)
     raise AssertionError(f"{url} never answered")
@@ -106,9 +112,13 @@ async def test_serve_shows_the_console_in_a_browser(tmp_path):
                 except sqlite3.Error:
                     pass
             await asyncio.sleep(0.1)
+        token = tmp_path / "token"
+        token.write_text(TOKEN)
+        token.chmod(0o600)
         served = subprocess.Popen([sys.executable, "-m", "swarm_tui", "serve", "--port",
-                                   str(port)], env=env, stdin=subprocess.DEVNULL,
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                                   str(port), "--token-file", str(token)], env=env,
+                                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.PIPE)
         await asyncio.to_thread(_wait_http, f"http://127.0.0.1:{port}/")
         devtools = free_port()
         browser = subprocess.Popen(
@@ -124,7 +134,8 @@ async def test_serve_shows_the_console_in_a_browser(tmp_path):
                 page = Page(ws)
                 await page.call("Page.enable")
                 await page.call("Page.addScriptToEvaluateOnNewDocument", source=HOOK)
-                await page.call("Page.navigate", url=f"http://127.0.0.1:{port}/")
+                # logs in as the engineer does: the URL with the token, once
+                await page.call("Page.navigate", url=f"http://127.0.0.1:{port}/?token={TOKEN}")
                 # the page starts the session itself (its button is for a restart)
                 deadline = time.monotonic() + 90
                 screen = ""
@@ -138,6 +149,18 @@ async def test_serve_shows_the_console_in_a_browser(tmp_path):
                 # the agents view: its header and agents at work
                 assert "agents:" in screen and "RUNNING" in screen
                 assert "◐" in screen or "○" in screen
+                # a key press from the browser reaches the console: `?` opens its help
+                # (a click first: the terminal takes keys once focused, as for a person)
+                for kind in ("mousePressed", "mouseReleased"):
+                    await page.call("Input.dispatchMouseEvent", type=kind, x=640, y=400,
+                                    button="left", clickCount=1)
+                for kind in ("keyDown", "keyUp"):
+                    await page.call("Input.dispatchKeyEvent", type=kind, key="?", text="?")
+                while time.monotonic() < deadline and "swarm-tui keys" not in screen:
+                    screen = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "",
+                                    await page.eval("(window.__rx || []).join('')") or "")
+                    await asyncio.sleep(0.3)
+                assert "swarm-tui keys" in screen, screen[-1500:]
                 # the canvas paints the frames received a moment later: wait for a drawn
                 # console (a blank page compresses to a few KB), not for a fixed time
                 png = b""
@@ -156,3 +179,112 @@ async def test_serve_shows_the_console_in_a_browser(tmp_path):
                     proc.wait(10)
                 except subprocess.TimeoutExpired:
                     proc.kill()
+
+
+# -- the door: login, Origin, TLS, a private socket -------------------------------------------
+
+
+@pytest.fixture
+def served_db(tmp_path, monkeypatch):
+    env = {**os.environ, "SWARM_TUI_DB": str(tmp_path / "runs.db"),
+           "XDG_CONFIG_HOME": str(tmp_path / "xdg")}
+    r = subprocess.run([sys.executable, "-m", "swarm_tui", "run", "--demo", "5", "--headless",
+                        "--quiet"], env=env, capture_output=True, text=True,
+                       stdin=subprocess.DEVNULL, timeout=60)
+    assert r.returncode in (0, 3), r.stderr
+    token = tmp_path / "token"
+    token.write_text(TOKEN + "\n")
+    token.chmod(0o600)
+    return env, token
+
+
+def _serve(env: dict, *args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "swarm_tui", "serve", "last", *args],
+                            env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+
+
+async def _until_listening(url: str, connector=None) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            async with aiohttp.ClientSession(connector=connector, connector_owner=False) as s, \
+                    s.get(url):
+                return
+        except aiohttp.ClientConnectionError:
+            await asyncio.sleep(0.1)
+    raise AssertionError(f"{url} never answered")
+
+
+async def test_serve_answers_nothing_without_the_login_and_no_other_origin(served_db):
+    env, token = served_db
+    port = free_port()
+    proc = _serve(env, "--port", str(port), "--token-file", str(token), "--write")
+    base = f"http://127.0.0.1:{port}"
+    try:
+        await _until_listening(base + "/")
+        # unsafe: keep cookies of an IP address (a browser does)
+        async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as http:
+            for path in ("/", "/static/js/textual.js", "/download/x"):
+                async with http.get(base + path) as r:
+                    assert r.status == 401, (path, r.status)
+            with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+                await http.ws_connect(base + "/ws")
+            assert refused.value.status == 403
+            async with http.get(base + "/?token=wrong-" + TOKEN) as r:
+                assert r.status == 401
+            async with http.get(base + "/?token=" + TOKEN + "&fontsize=14",
+                                allow_redirects=False) as r:
+                assert r.status == 302 and "token" not in r.headers["Location"]
+                cookie = r.headers["Set-Cookie"]
+                assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
+                assert TOKEN not in cookie  # the cookie is a session, not the token
+            async with http.get(base + "/") as r:  # the session's cookie is kept
+                assert r.status == 200 and "swarm-tui" in await r.text()
+            # a page elsewhere in the engineer's browser: the cookie goes along, the
+            # Origin says where the page came from
+            with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+                await http.ws_connect(base + "/ws", headers={"Origin": "http://evil.example"})
+            assert refused.value.status == 403
+            ws = await http.ws_connect(base + "/ws", headers={"Origin": base})
+            await ws.close()
+    finally:
+        proc.terminate()
+        _out, err = proc.communicate(timeout=10)
+    assert "failed login from 127.0.0.1" in err and "evil.example" in err, err
+    assert TOKEN not in err  # a token from a file is never printed
+
+
+def test_serve_refuses_what_would_open_the_door(served_db, tmp_path):
+    from tests.conftest import assert_one_line_error
+
+    env, token = served_db
+    run = [sys.executable, "-m", "swarm_tui", "serve"]
+
+    def refused(*args: str):
+        return subprocess.run([*run, *args], env=env, capture_output=True, text=True,
+                              stdin=subprocess.DEVNULL, timeout=30)
+
+    assert_one_line_error(refused("last", "--host", "0.0.0.0", "--write"), 2, "needs TLS")
+    token.chmod(0o644)
+    assert_one_line_error(refused("last", "--token-file", str(token)), 2, "readable by others")
+    assert_one_line_error(refused("last", "--certfile", str(token)), 2, "go together")
+
+
+async def test_serve_on_a_socket_only_its_owner_may_open(served_db, tmp_path):
+    env, token = served_db
+    sock = tmp_path / "console.sock"
+    proc = _serve(env, "--socket", str(sock), "--token-file", str(token))
+    try:
+        conn = aiohttp.UnixConnector(path=str(sock))
+        try:
+            await _until_listening("http://localhost/", conn)
+            assert sock.is_socket() and (sock.stat().st_mode & 0o777) == 0o600
+            async with aiohttp.ClientSession(connector=conn, connector_owner=False) as http, \
+                    http.get("http://localhost/") as r:
+                assert r.status == 401
+        finally:
+            await conn.close()
+    finally:
+        proc.terminate()
+        proc.wait(10)
