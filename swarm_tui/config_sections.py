@@ -12,6 +12,7 @@ import re
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
 from pydantic import (
     BaseModel,
@@ -23,6 +24,8 @@ from pydantic import (
     model_validator,
 )
 
+from swarm_tui.redact import SecretStrField, UrlField
+
 SIM_GATEWAY = "sim"  # reserved gateway name: the built-in simulator
 
 PosFloat = Annotated[float, Field(gt=0)]
@@ -33,7 +36,7 @@ class _Strict(BaseModel):
 
 
 class GatewayConfig(_Strict):
-    base_url: str
+    base_url: UrlField  # stored and shown without any user:password@
     # env vars holding keys (each may be comma-separated)
     key_env: list[str] = Field(default_factory=list)
     key_file: Path | None = None
@@ -51,6 +54,11 @@ class GatewayConfig(_Strict):
     def _http_url(cls, v: str) -> str:
         if not v.startswith(("http://", "https://")):
             raise ValueError("must start with http:// or https://")
+        if "@" in urlsplit(v).netloc:
+            # a URL's user:password would be stored, shown and logged with it, and cannot
+            # go with the key's Bearer header (the transport refuses both at once)
+            raise ValueError("must not carry user:password@ (the gateway's credential is "
+                             "its key: key_env or key_file)")
         return v.rstrip("/")
 
 
@@ -196,7 +204,7 @@ class WebhookConfig(_Strict):
     in the environment (`url_env`) or the file; it is shown and logged by `name` only."""
 
     name: str
-    url: str | None = None
+    url: SecretStrField | None = None  # stored and shown as its tag only
     url_env: str | None = None
     format: Literal["json", "slack"] = "json"
     events: list[AlertKind] = Field(default_factory=lambda: list(AlertKind))
@@ -229,7 +237,7 @@ class TelemetryConfig(_Strict):
     """OpenTelemetry traces (the `otel` extra): one span per attempt, exported over OTLP/HTTP
     to `otlp_endpoint`; nothing at all when it is unset."""
 
-    otlp_endpoint: str | None = None
+    otlp_endpoint: UrlField | None = None
     service_name: str = "swarm-tui"
 
 

@@ -18,6 +18,7 @@ from swarm_tui.errors import UserError
 from swarm_tui.execution.companions import Companions
 from swarm_tui.execution.progress import run_with_progress
 from swarm_tui.execution.wiring import RunOptions, RunSession
+from swarm_tui.redact import without_userinfo
 from swarm_tui.runtime import collector_for_a_run
 from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.ownership import Claim, take_lock
@@ -37,7 +38,8 @@ class Outcome:
 def config_snapshot(session: RunSession, opts: RunOptions) -> dict[str, Any]:
     """What a run was configured with — names, URLs and fingerprints, never a key."""
     gateways = {
-        name: {"base_url": gw.base_url, "keys": [k.fingerprint for k in gw.keys],
+        name: {"base_url": without_userinfo(gw.base_url),
+               "keys": [k.fingerprint for k in gw.keys],
                "stream": gw.stream, "pinned_model": gw.pinned_model}
         for name, gw in session.gateways.items()
     }

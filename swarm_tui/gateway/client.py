@@ -38,6 +38,7 @@ from swarm_tui.gateway.errors import (
 )
 from swarm_tui.gateway.keypool import KeyPool, KeySlot, Strategy
 from swarm_tui.gateway.tokens import TokenEstimator
+from swarm_tui.redact import without_userinfo
 
 Transport = Literal["aiohttp", "httpx2"]
 _INCLUDE_USAGE = {"include_usage": True}
@@ -330,7 +331,7 @@ class GatewayClient:
         is one clear line (exit 2); a rejected key is disabled with a warning and the run
         goes on with the others — it fails only when no key works; a 429/503 here is
         retried, then a warning. Returns the warnings."""
-        where = f"gateway '{self.name}' ({self.base_url})"
+        where = f"gateway '{self.name}' ({without_userinfo(self.base_url)})"
         warnings: list[str] = []
         working = 0
         rejected: list[str] = []

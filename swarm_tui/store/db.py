@@ -15,6 +15,7 @@ from swarm_tui.errors import UserError
 from swarm_tui.paths import default_db_path
 from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.schema import MIGRATIONS, SCHEMA_VERSION
+from swarm_tui.store.scrub import run_data_step
 from swarm_tui.store.target import DbTarget, PgTarget, is_pg_url
 
 BUSY_TIMEOUT_MS = 5000
@@ -133,8 +134,15 @@ async def _migrate(conn: StoreConnection, version: int) -> None:
     # Each step and its version bump commit together, so a crash never half-migrates.
     for target in range(version + 1, SCHEMA_VERSION + 1):
         script = MIGRATIONS[target - 1]
-        await conn.executescript(f"BEGIN IMMEDIATE;\n{script}\nPRAGMA user_version = {target};\n"
-                                 "COMMIT;")
+        await conn.executescript(f"BEGIN IMMEDIATE;\n{script}")
+        try:
+            await run_data_step(conn, target)
+            await conn.execute(f"PRAGMA user_version = {target}")
+            await conn.execute("COMMIT")
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                await conn.execute("ROLLBACK")
+            raise
 
 
 async def open_db(path: DbTarget, *, create: bool = True, reconcile: bool = True

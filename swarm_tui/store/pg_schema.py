@@ -6,6 +6,7 @@ from __future__ import annotations
 from swarm_tui.errors import UserError
 from swarm_tui.store.pg import PgConnection, PgError, translate_ddl
 from swarm_tui.store.schema import MIGRATIONS, SCHEMA_VERSION
+from swarm_tui.store.scrub import run_data_step
 from swarm_tui.store.target import PgTarget
 
 MIGRATION_LOCK = 0x5357_4D54  # pg_advisory_xact_lock key: one migrator at a time
@@ -39,6 +40,7 @@ async def _migrate(conn: PgConnection, target: PgTarget) -> None:
             version = 0
         for step in range(version + 1, SCHEMA_VERSION + 1):
             await conn.executescript(translate_ddl(MIGRATIONS[step - 1]))
+            await run_data_step(conn, step)
             await conn.execute("UPDATE swarm_tui_schema SET version = ?", (step,))
         await conn.execute("COMMIT")
     except BaseException:

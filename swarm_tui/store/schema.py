@@ -301,6 +301,14 @@ MIGRATIONS: list[str] = [
     DROP TABLE key_state;
     ALTER TABLE key_state_w RENAME TO key_state;
     """,
+    # 10 -> 11: secrets out of stored configs — webhook URLs as a tag, base_url and the OTLP
+    # endpoint without user:password@ (a data step: store/scrub.py; the reader role could
+    # select them)
+    """
+    CREATE INDEX IF NOT EXISTS runs_by_start ON runs(started_at);
+    """,
 ]
+# Python steps run with a migration, in its transaction (what SQL alone cannot rewrite)
+DATA_STEPS = {11: "scrub_configs"}
 
 SCHEMA_VERSION = len(MIGRATIONS)

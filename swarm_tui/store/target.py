@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import platformdirs
 
@@ -19,22 +19,36 @@ def is_pg_url(raw: str) -> bool:
     return raw.startswith(SCHEMES)
 
 
+# libpq connection parameters that carry a secret (`?password=…` works as userinfo does)
+SECRET_PARAMS = frozenset({"password", "sslpassword"})
+
+
 @dataclass(frozen=True)
 class PgTarget:
-    """A PostgreSQL database named by URL. Printed without its password, if it has one."""
+    """A PostgreSQL database named by URL. Printed without its secrets (a password in the
+    userinfo or as a `password=` / `sslpassword=` parameter), if it has any."""
 
     url: str
 
     def __str__(self) -> str:
         parts = urlsplit(self.url)
-        if parts.password is None:
-            return self.url
-        host = parts.netloc.rsplit("@", 1)[1]
-        return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{host}"))
+        if parts.password is not None:
+            host = parts.netloc.rsplit("@", 1)[1]
+            parts = parts._replace(netloc=f"{parts.username}:***@{host}")
+        if self._secret_params():
+            parts = parts._replace(query=urlencode(
+                [(k, "***" if k.lower() in SECRET_PARAMS else v)
+                 for k, v in parse_qsl(parts.query, keep_blank_values=True)], safe="*"))
+        return urlunsplit(parts)
+
+    def _secret_params(self) -> bool:
+        query = urlsplit(self.url).query
+        return any(k.lower() in SECRET_PARAMS
+                   for k, _ in parse_qsl(query, keep_blank_values=True))
 
     @property
     def has_password(self) -> bool:
-        return urlsplit(self.url).password is not None
+        return urlsplit(self.url).password is not None or self._secret_params()
 
     @property
     def tag(self) -> str:
