@@ -88,7 +88,8 @@ def _sim_settings(args: argparse.Namespace, prefix: str = ""):
                       cached_fraction=args.cached_fraction,
                       rate_stream_error=args.rate_stream_error,
                       stream_error_code=args.stream_error_code,
-                      rate_malformed=args.rate_malformed, ignore_stream=args.ignore_stream)
+                      rate_malformed=args.rate_malformed, ignore_stream=args.ignore_stream,
+                      prompt_counting=args.prompt_counting)
         if args.keys_file:
             from swarm_tui.gateway.keys import read_key_file
             fields["keys"] = [k for k, _ in read_key_file(args.keys_file, insecure=True)]

@@ -15,6 +15,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from swarm_tui.errors import UserError
 
 CHARS_PER_TOKEN = 4  # rough estimate used for routing and for usage a gateway did not report
+# the chat template's tokens around each message (role markers, separators; 3–4 in the
+# OpenAI and Qwen/Kimi templates) and around the call (the assistant's header)
+TEMPLATE_TOKENS_PER_MESSAGE = 8
+TEMPLATE_TOKENS_PER_CALL = 16
 
 
 def estimate_tokens(text: str) -> int:
@@ -57,9 +61,18 @@ class Task(BaseModel):
     def prompt_tokens_estimate(self) -> int:
         return estimate_tokens(self.prompt) + (estimate_tokens(self.system) if self.system else 0)
 
+    def prompt_tokens_bound(self) -> int:
+        """At least as many tokens as the prompt can be, in any script: a byte-level BPE
+        token covers at least one UTF-8 byte, plus each message's chat-template tokens.
+        (A budget ceiling built on an estimate passed its cap 4x on Chinese prompts.)"""
+        n = len(self.prompt.encode()) + TEMPLATE_TOKENS_PER_MESSAGE
+        if self.system:
+            n += len(self.system.encode()) + TEMPLATE_TOKENS_PER_MESSAGE
+        return n + TEMPLATE_TOKENS_PER_CALL
+
     def head(self) -> TaskHead:
         return TaskHead(self.id, self.user_id, self.model, self.max_tokens,
-                        self.prompt_tokens_estimate())
+                        self.prompt_tokens_estimate(), self.prompt_tokens_bound())
 
 
 @dataclass(slots=True)
@@ -71,7 +84,8 @@ class TaskHead:
     user_id: str | None
     model: str | None
     max_tokens: int | None
-    prompt_tokens: int
+    prompt_tokens: int       # an estimate: routing by length, usage a gateway left out
+    prompt_bound: int = 0    # a guaranteed upper bound: the budget cap's ceiling
 
     @property
     def routing_user(self) -> str:

@@ -134,6 +134,10 @@ class SwarmRunner:
         # permit's owner
         self.send_permit: Callable[[], str | None] | None = None
         self.spent_usd = policy.spent_before_usd
+        # calls answered without usage, counted by the cap at their ceiling less their
+        # estimated cost (the cap's figure is spent + this; the report's stays spent)
+        self.unmetered_usd = 0.0
+        self.cap_passed = False
         self.in_flight_est_usd = 0.0  # estimated cost of the calls in flight
         self._model_dearest: dict[str, float] = {}  # the dearest finished call per model
         self.budget_warned = False
@@ -270,13 +274,14 @@ class SwarmRunner:
 
     # -- budget -----------------------------------------------------------------------------
     def call_estimate_usd(self, agent: Agent) -> float | None:
-        """What the agent's next call may cost, at most: its prompt estimate plus its
-        max_tokens (or 512) at the model's price, or the dearest call this run has
-        finished on the model if that was more. (Averages, then the dearest alone, let
-        calls in flight overshoot the cap by 1.4–2 % under load in CI: an estimate made
-        before a dearer call finished stayed low.) None: unpriced model."""
+        """What the agent's next call may cost, at most: its prompt's guaranteed token
+        bound (UTF-8 bytes: no script passes it) plus its max_tokens — which a capped run
+        sends with every call (DEFAULT_OUTPUT_ESTIMATE when the task gives none) — at the
+        model's price, or the dearest call this run has finished on the model if more.
+        None: unpriced model."""
         out = agent.task.max_tokens or DEFAULT_OUTPUT_ESTIMATE
-        bound = self.prices.cost(agent.model, agent.task.prompt_tokens_estimate(), out)
+        head = agent.task
+        bound = self.prices.cost(agent.model, head.prompt_bound or head.prompt_tokens, out)
         dearest = self._model_dearest.get(agent.model)
         if bound is None:
             return dearest
@@ -296,7 +301,7 @@ class SwarmRunner:
                                              "cannot be counted against the cap")
             est = 0.0
         agent.budget_est = est
-        committed = self.spent_usd + self.in_flight_est_usd + est
+        committed = self.spent_usd + self.unmetered_usd + self.in_flight_est_usd + est
         if not self.budget_warned and committed + self.others_usd >= BUDGET_WARN_AT * cap:
             self.budget_warned = True
             others = f" + ${self.others_usd:.4f} other workers'" if self.others_usd else ""
@@ -315,6 +320,17 @@ class SwarmRunner:
             return True
         self.stop_at_budget(cap, est, f"${self.spent_usd:.4f} spent")
         return True
+
+    def _check_cap_passed(self) -> None:
+        """A gateway billed more than a call's ceiling (its own token count passed the
+        prompt's bytes, or output past max_tokens): said once, with the overshoot."""
+        cap = self.policy.budget_usd
+        if cap is None or self.cap_passed or self.spent_usd <= cap:
+            return
+        self.cap_passed = True
+        self.emit(ev.CONTROL, detail=f"budget: PASSED the cap — ${self.spent_usd:.4f} spent "
+                                     f"of ${cap:.4f} (+${self.spent_usd - cap:.4f}): the "
+                                     "gateway billed past a call's ceiling")
 
     def stop_at_budget(self, cap: float, est: float, spent: str) -> None:
         """Dispatch stops for good: the next call (≈ `est`) would pass the cap."""
@@ -641,7 +657,10 @@ class SwarmRunner:
             if agent.route_version != self.router.version and len(agent.attempts) == 1:
                 self._unlaunch(agent, attempt, gw, slot)  # routed before the wait
                 return
-            res = await gw.complete(slot, agent.model, task.messages(), task.max_tokens,
+            # a capped run bounds every call's output, so its ceiling is a bound
+            max_tokens = task.max_tokens or (DEFAULT_OUTPUT_ESTIMATE
+                                             if self.policy.budget_usd is not None else None)
+            res = await gw.complete(slot, agent.model, task.messages(), max_tokens,
                                     task.temperature, agent)
         except asyncio.CancelledError:
             if attempt.outcome != AttemptOutcome.RUNNING:  # already reaped after a cancel
@@ -658,6 +677,7 @@ class SwarmRunner:
         if attempt.outcome != AttemptOutcome.RUNNING:  # reaped after a cancel: too late
             return
         self.in_flight -= 1
+        ceiling = agent.budget_est  # what this call was allowed to cost, at most
         self._settle_estimate(agent)
         self._wake.set()
         if res.rate_note:
@@ -686,6 +706,10 @@ class SwarmRunner:
                                               res.cached_in)
             if agent.cost_usd is not None:
                 self.spent_usd += agent.cost_usd
+                if res.usage_estimated:  # the gateway said no usage: the cap counts the
+                    # call at its ceiling (its real bill is unknown; never an estimate)
+                    self.unmetered_usd += max(0.0, ceiling - agent.cost_usd)
+                self._check_cap_passed()
                 self._model_dearest[agent.model] = max(
                     agent.cost_usd, self._model_dearest.get(agent.model, 0.0))
             agent.response_text = res.text

@@ -112,6 +112,7 @@ class AlertWatch:
         self._breach_alerted = False
         self._budget_warned = False
         self._budget_stopped = False
+        self._cap_passed = False
         self._keys_bad_since: dict[str, float] = {}
         self._keys_alerted: set[str] = set()
 
@@ -156,6 +157,12 @@ class AlertWatch:
             self._budget_warned = True
             self.alert(AlertKind.BUDGET_80, f"budget 80% reached: ${runner.spent_usd:.4f} "
                        f"spent of ${cap:.4f}", spent_usd=runner.spent_usd, cap_usd=cap)
+        if runner.cap_passed and not self._cap_passed:
+            self._cap_passed = True
+            self.alert(AlertKind.BUDGET_STOP, f"budget cap ${cap:.4f} PASSED: "
+                       f"${runner.spent_usd:.4f} spent (+${runner.spent_usd - cap:.4f}); "
+                       "the gateway billed past a call's ceiling", spent_usd=runner.spent_usd,
+                       cap_usd=cap, passed_by_usd=runner.spent_usd - cap)
         if runner.stop_reason == BUDGET_STOPPED and not self._budget_stopped:
             self._budget_stopped = True
             unsent = sum(1 for a in runner.agents if a.state == TaskState.QUEUED)

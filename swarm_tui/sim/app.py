@@ -152,8 +152,11 @@ class SimApp:
         stream_error = not malformed and quirk < s.rate_malformed + s.rate_stream_error
 
         latency_s = profile.sample_ms(self.rng) / 1000.0
+        per_byte = s.prompt_counting == "bytes"
         prompt_tokens = sum(
-            len(m.get("content") or "") // 4 + 4 for m in messages if isinstance(m, dict)
+            (len((m.get("content") or "").encode()) if per_byte
+             else len(m.get("content") or "") // 4) + 4
+            for m in messages if isinstance(m, dict)
         )
         max_tokens = (
             body.get("max_tokens") or body.get("max_completion_tokens") or s.default_max_tokens
