@@ -175,10 +175,18 @@ LOST = "08006"  # connection_failure: what a statement gets while the link is do
 
 
 def connect_kwargs(app: str) -> dict[str, Any]:
-    # keepalives: a cut link (no RST) shows as an error within ~15 s, not TCP's 2 hours
+    # keepalives: a cut link (no RST) shows as an error within ~15 s, not TCP's 2 hours.
+    # A session idle inside a transaction longer than a worker's lease is ended by the
+    # server: a process stopped mid-transaction (SIGSTOP, a stalled VM) would otherwise
+    # hold its row locks — its batches could never be leased again, its run's row never
+    # updated. None of our transactions waits on anything but the server.
+    from swarm_tui.store.leases import lease_seconds
+
+    idle_ms = int(max(1.0, lease_seconds()) * 1000)
     return {"autocommit": True, "application_name": app, "connect_timeout": CONNECT_TIMEOUT_S,
             "keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2,
-            "keepalives_count": 3}
+            "keepalives_count": 3,
+            "options": f"-c idle_in_transaction_session_timeout={idle_ms}"}
 
 
 class PgConnection:
