@@ -66,7 +66,7 @@ class Listener:
     @staticmethod
     async def _connect(target: PgTarget, channels: tuple[str, ...]) -> psycopg.AsyncConnection:
         raw = await psycopg.AsyncConnection.connect(
-            target.url, **connect_kwargs("swarm-tui listen"))
+            target.url, **connect_kwargs("swarm-tui listen", target.url))
         try:
             for channel in channels:
                 await raw.execute(f"LISTEN {channel}")

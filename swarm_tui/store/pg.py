@@ -21,6 +21,7 @@ from typing import Any
 
 import psycopg
 from psycopg.adapt import Loader
+from psycopg.conninfo import conninfo_to_dict
 
 from swarm_tui.store.target import PgTarget
 
@@ -174,7 +175,7 @@ RECONNECT_BACKOFF_S = (0.25, 5.0)  # first wait after a failed reconnect, and th
 LOST = "08006"  # connection_failure: what a statement gets while the link is down
 
 
-def connect_kwargs(app: str) -> dict[str, Any]:
+def connect_kwargs(app: str, url: str) -> dict[str, Any]:
     # keepalives: a cut link (no RST) shows as an error within ~15 s, not TCP's 2 hours.
     # A session idle inside a transaction longer than a worker's lease is ended by the
     # server: a process stopped mid-transaction (SIGSTOP, a stalled VM) would otherwise
@@ -183,10 +184,14 @@ def connect_kwargs(app: str) -> dict[str, Any]:
     from swarm_tui.store.leases import lease_seconds
 
     idle_ms = int(max(1.0, lease_seconds()) * 1000)
-    return {"autocommit": True, "application_name": app, "connect_timeout": CONNECT_TIMEOUT_S,
-            "keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2,
-            "keepalives_count": 3,
-            "options": f"-c idle_in_transaction_session_timeout={idle_ms}"}
+    given = conninfo_to_dict(url)  # the operator's own (`?options=-c lock_timeout=…`) stay
+    options = f"{given.get('options') or ''} -c idle_in_transaction_session_timeout={idle_ms}"
+    kw: dict[str, Any] = {"autocommit": True, "application_name": app,
+                          "keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2,
+                          "keepalives_count": 3, "options": options.strip()}
+    if "connect_timeout" not in given:
+        kw["connect_timeout"] = CONNECT_TIMEOUT_S
+    return kw
 
 
 class PgConnection:
@@ -220,8 +225,8 @@ class PgConnection:
     @staticmethod
     async def _open(target: PgTarget) -> psycopg.AsyncConnection[Any]:
         try:
-            raw = await psycopg.AsyncConnection.connect(target.url,
-                                                        **connect_kwargs("swarm-tui"))
+            raw = await psycopg.AsyncConnection.connect(
+                target.url, **connect_kwargs("swarm-tui", target.url))
         except psycopg.Error as e:
             raise _error(e) from None
         raw.adapters.register_loader("numeric", _NumberLoader)
