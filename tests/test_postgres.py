@@ -170,3 +170,45 @@ def test_the_planner_knows_a_new_run_right_after_it(pg_server, tmp_path):
         plan = raw_rows(target, f"EXPLAIN SELECT * FROM {table} WHERE run_id = ?", (run_id,))
         estimate = int(plan[0][0].split("rows=")[1].split()[0])
         assert estimate >= 500, (table, plan)  # ~1,500 (sampled), never the guess of 1
+
+
+def test_no_role_can_write_around_the_audit_trail(roles_db, pg_server):
+    """The operator pauses and moves the canary only through the audited functions; a
+    direct INSERT or UPDATE of the control queue, the canary, its audit log or the events
+    is refused by the server for the operator and (but for its own events and marking
+    commands done) the executor; the audit names the role from session_user, whatever
+    OS user the caller claims."""
+    with psycopg.connect(pg_server.url(), autocommit=True) as admin:
+        admin.execute("DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = "
+                      "'runner_x') THEN CREATE ROLE runner_x LOGIN; END IF; END $$")
+        admin.execute("GRANT swarm_tui_executor TO runner_x")
+    forged = {
+        "control": "INSERT INTO control (run_id, at, actor, command, arg) VALUES "
+                   "('r', 0, 'someone else', 'pause', NULL)",
+        "canary": "INSERT INTO canary (name, baseline, candidate, status, pct, "
+                  "stage_started_at, bake_started_at, failures, version, updated_at) VALUES "
+                  "('a->b', 'a', 'b', 'complete', 100, 0, 0, 0, 0, 0)",
+        "canary_actions": "INSERT INTO canary_actions (name, at, action, actor, source) "
+                          "VALUES ('a->b', 0, 'promote', 'someone else', 'cli')",
+        "canary update": "UPDATE canary SET pct = 100",
+        "events": "UPDATE events SET detail_json = 'rewritten'",
+    }
+    for login in ("oncall_op", "runner_x"):
+        url = _as(roles_db, login)
+        for what, sql in forged.items():
+            with psycopg.connect(url, autocommit=True) as c, \
+                    pytest.raises(psycopg.errors.InsufficientPrivilege):
+                c.execute(sql)
+                pytest.fail(f"{login} wrote {what}")
+        with psycopg.connect(url, autocommit=True) as c:
+            c.execute("SELECT swarm_tui_queue_command('r1', 'pause', NULL, 'claims-to-be-root')")
+            c.execute("SELECT swarm_tui_canary_create('a->b', 'a', 'b', 'progressing', 5, 0, 0, "
+                      "0, 'claims-to-be-root', 'cli', 'test')")
+    actors = [a for (a,) in raw_rows(roles_db, "SELECT actor FROM control ORDER BY id")]
+    assert actors == ["claims-to-be-root (db: oncall_op)", "claims-to-be-root (db: runner_x)"]
+    audit = raw_rows(roles_db, "SELECT action, actor FROM canary_actions ORDER BY id")
+    assert audit == [("start", "claims-to-be-root (db: oncall_op)")]  # created once
+    # a reader may call none of them
+    with psycopg.connect(_as(roles_db, "oncall_ro"), autocommit=True) as c, \
+            pytest.raises(psycopg.errors.InsufficientPrivilege):
+        c.execute("SELECT swarm_tui_queue_command('r1', 'pause', NULL, 'x')")

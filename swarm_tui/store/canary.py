@@ -18,6 +18,7 @@ from swarm_tui.canary import state as st
 from swarm_tui.canary.analysis import Analysis, evaluate, figures
 from swarm_tui.config_sections import CanaryConfig
 from swarm_tui.engine.routing import BASELINE, CANDIDATE
+from swarm_tui.store.audited import CANARY_CREATE, CANARY_MOVE, on_server
 from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.control import actor_on, os_user
 from swarm_tui.store.db import db_error
@@ -64,6 +65,14 @@ async def load_state(conn: StoreConnection, cfg: CanaryConfig, *, source: str = 
         return found
     now = time.time() if now is None else now
     fresh = st.initial(cfg.name, cfg.baseline, cfg.candidate, cfg.stages, now)
+    reason = f"first seen: stages {cfg.stages}, mode {cfg.mode}"
+    if on_server(conn):  # the row and its audit line by the server's function
+        await conn.execute(
+            f"SELECT {CANARY_CREATE}(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (fresh.name, fresh.baseline, fresh.candidate, fresh.status, fresh.pct,
+             fresh.stage_started_at, fresh.bake_started_at, fresh.updated_at, os_user(),
+             source, reason))
+        return await read_state(conn, cfg.name) or fresh
     await conn.execute("BEGIN IMMEDIATE")
     try:
         await conn.execute(
@@ -71,7 +80,7 @@ async def load_state(conn: StoreConnection, cfg: CanaryConfig, *, source: str = 
             "ON CONFLICT (name) DO NOTHING",
             _row(fresh))
         await _audit(conn, fresh.name, now, st.START, os_user(), source, None, fresh,
-                     f"first seen: stages {cfg.stages}, mode {cfg.mode}", None)
+                     reason, None)
         await conn.execute("COMMIT")
     except BaseException:
         await conn.execute("ROLLBACK")
@@ -101,6 +110,15 @@ async def save(conn: StoreConnection, before: st.CanaryState, after: st.CanarySt
     """Write `after` if nobody changed the row since `before` was read; audit an action.
     False: lost the race (the caller re-reads)."""
     new = dataclasses.replace(after, version=before.version + 1)
+    if on_server(conn):  # compare-and-swap, audit line and notification in one call
+        async with conn.execute(
+                f"SELECT {CANARY_MOVE}(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (before.name, before.version, new.status, new.pct, new.stage_started_at,
+                 new.bake_started_at, new.passing_since, new.failures, new.updated_at,
+                 action, actor, source, before.pct, before.status, reason,
+                 analysis.model_dump_json() if analysis else None)) as cur:
+            row = await cur.fetchone()
+        return bool(row and row[0])
     await conn.execute("BEGIN IMMEDIATE")
     try:
         cur = await conn.execute(

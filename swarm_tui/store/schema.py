@@ -307,8 +307,14 @@ MIGRATIONS: list[str] = [
     """
     CREATE INDEX IF NOT EXISTS runs_by_start ON runs(started_at);
     """,
+    # 11 -> 12: on PostgreSQL the control queue, the canary and its audit log are written
+    # through SECURITY DEFINER functions that name the caller's session_user
+    # (store/audited.py); the roles may no longer write those tables directly
+    """
+    CREATE INDEX IF NOT EXISTS canary_actions_by_at ON canary_actions(at);
+    """,
 ]
 # Python steps run with a migration, in its transaction (what SQL alone cannot rewrite)
-DATA_STEPS = {11: "scrub_configs"}
+DATA_STEPS = {11: "scrub_configs", 12: "audit_functions"}
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -30,6 +30,12 @@ async def scrub_configs(conn: StoreConnection) -> None:
                                (json.dumps(snap), run_id))
 
 
+async def audit_functions(conn: StoreConnection) -> None:
+    from swarm_tui.store.audited import create_functions
+
+    await create_functions(conn)
+
+
 async def run_data_step(conn: StoreConnection, step: int) -> None:
     from swarm_tui.store.schema import DATA_STEPS
 
