@@ -165,6 +165,23 @@ def _opts_from_args(args: argparse.Namespace, preflight_default: bool = False, *
                       metrics_linger_s=getattr(args, "metrics_linger", None) or 0.0, **extra)
 
 
+async def _retrying(read, grace_s: float):
+    """`read()` again while the store fails (a server restarting), for up to `grace_s`."""
+    import asyncio
+    import time
+
+    deadline = time.monotonic() + grace_s
+    wait = 0.25
+    while True:
+        try:
+            return await read()
+        except sqlite3.Error:
+            if time.monotonic() + wait > deadline:
+                raise
+            await asyncio.sleep(wait)
+            wait = min(wait * 2, 4.0)
+
+
 async def _finish_stored(conn, path, cfg, outcome, as_json: bool) -> int:
     text = await history.summary_json(conn, path, outcome.summary, cfg) if as_json else None
     return _finish(outcome, as_json, text)
@@ -405,9 +422,13 @@ async def _run_workers(conn, path, cfg, opts, tasks, args) -> int:
     codes = [await p.wait() for p in procs]
     from swarm_tui.store.reconcile import import_worker_journals
 
-    for warning in await import_worker_journals(conn, path, run_id):
-        print(f"swarm-tui: warning: {warning}", file=sys.stderr)
-    summary = await load_summary(conn, await get_run(conn, run_id, path))
+    async def read_back():
+        for warning in await import_worker_journals(conn, path, run_id):
+            print(f"swarm-tui: warning: {warning}", file=sys.stderr)
+        return await load_summary(conn, await get_run(conn, run_id, path))
+
+    # the run is done; a store restarting right now is waited for, for the store's grace
+    summary = await _retrying(read_back, cfg.settings.store.unwritable_grace_s)
     failed = [c for c in codes if c not in (EXIT_OK, EXIT_SLA_BREACHED, EXIT_BUDGET_STOPPED)]
     if failed:
         print(f"swarm-tui: {len(failed)} of {args.workers} workers failed (exit "
