@@ -220,3 +220,28 @@ def test_locked_database_is_one_line_exit_2():
         holder.execute("ROLLBACK")
         holder.close()
     assert_one_line_error(r, 2, "locked by another process")
+
+
+def test_compare_shows_a_rate_change_in_percentage_points_and_calls_per_s_counts_calls():
+    """92.38 → 93.90 % is +1.52 pp (it read "+1.6 %"); calls per second count every
+    answered call, retries included (they counted tasks)."""
+    from swarm_tui.config_sections import SlaConfig
+    from swarm_tui.engine.summary import RunSummary, SummaryBuilder
+    from swarm_tui.report.history import compare_rows, compare_table
+
+    a = RunSummary(run_id="a", total=10_000, success_rate=0.9238)
+    b = RunSummary(run_id="b", total=10_000, success_rate=0.9390)
+    rate = next(r for r in compare_rows(a, b) if r["metric"] == "success rate")
+    assert rate["change_pp"] == pytest.approx(1.52) and rate["change_pct"] is None
+    assert "+1.52 pp" in compare_table(a, b)
+
+    class Row:  # one task answered on its third call
+        state, latency_ms, ttft_ms, queue_ms = "succeeded", 100.0, 50.0, 0.0
+        model, gateway, bucket = "m", "g", "baseline"
+        tokens_in, tokens_out, cached_in, usage_estimated = 10, 10, 0, False
+        cost_usd, error_class, calls_ok, calls_failed = 0.001, None, 1, 2
+
+    builder = SummaryBuilder()
+    builder.add(Row())
+    summary = builder.summary(run_id="r", sla=SlaConfig(), wall_ms=1000.0)
+    assert summary.calls_per_s == pytest.approx(3.0)

@@ -82,8 +82,14 @@ def _pct100(rate: float | None) -> float | None:
 
 
 def compare_rows(a: RunSummary, b: RunSummary) -> list[dict[str, Any]]:
-    """The team's before/after table: A is before, B after; change is B relative to A."""
+    """The team's before/after table: A is before, B after; change is B relative to A —
+    for a rate (a percentage) in percentage points (`change_pp`), as a rate's change is
+    read (92.38 → 93.90 % is +1.52 pp, not "+1.6 %")."""
     def row(metric: str, va: float | None, vb: float | None, unit: str) -> dict[str, Any]:
+        if unit == "%":
+            pp = None if va is None or vb is None else vb - va
+            return {"metric": metric, "a": va, "b": vb, "unit": unit, "change_pct": None,
+                    "change_pp": pp}
         return {"metric": metric, "a": va, "b": vb, "unit": unit, "change_pct": _change(va, vb)}
 
     rate_a = None if a.success_rate is None else a.success_rate * 100
@@ -118,7 +124,10 @@ def _fmt(v: float | None, unit: str) -> str:
 def compare_table(a: RunSummary, b: RunSummary) -> str:
     lines = [f"{'metric':<15} {a.run_id:>22} {b.run_id:>22} {'change':>9}"]
     for r in compare_rows(a, b):
-        ch = "-" if r["change_pct"] is None else f"{r['change_pct']:+.1f}%"
+        if r["unit"] == "%":
+            ch = "-" if r["change_pp"] is None else f"{r['change_pp']:+.2f} pp"
+        else:
+            ch = "-" if r["change_pct"] is None else f"{r['change_pct']:+.1f}%"
         lines.append(f"{r['metric']:<15} {_fmt(r['a'], r['unit']):>22} "
                      f"{_fmt(r['b'], r['unit']):>22} {ch:>9}")
     for s in (a, b):
