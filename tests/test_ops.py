@@ -369,5 +369,7 @@ def test_latency_buckets_reach_past_the_call_timeout():
 
     timeout = GatewayConfig(base_url="http://x").timeout_s
     assert max(BUCKETS_S) > 3 * timeout
-    widths = [b / a for a, b in zip(BUCKETS_S, BUCKETS_S[1:], strict=False) if a >= 0.01]
-    assert max(widths) <= 1.2 + 1e-3, max(widths)
+    from itertools import pairwise
+
+    widths = [b / a for a, b in pairwise(BUCKETS_S) if a >= 0.01]
+    assert max(widths) <= 1.21, max(widths)  # x1.2, rounded to 0.1 ms
