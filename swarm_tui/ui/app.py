@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
+import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -97,6 +99,19 @@ class Dashboard(Screen[None]):
         yield Input(placeholder="filter: state:failed model:kimi !bucket:candidate regex…",
                     id="filter")
         yield Footer()
+
+
+
+HANGUP_EXIT_S = 2.0       # after the run is stored: Textual's own exit, or this
+HANGUP_BACKSTOP_S = 20.0  # from the hang-up, whatever happens
+
+
+def _leave_after(seconds: float) -> None:
+    """Exit with 129 in `seconds` unless the process has ended by then (a daemon timer:
+    it does not keep the process alive). Only ever armed on a hang-up."""
+    timer = threading.Timer(seconds, os._exit, (EXIT_HANGUP,))
+    timer.daemon = True
+    timer.start()
 
 
 class SwarmApp(App[int]):
@@ -186,9 +201,16 @@ class SwarmApp(App[int]):
             asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, self._hang_up)
 
     def _hang_up(self) -> None:
+        # The terminal is gone: Textual's exit restores it by writing to it, and its writer
+        # thread blocks on a terminal nobody reads (a closed tmux window left consoles alive
+        # for hours). So once the run is stored cancelled, the process leaves on its own
+        # clock whatever the exit path does; a backstop if storing itself hangs.
+        _leave_after(HANGUP_BACKSTOP_S)
+
         async def leave() -> None:
             if self.source is not None and self.run_active and self.source.kind == "live":
                 await self.source.shutdown()
+            _leave_after(HANGUP_EXIT_S)
             self.exit(EXIT_HANGUP, return_code=EXIT_HANGUP)
 
         self.run_worker(leave(), exclusive=True, group="hangup")
