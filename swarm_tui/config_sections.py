@@ -206,7 +206,12 @@ class WebhookConfig(_Strict):
     name: str
     url: SecretStrField | None = None  # stored and shown as its tag only
     url_env: str | None = None
-    format: Literal["json", "slack"] = "json"
+    # json (ours), slack ({"text"}), pagerduty (Events API v2: POST
+    # https://events.pagerduty.com/v2/enqueue), alertmanager (POST …/api/v2/alerts)
+    format: Literal["json", "slack", "pagerduty", "alertmanager"] = "json"
+    # PagerDuty's integration key: a credential, as the URL (the environment, or the file)
+    routing_key: SecretStrField | None = None
+    routing_key_env: str | None = None
     events: list[AlertKind] = Field(default_factory=lambda: list(AlertKind))
 
     @model_validator(mode="after")
@@ -215,10 +220,19 @@ class WebhookConfig(_Strict):
             raise ValueError(f"webhook '{self.name}': give exactly one of url / url_env")
         if self.url is not None and not re.match(r"https?://", self.url):
             raise ValueError(f"webhook '{self.name}': url must start with http:// or https://")
+        if self.format == "pagerduty" and (self.routing_key is None) == (
+                self.routing_key_env is None):
+            raise ValueError(f"webhook '{self.name}': pagerduty needs exactly one of "
+                             "routing_key / routing_key_env")
         return self
 
     def resolved_url(self) -> str | None:
         return self.url if self.url is not None else os.environ.get(self.url_env or "")
+
+    def resolved_routing_key(self) -> str:
+        if self.routing_key is not None:
+            return self.routing_key
+        return os.environ.get(self.routing_key_env or "", "")
 
 
 class AlertsConfig(_Strict):

@@ -51,11 +51,16 @@ def test_a_breach_pages_once_when_it_has_lasted_and_again_only_after_it_cleared(
         _second(watch, clock, bad)
     assert [a.kind for a in sent] == [AlertKind.SLA_BREACH]  # once, not once a second
     assert "call success 90.00% < 99.00%" in sent[0].summary
-    for _ in range(12):  # the window clears
+    for _ in range(12):  # the window clears: the incident is resolved, under its key
         _second(watch, clock, good)
+    assert [(a.kind, a.resolved) for a in sent] == [(AlertKind.SLA_BREACH, False),
+                                                    (AlertKind.SLA_BREACH, True)]
+    assert sent[1].key == sent[0].key and sent[1].started_at == sent[0].at
     for _ in range(35):  # the window turns bad in its 2nd second, then 30 s of breach
         _second(watch, clock, bad)
-    assert [a.kind for a in sent] == [AlertKind.SLA_BREACH] * 2
+    assert [a.resolved for a in sent] == [False, True, False]
+    watch.resolve_all("run finished")  # what is still open when the run ends
+    assert [a.resolved for a in sent] == [False, True, False, True]
 
 
 def test_one_bad_interval_and_thin_traffic_never_page():

@@ -44,10 +44,24 @@ class Alert:
     run_id: str
     at: float = field(default_factory=time.time)
     details: dict[str, Any] = field(default_factory=dict)
+    # a condition that cleared: the pager closes the incident this alert's `key` opened
+    resolved: bool = False
+    scope: str = ""  # what else tells one condition from another (a gateway)
+    started_at: float | None = None  # for a resolve: when the condition was first paged
 
     @property
     def severity(self) -> str:
         return SEVERITY[self.kind]
+
+    @property
+    def key(self) -> str:
+        """The same for a condition's trigger and its resolve (PagerDuty's dedup_key,
+        Alertmanager's label set): one incident per run, condition and scope."""
+        return f"swarm-tui/{self.run_id}/{self.kind}" + (f"/{self.scope}" if self.scope else "")
+
+
+# conditions that clear (and are resolved when they do, or when the run ends)
+CLEARING = frozenset({AlertKind.SLA_BREACH, AlertKind.KEYS_EXHAUSTED})
 
 
 def canary_alert(old: cs.CanaryState, new: cs.CanaryState) -> tuple[AlertKind, str] | None:
@@ -115,9 +129,30 @@ class AlertWatch:
         self._cap_passed = False
         self._keys_bad_since: dict[str, float] = {}
         self._keys_alerted: set[str] = set()
+        self._open: dict[str, Alert] = {}  # paged conditions not yet cleared, by key
 
     def alert(self, kind: AlertKind, summary: str, **details: Any) -> None:
-        self.send(Alert(kind, summary, self.run_id, details=details))
+        self.alert_scoped(kind, summary, "", **details)
+
+    def alert_scoped(self, kind: AlertKind, summary: str, scope: str, **details: Any) -> None:
+        a = Alert(kind, summary, self.run_id, details=details, scope=scope)
+        if kind in CLEARING:
+            self._open[a.key] = a
+        self.send(a)
+
+    def resolve(self, kind: AlertKind, summary: str, scope: str = "") -> None:
+        """The condition paged under (kind, scope) has cleared: its resolve, once."""
+        key = Alert(kind, "", self.run_id, scope=scope).key
+        opened = self._open.pop(key, None)
+        if opened is not None:
+            self.send(Alert(kind, summary, self.run_id, details=opened.details, resolved=True,
+                            scope=scope, started_at=opened.at))
+
+    def resolve_all(self, why: str) -> None:
+        """The run ended: every condition still open is resolved (an incident left open
+        for a run that is over pages nobody usefully)."""
+        for opened in list(self._open.values()):
+            self.resolve(opened.kind, f"{why}: {opened.summary}", opened.scope)
 
     # -- engine events ------------------------------------------------------------------
     def on_event(self, e: ev.Event) -> None:
@@ -178,16 +213,19 @@ class AlertWatch:
         for gw, states in by_gateway.items():
             if "active" in states:
                 self._keys_bad_since.pop(gw, None)
-                self._keys_alerted.discard(gw)
+                if gw in self._keys_alerted:
+                    self._keys_alerted.discard(gw)
+                    self.resolve(AlertKind.KEYS_EXHAUSTED, f"gateway {gw}: a usable API key "
+                                 "again", scope=gw)
                 continue
             since = self._keys_bad_since.setdefault(gw, now)
             final = all(s in ("disabled", "retired") for s in states)
             if gw not in self._keys_alerted and (final or now - since >= KEYS_SUSTAIN_S):
                 self._keys_alerted.add(gw)
                 counts = {s: states.count(s) for s in sorted(set(states))}
-                self.alert(AlertKind.KEYS_EXHAUSTED, f"gateway {gw}: no usable API key ("
-                           + ", ".join(f"{n} {s}" for s, n in counts.items()) + ")",
-                           gateway=gw, keys=counts)
+                self.alert_scoped(AlertKind.KEYS_EXHAUSTED, f"gateway {gw}: no usable API "
+                                  "key (" + ", ".join(f"{n} {s}" for s, n in counts.items())
+                                  + ")", gw, gateway=gw, keys=counts)
 
     def _sla(self, lag: LoopLag) -> None:
         now = self.clock()
@@ -208,7 +246,10 @@ class AlertWatch:
                                "slower)")
         if not reasons:
             self._breach_since = None
-            self._breach_alerted = False
+            if self._breach_alerted:
+                self._breach_alerted = False
+                self.resolve(AlertKind.SLA_BREACH, f"SLA met again over the last "
+                             f"{self.window.seconds} s")
             return
         if self._breach_since is None:
             self._breach_since = now

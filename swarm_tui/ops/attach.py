@@ -115,6 +115,8 @@ class RunOps:
             self.tick()
         if self.metrics is not None:
             self.metrics.end()
+        if self.watch is not None:
+            self.watch.resolve_all(f"run {status}")
         if (end_alert and self.watch is not None and self.delivery is not None
                 and self.runner is not None):
             r = self.runner

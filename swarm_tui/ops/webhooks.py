@@ -1,4 +1,6 @@
-"""Alert delivery to webhooks: generic JSON or a Slack-compatible `{"text": …}` payload.
+"""Alert delivery to webhooks in the pager's own format: generic JSON, Slack's `{"text"}`,
+PagerDuty Events API v2 (trigger / resolve by dedup_key), Alertmanager's `/api/v2/alerts`
+(startsAt / endsAt). A condition that clears sends its resolve.
 
 Each webhook has its own queue and worker task on the engine's loop: its alerts arrive in
 the order they were raised, and a receiver that is down retries with backoff without
@@ -27,14 +29,56 @@ RETRY_AFTER_CAP_S = 30.0
 ICON = {"critical": ":rotating_light:", "warning": ":warning:", "info": ":white_check_mark:"}
 
 
-def payload(hook: WebhookConfig, alert: Alert) -> dict[str, Any]:
-    at = datetime.fromtimestamp(alert.at, UTC).isoformat(timespec="seconds")
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def payload(hook: WebhookConfig, alert: Alert) -> dict[str, Any] | list[dict[str, Any]]:
+    """The alert in the receiver's own format; a cleared condition as its resolve."""
+    at = _iso(alert.at)
     if hook.format == "slack":
-        return {"text": f"{ICON[alert.severity]} *swarm-tui* [{alert.severity}] run "
+        mark = ":white_check_mark: RESOLVED" if alert.resolved else ICON[alert.severity]
+        return {"text": f"{mark} *swarm-tui* [{alert.severity}] run "
                         f"`{alert.run_id}`: {alert.summary}"}
+    if hook.format == "pagerduty":
+        return _pagerduty(hook, alert, at)
+    if hook.format == "alertmanager":
+        return [_alertmanager(alert)]
     return {"source": "swarm-tui", "kind": str(alert.kind), "severity": alert.severity,
+            "status": "resolved" if alert.resolved else "firing", "key": alert.key,
             "summary": alert.summary, "run_id": alert.run_id, "at": at,
             "host": socket.gethostname(), "details": alert.details}
+
+
+def _pagerduty(hook: WebhookConfig, alert: Alert, at: str) -> dict[str, Any]:
+    """Events API v2: trigger, and resolve by the same dedup_key."""
+    body: dict[str, Any] = {"routing_key": hook.resolved_routing_key(),
+                            "event_action": "resolve" if alert.resolved else "trigger",
+                            "dedup_key": alert.key}
+    if not alert.resolved:
+        body["payload"] = {
+            "summary": alert.summary[:1024], "source": socket.gethostname(),
+            "severity": alert.severity, "timestamp": at, "component": "swarm-tui",
+            "group": alert.run_id, "class": str(alert.kind),
+            "custom_details": {"run_id": alert.run_id, **alert.details}}
+    return body
+
+
+def _alertmanager(alert: Alert) -> dict[str, Any]:
+    """One postable alert (`/api/v2/alerts`): the label set is the condition's identity;
+    a resolve is the same labels with endsAt now."""
+    labels = {"alertname": f"swarm_tui_{alert.kind}", "severity": alert.severity,
+              "run_id": alert.run_id, "source": "swarm-tui"}
+    if alert.scope:
+        labels["scope"] = alert.scope
+    annotations = {"summary": alert.summary,
+                   **{k: json.dumps(v) if not isinstance(v, str) else v
+                      for k, v in alert.details.items()}}
+    out: dict[str, Any] = {"labels": labels, "annotations": annotations,
+                           "startsAt": _iso(alert.started_at or alert.at)}
+    if alert.resolved:
+        out["endsAt"] = _iso(alert.at)
+    return out
 
 
 class AlertDelivery:
@@ -111,7 +155,7 @@ class AlertDelivery:
             self.failed += 1
         if self.counted is not None:
             self.counted(str(alert.kind), ok)
-        self.record(f"alert {alert.kind} → {hook.name}: "
+        self.record(f"alert {alert.kind}{' resolved' if alert.resolved else ''} → {hook.name}: "
                     f"{'delivered' if ok else 'NOT delivered'} ({how})")
 
     async def close(self) -> int:
