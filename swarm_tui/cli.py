@@ -528,7 +528,11 @@ def cmd_runs(args: argparse.Namespace) -> int:
     from swarm_tui.store.db import resolve_db_path
     from swarm_tui.store.target import missing_file
 
-    if missing_file(resolve_db_path(args.db)):
+    db = resolve_db_path(args.db)
+    if missing_file(db):
+        if args.db or os.environ.get("SWARM_TUI_DB"):  # a path you named: a typo is no
+            # empty store (it read "no runs recorded yet", exit 0)
+            raise UserError(f"database {db}: does not exist (check --db / SWARM_TUI_DB)")
         print("[]" if args.json else "no runs recorded yet")
         return EXIT_OK
     return run_async(_with_db(args, history.runs, args, create=False))

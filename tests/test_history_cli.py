@@ -245,3 +245,14 @@ def test_compare_shows_a_rate_change_in_percentage_points_and_calls_per_s_counts
     builder.add(Row())
     summary = builder.summary(run_id="r", sla=SlaConfig(), wall_ms=1000.0)
     assert summary.calls_per_s == pytest.approx(3.0)
+
+
+def test_runs_of_a_database_path_that_does_not_exist_is_an_error_not_an_empty_store(tmp_path):
+    from tests.conftest import assert_one_line_error
+
+    env = {"XDG_CONFIG_HOME": str(tmp_path / "xdg"), "XDG_DATA_HOME": str(tmp_path / "data")}
+    r = swarm("runs", "--db", str(tmp_path / "typo" / "x.db"), env=env)
+    assert_one_line_error(r, 2, "does not exist", "x.db")
+    # no path named and nothing recorded yet (the per-user default): an empty store
+    r = swarm("runs", env={**env, "SWARM_TUI_DB": ""})
+    assert r.returncode == 0 and "no runs recorded yet" in r.stdout, r.stderr

@@ -426,8 +426,8 @@ def test_bad_database_is_one_line_exit_2_and_unchanged(tmp_path, case, command):
     before = _sha(db) if db.is_file() else None
     env = {"XDG_CONFIG_HOME": str(tmp_path / "xdg"), "SWARM_TUI_DB": str(db)}
     r = swarm(*command, env=env)
-    if case == "under-a-file" and command == ("runs",):
-        assert r.returncode == 0 and "no runs recorded yet" in r.stdout
+    if case == "under-a-file" and command == ("runs",):  # a path named: not an empty store
+        assert_one_line_error(r, 2, f"database {db}", "does not exist")
         return
     assert_one_line_error(r, 2, f"database {db}", needle)
     if before is not None:
