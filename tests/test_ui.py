@@ -493,3 +493,34 @@ async def test_more_agents_than_cells_says_how_many_are_not_shown():
         shown = sum(line.count("◐") for line in lines)
         more = re.search(r"\+(\d+) more", lines[-1])
         assert more is not None and shown + int(more.group(1)) == 1000, lines[-1]
+
+
+async def test_cancelling_an_agent_whose_task_id_looks_like_markup(cfg, tmp_path):
+    """A workload's task id is text: `job[/x]` in the Cancel dialog raised MarkupError and
+    killed the console."""
+    from swarm_tui.workload import Task
+
+    opts = RunOptions(sim=SimSettings(profile="fixed:400", rate_429=0, rate_503=0),
+                      concurrency=5)
+    tasks = [Task(id=f"job[/x]{i}[bold]", prompt="p") for i in range(300)]
+    source = LiveSource(cfg, opts, tasks, tmp_path / "runs.db")
+    app = SwarmApp(source, db_path=tmp_path / "runs.db", refresh_s=0.1, view="tasks")
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_for(lambda: source.runner is not None and source.runner.in_flight > 0)
+        grid = app.screen.query_one(AgentGrid)
+        grid.focus()
+        await pilot.press("end", "c")  # a cell selected, then its cancel
+        await wait_for(lambda: isinstance(app.screen, ConfirmScreen), what="the dialog")
+        cell = grid.selected
+        assert cell is not None and cell.task_id.startswith("job[/x]")
+        from textual.widgets import Label
+
+        label = app.screen.query_one("#confirm-question", Label)
+        assert f"Cancel agent {cell.task_id}?" in str(label.render())  # as text
+        await pilot.press("y")
+        await wait_for(lambda: source.runner.agents[cell.seq].state == "cancelled",
+                       what="the agent cancelled")
+        await wait_for(lambda: notes(app, f"cancel requested for {cell.task_id}") == 1,
+                       what="the notice, as text")
+        await pilot.press("x", "y")
+        await wait_for(lambda: not source.active, what="the run cancelled")

@@ -371,7 +371,7 @@ class SwarmApp(App[int]):
 
         async def answer(yes: bool | None) -> None:
             if yes and await self._send(source, Command.CANCEL_AGENT, str(cell.seq)):
-                self.notify(f"cancel requested for {cell.task_id}")
+                self.notify(f"cancel requested for {cell.task_id}", markup=False)
 
         self.push_screen(ConfirmScreen(f"Cancel agent {cell.task_id}?"), answer)
 
