@@ -186,12 +186,15 @@ def no_user_config(tmp_path, monkeypatch):
     monkeypatch.setenv("SWARM_TUI_DB", str(tmp_path / "runs.db"))
 
 
-def wait_until(pred: Callable[[], object], what: str, timeout: float = 60.0) -> None:
-    """Wait on state, never on time alone (the deadline only stops a broken test)."""
+def wait_until(pred: Callable[[], object], what: str, timeout: float = 60.0,
+               seen: Callable[[], object] | None = None) -> None:
+    """Wait on state, never on time alone (the deadline only stops a broken test). When it
+    runs out it says what it waited for and, with `seen`, what it saw last."""
     deadline = time.monotonic() + timeout
     while not pred():
         if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
+            last = f"; last seen: {seen()!r}" if seen is not None else ""
+            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}{last}")
         time.sleep(0.05)
 
 

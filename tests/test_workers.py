@@ -300,6 +300,7 @@ def test_workers_share_a_third_party_servers_quota_llmock(tmp_path, monkeypatch)
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_a_worker_stopped_past_its_lease_sends_nothing_more_and_its_calls_stay_on_record(
         tmp_path, slow_sim, any_db):
     """SIGSTOP one of two workers longer than its lease, then SIGCONT: the other leases its
@@ -320,7 +321,11 @@ def test_a_worker_stopped_past_its_lease_sends_nothing_more_and_its_calls_stay_o
         try:
             # past its lease: the other worker has leased one of its batches again
             wait_until(lambda: _count(any_db, "SELECT COUNT(*) FROM batches WHERE leases > 1")
-                       >= 1, "a batch leased again", 60)
+                       >= 1, "a batch leased again", 150, seen=lambda: (
+                           time.time(), raw_rows(any_db, "SELECT batch, worker, leases, "
+                                                 "expires_at, done_at FROM batches"),
+                           raw_rows(any_db, "SELECT worker, heartbeat_at, ended_at FROM "
+                                            "workers")))
         finally:
             os.kill(pid, signal.SIGCONT)
         out, err = proc.communicate(timeout=150)
