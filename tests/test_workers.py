@@ -311,7 +311,10 @@ def test_a_worker_stopped_past_its_lease_sends_nothing_more_and_its_calls_stay_o
     worker removed)."""
     port, cfg = slow_sim
     n = 1500
-    proc = _run(_workload(tmp_path, n), cfg, 2, lease_s=3.0)
+    # a lease long enough for a starved worker's flushes to renew it (on one core, with
+    # 3 s, the other worker could not renew its own in time, held its sends and never
+    # came to lease the stopped one's batches)
+    proc = _run(_workload(tmp_path, n), cfg, 2, lease_s=6.0)
     try:
         wait_until(lambda: _count(any_db, "SELECT COUNT(*) FROM workers") == 2
                    and _count(any_db, "SELECT COUNT(*) FROM results") >= 150,

@@ -183,7 +183,8 @@ def connect_kwargs(app: str, url: str) -> dict[str, Any]:
     # updated. None of our transactions waits on anything but the server.
     from swarm_tui.store.leases import lease_seconds
 
-    idle_ms = int(max(1.0, lease_seconds()) * 1000)
+    # (at least 10 s: a starved client may sit that long between two statements)
+    idle_ms = int(max(10.0, lease_seconds()) * 1000)
     given = conninfo_to_dict(url)  # the operator's own (`?options=-c lock_timeout=…`) stay
     options = f"{given.get('options') or ''} -c idle_in_transaction_session_timeout={idle_ms}"
     kw: dict[str, Any] = {"autocommit": True, "application_name": app,
