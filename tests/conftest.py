@@ -50,8 +50,13 @@ def pg_server() -> Iterator[ThrowawayPostgres]:
     """One throwaway PostgreSQL for the session (tests/pg_server.py); each test that uses
     it gets a database of its own. CI has the server (.ci/run installs it): there a
     missing one fails the suite instead of skipping."""
+    yield from throwaway_pg()
+
+
+def throwaway_pg(durable: bool = False) -> Iterator[ThrowawayPostgres]:
+    """A started throwaway server for a fixture (skipped without PostgreSQL, but in CI)."""
     try:
-        server = ThrowawayPostgres()
+        server = ThrowawayPostgres(durable=durable)
     except FileNotFoundError as e:
         if os.environ.get("CI"):
             raise

@@ -20,7 +20,14 @@ import psycopg
 import pytest
 
 from swarm_tui.store.target import PgTarget
-from tests.conftest import TEST_KEY, new_pg_database, raw_rows, sim_gateway, wait_until
+from tests.conftest import (
+    TEST_KEY,
+    new_pg_database,
+    raw_rows,
+    sim_gateway,
+    throwaway_pg,
+    wait_until,
+)
 from tests.pg_server import ThrowawayPostgres
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
@@ -28,15 +35,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 @pytest.fixture
 def own_pg() -> Iterator[ThrowawayPostgres]:
-    try:
-        server = ThrowawayPostgres(durable=True)
-    except FileNotFoundError as e:
-        if os.environ.get("CI"):
-            raise
-        pytest.skip(str(e))
-    server.start()
-    yield server
-    server.stop()
+    """A server of the test's own, with durable commits: it is crashed on purpose."""
+    yield from throwaway_pg(durable=True)
 
 
 @pytest.fixture
