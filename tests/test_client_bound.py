@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from swarm_tui.canary.analysis import FAIL, INCONCLUSIVE, BucketFigures, evaluate
+from swarm_tui.canary.analysis import FAIL, INCONCLUSIVE, PASS, BucketFigures, evaluate
 from swarm_tui.config_sections import CanaryGates, SlaConfig
 from swarm_tui.engine.looplag import CLIENT_BOUND_MS
 from swarm_tui.engine.routing import BASELINE, CANDIDATE
@@ -70,6 +70,15 @@ def test_the_canary_latency_gate_is_inconclusive_while_the_client_is_bound():
     slow = {BASELINE: _figures(280), CANDIDATE: _figures(500)}
     verdicts = {v.gate: v for v in evaluate(slow, gates, 100, client_lag_ms=45.0)}
     assert verdicts["p95"].result == FAIL
+    # the ratio too decides under load: only a difference the delay could explain is
+    # inconclusive (a 2.03x slower candidate was never failed, an equal one never passed)
+    assert verdicts["p95-ratio"].result == FAIL, verdicts["p95-ratio"].detail
+    twice = {BASELINE: _figures(144), CANDIDATE: _figures(292)}
+    verdicts = {v.gate: v for v in evaluate(twice, gates, 100, client_lag_ms=25.0)}
+    assert verdicts["p95-ratio"].result == FAIL
+    same = {BASELINE: _figures(280), CANDIDATE: _figures(280)}
+    verdicts = {v.gate: v for v in evaluate(same, gates, 100, client_lag_ms=45.0)}
+    assert verdicts["p95-ratio"].result == PASS, verdicts["p95-ratio"].detail
 
 
 def test_a_call_ends_when_its_last_bytes_left_the_socket_never_outside_send_and_handled():

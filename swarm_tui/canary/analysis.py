@@ -121,8 +121,9 @@ def figures(results: Iterable[ResultRow], calls: Iterable[CallRow]) -> dict[str,
 def evaluate(stage: dict[str, BucketFigures], gates: CanaryGates, min_samples: int,
              client_lag_ms: float | None = None) -> list[Verdict]:
     """The candidate's figures for this stage against each gate. `client_lag_ms`: the
-    executor's scheduling delay (p95) over the stage — past CLIENT_BOUND_MS the latency
-    gates are inconclusive: a canary is never aborted for the client's own load."""
+    executor's scheduling delay (p95) over the stage — past CLIENT_BOUND_MS a latency gate
+    is inconclusive only where that delay could explain the figure: a canary is never
+    aborted for the client's own load, nor kept for it."""
     cand, base = stage[CANDIDATE], stage[BASELINE]
     few = f"candidate has {{n}} < {min_samples} samples"
     verdicts: list[Verdict] = []
@@ -153,13 +154,14 @@ def evaluate(stage: dict[str, BucketFigures], gates: CanaryGates, min_samples: i
         "cost", cand.cost_per_task_usd, base.cost_per_task_usd, 1 + gates.cost_tolerance,
         cand, base, min_samples, lambda c, b: f"${c:.5f}/task vs baseline ${b:.5f} "
                                               f"× {1 + gates.cost_tolerance:.2f}"))
-    if gates.max_p95_ratio is not None and bound:
-        verdicts.append(Verdict(gate="p95-ratio", result=INCONCLUSIVE, detail=bound_detail))
-    elif gates.max_p95_ratio is not None:
+    if gates.max_p95_ratio is not None:
         ratio = _vs_baseline(
             "p95-ratio", cand.latency_ms.p95, base.latency_ms.p95, gates.max_p95_ratio,
             cand, base, min_samples,
             lambda c, b: f"{c / b:.2f}× baseline p95 vs ≤ {gates.max_p95_ratio:.2f}×")
+        if bound and ratio.result in (PASS, FAIL):
+            ratio = _ratio_under_lag(ratio, cand, base, gates.max_p95_ratio,
+                                     client_lag_ms or 0.0)
         if ratio.result == FAIL:  # past the ratio: is the candidate really slower?
             p = mann_whitney_greater(cand.latencies, base.latencies)
             alpha = 1 - gates.confidence
@@ -169,6 +171,25 @@ def evaluate(stage: dict[str, BucketFigures], gates: CanaryGates, min_samples: i
                                    + ("" if p < alpha else ": not significant"))
         verdicts.append(ratio)
     return verdicts
+
+
+def _ratio_under_lag(measured: Verdict, cand: BucketFigures, base: BucketFigures,
+                     limit: float, lag: float) -> Verdict:
+    """A client-bound stage: each side's latency holds up to `lag` of this process's own
+    delay. Fail when even the candidate less that delay is past the limit of the baseline;
+    pass when the candidate is within it of the baseline less that delay; inconclusive
+    only in between — where the client's delay could explain the difference."""
+    c, b = cand.latency_ms.p95, base.latency_ms.p95
+    assert c is not None and b is not None
+    note = f"; client-bound ({lag:.0f} ms late, p95)"
+    if c - lag > b * limit:
+        return Verdict(gate="p95-ratio", result=FAIL, detail=measured.detail
+                       + f"{note}: {(c - lag) / b:.2f}× even less that delay")
+    if c <= max(b - lag, 0.0) * limit:
+        return Verdict(gate="p95-ratio", result=PASS, detail=measured.detail
+                       + f"{note}: within ×{limit:.2f} of the baseline less that delay")
+    return Verdict(gate="p95-ratio", result=INCONCLUSIVE, detail=measured.detail
+                   + f"{note}: the client's delay could explain the difference")
 
 
 def _success_gate(cand: BucketFigures, gates: CanaryGates) -> Verdict:
