@@ -12,9 +12,11 @@ import sys
 import time
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from swarm_tui.store.schema import MIGRATIONS
+from swarm_tui.store.target import PgTarget
 from tests.conftest import (
     TEST_KEY,
     assert_one_line_error,
@@ -165,8 +167,16 @@ def test_the_reader_role_can_select_no_secret(tmp_path, gateway, receiver, pg_se
     deadline = time.monotonic() + 5
     while not receiver.posts and time.monotonic() < deadline:
         time.sleep(0.05)
-    tables = [t for (t,) in raw_rows(target, "SELECT tablename FROM pg_tables WHERE "
+    # as the reader role reads it (every table is granted to it): nothing secret
+    assert swarm("--db", target.url, "db", "init", "--roles").returncode == 0
+    with psycopg.connect(pg_server.url(), autocommit=True) as admin:
+        admin.execute("DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = "
+                      "'peeker') THEN CREATE ROLE peeker LOGIN; END IF; END $$")
+        admin.execute("GRANT swarm_tui_reader TO peeker")
+    reader = PgTarget(target.url.replace("postgresql://postgres@", "postgresql://peeker@", 1))
+    tables = [t for (t,) in raw_rows(reader, "SELECT tablename FROM pg_tables WHERE "
                                              "schemaname = 'public'")]
+    assert {"runs", "events", "canary_actions", "control"} <= set(tables)
     for table in tables:
-        rows = raw_rows(target, f"SELECT * FROM {table}")
-        _assert_no_secret(f"table {table}", repr(rows))
+        rows = raw_rows(reader, f"SELECT * FROM {table}")
+        _assert_no_secret(f"table {table}, as the reader", repr(rows))
