@@ -9,9 +9,11 @@ import os
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
+import httpx2
 import psycopg
 import pytest
 
@@ -20,6 +22,7 @@ from swarm_tui.store.target import PgTarget
 from tests.conftest import (
     TEST_KEY,
     assert_one_line_error,
+    free_port,
     new_pg_database,
     raw_rows,
     sim_gateway,
@@ -69,8 +72,26 @@ def test_no_credential_in_the_sqlite_file_or_any_output(tmp_path, gateway, recei
     port, _ = gateway
     cfg = _config(tmp_path, port, receiver.port)
     env = {"GW_KEY": TEST_KEY}
-    r = swarm("run", "--demo", "20", "--headless", "--json", "--config", str(cfg), env=env)
+    metrics_port = free_port()
+    scraped: list[str] = []
+
+    def scrape() -> None:  # /metrics while the run lingers after its end
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not scraped:
+            try:
+                scraped.append(httpx2.get(f"http://127.0.0.1:{metrics_port}/metrics",
+                                          timeout=2).text)
+            except httpx2.HTTPError:
+                time.sleep(0.1)
+
+    scraper = threading.Thread(target=scrape)
+    scraper.start()
+    r = swarm("run", "--demo", "20", "--headless", "--json", "--config", str(cfg),
+              "--metrics-port", str(metrics_port), "--metrics-linger", "3", env=env)
+    scraper.join()
     assert r.returncode in (0, 3), r.stderr
+    assert scraped and "swarm_tui_calls" in scraped[0]
+    _assert_no_secret("/metrics", scraped[0])
     assert [a["kind"] for a in receiver.json(f"/{HOOK_SECRET}")] == ["run_finished"]  # used
     run_id = json.loads(r.stdout)["run_id"]
     outputs = r.stdout + r.stderr
