@@ -25,7 +25,7 @@ from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.control import queue_command
 from swarm_tui.store.db import db_error, open_db
 from swarm_tui.store.notify import CANARY, CONTROL, ROWS, Listener
-from swarm_tui.store.runs import RunRecord, get_run, list_runs
+from swarm_tui.store.runs import RunRecord, get_run, get_settled_run, list_runs
 from swarm_tui.store.target import DbTarget
 from swarm_tui.workload import Task
 
@@ -174,8 +174,8 @@ class StoreSource:
         if self._quiet(f):  # nothing written since the last read: only time moved on
             assert f is not None and self._seen is not None and self.record is not None
             return self._build(f, self.record, *self._seen)
-        self.record = run = await get_run(self.conn, self.run_id, self.db_path)
-        status = run.effective_status()
+        run, status = await get_settled_run(self.conn, self.run_id, self.db_path)
+        self.record = run
         if f is None or f.session != _session(run) or (f.final and status != f.status):
             # first read, or another executor session (a resume, seen running or not —
             # it re-queued the cancelled tasks): read the run afresh

@@ -136,6 +136,20 @@ async def refresh_stats(conn: StoreConnection, *tables: str) -> None:
 LAST = "last"  # a RUN_ID argument meaning the newest stored run (run ids start with a date)
 
 
+async def get_settled_run(conn: StoreConnection, run_id: str, path: DbTarget
+                          ) -> tuple[RunRecord, str]:
+    """The run and its effective status, read so that an executor ending right now is
+    never taken for a dead one: it writes its final status before it lets go of its lock,
+    so a row read *before* the lock was found free may be stale — read it again then (a
+    watcher under load saw a finished run as `interrupted`)."""
+    run = await get_run(conn, run_id, path)
+    status = run.effective_status()
+    if status == "interrupted":
+        run = await get_run(conn, run.id, path)
+        status = run.effective_status()
+    return run, status
+
+
 async def get_run(conn: StoreConnection, run_id: str, path: DbTarget) -> RunRecord:
     """A run by id, or the newest one for `last` (on call: `report last`, no `runs` first)."""
     if run_id == LAST:
