@@ -142,6 +142,9 @@ class StoreWriter:
             assert e.agent is not None and e.attempt is not None
             self._working[e.agent.index] = (e.agent, e.attempt.started_ms / 1000.0)
             return
+        elif kind == ev.QUEUED and e.agent is not None:  # taken back before it was sent
+            self._working.pop(e.agent.index, None)
+            return
         elif kind == ev.CONTROL:
             # a worker signs what it did (followed a canary move, applied a command), on the
             # clock its attempts' sent_at is read from: "sent after it saw X" is decidable
