@@ -175,9 +175,10 @@ def test_a_terminated_backend_is_reconnected(tmp_path, own_pg, gateway):
 
 
 def test_workers_ride_out_a_ten_second_restart(tmp_path, own_pg, gateway):
-    """Two workers: their writers, lease renewals, heartbeats and feeds reconnect; no batch
-    is taken from a live worker for the outage (its lease outlives it), every task is
-    answered once."""
+    """Two workers: their writers, lease renewals, heartbeats and feeds reconnect; a lease
+    runs again from the server's start (no worker could renew it while it was down), every
+    task is answered, and every request is a stored attempt. A task sent twice (a worker
+    slower to reconnect than its lease) is on record as such."""
     port, cfg = gateway
     db = new_pg_database(own_pg)
     n = 2000
@@ -193,5 +194,9 @@ def test_workers_ride_out_a_ten_second_restart(tmp_path, own_pg, gateway):
             proc.kill()
     assert proc.returncode in (0, 3), err
     assert "Traceback" not in err and "never retrieved" not in err, err
-    assert json.loads(out)["succeeded"] == n, err
-    _paid_once(db, port, n)
+    summary = json.loads(out)
+    assert summary["succeeded"] == n, err
+    assert raw_rows(db, "SELECT COUNT(*) FROM attempts")[0][0] == _requests(port)
+    twice = raw_rows(db, "SELECT COUNT(*) FROM (SELECT seq FROM attempts GROUP BY seq "
+                         "HAVING COUNT(*) > 1) x")[0][0]
+    assert summary["sent_twice"] == twice  # every repeat on record, in the report

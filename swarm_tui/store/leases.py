@@ -86,13 +86,19 @@ async def has_batches(conn: StoreConnection, run_id: str) -> bool:
 async def lease_batch(conn: StoreConnection, run_id: str, worker: str, token: str,
                       lease_s: float = LEASE_S) -> Lease | None:
     now = time.time()
-    skip_locked = " FOR UPDATE SKIP LOCKED" if dialect_of(conn) == "postgresql" else ""
+    pg = dialect_of(conn) == "postgresql"
+    skip_locked = " FOR UPDATE SKIP LOCKED" if pg else ""
+    # a lease cannot be renewed while the server is down: one that ran out during a
+    # restart runs again from the server's start (its holder is likely alive and
+    # reconnecting — taking its batches then re-sent what it had already been answered)
+    expiry = ("GREATEST(expires_at, EXTRACT(EPOCH FROM pg_postmaster_start_time()) + ?)"
+              if pg else "expires_at + 0 * ?")
     await conn.execute("BEGIN IMMEDIATE")
     try:
         async with conn.execute(
                 "SELECT batch, first_seq, last_seq FROM batches WHERE run_id=? AND "
-                "done_at IS NULL AND (expires_at IS NULL OR expires_at < ?) ORDER BY batch "
-                f"LIMIT 1{skip_locked}", (run_id, now)) as cur:
+                f"done_at IS NULL AND (expires_at IS NULL OR {expiry} < ?) ORDER BY batch "
+                f"LIMIT 1{skip_locked}", (run_id, lease_s, now)) as cur:
             row = await cur.fetchone()
         if row is not None:
             await conn.execute(
