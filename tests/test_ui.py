@@ -500,7 +500,10 @@ async def test_cancelling_an_agent_whose_task_id_looks_like_markup(cfg, tmp_path
     killed the console."""
     from swarm_tui.workload import Task
 
-    opts = RunOptions(sim=SimSettings(profile="fixed:400", rate_429=0, rate_503=0),
+    # calls of a minute: the agent selected is still running or queued when its cancel
+    # arrives, however slow the machine (with 400 ms calls it had finished first on one
+    # core, and a finished agent is not cancelled)
+    opts = RunOptions(sim=SimSettings(profile="fixed:60000", rate_429=0, rate_503=0),
                       concurrency=5)
     tasks = [Task(id=f"job[/x]{i}[bold]", prompt="p") for i in range(300)]
     source = LiveSource(cfg, opts, tasks, tmp_path / "runs.db")
