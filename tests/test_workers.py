@@ -29,6 +29,7 @@ from swarm_tui.store.fences import LeaseFence
 from swarm_tui.store.leases import BATCH_TASKS, join_run, lease_batch, split_run
 from swarm_tui.store.ownership import take_lock
 from swarm_tui.store.runs import create_run
+from swarm_tui.store.target import PgTarget
 from swarm_tui.store.writer import StoreWriter
 from tests.conftest import (
     TEST_KEY,
@@ -299,6 +300,15 @@ def test_workers_share_a_third_party_servers_quota_llmock(tmp_path, monkeypatch)
     assert limited <= 0.03 * summary["calls"], (limited, summary["calls"])
 
 
+def _sessions(db) -> list:
+    """What each server session of the run does (PostgreSQL): who holds what, who waits."""
+    if not isinstance(db, PgTarget):
+        return []
+    return raw_rows(db, "SELECT pid, application_name, state, wait_event_type, "
+                        "left(query, 60), now() - state_change FROM pg_stat_activity "
+                        "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_worker_stopped_past_its_lease_sends_nothing_more_and_its_calls_stay_on_record(
@@ -328,7 +338,8 @@ def test_a_worker_stopped_past_its_lease_sends_nothing_more_and_its_calls_stay_o
                            time.time(), raw_rows(any_db, "SELECT batch, worker, leases, "
                                                  "expires_at, done_at FROM batches"),
                            raw_rows(any_db, "SELECT worker, heartbeat_at, ended_at FROM "
-                                            "workers")))
+                                            "workers"),
+                           _sessions(any_db)))
         finally:
             os.kill(pid, signal.SIGCONT)
         out, err = proc.communicate(timeout=150)
