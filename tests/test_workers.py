@@ -339,7 +339,9 @@ def test_a_worker_stopped_past_its_lease_sends_nothing_more_and_its_calls_stay_o
                                                  "expires_at, done_at FROM batches"),
                            raw_rows(any_db, "SELECT worker, heartbeat_at, ended_at FROM "
                                             "workers"),
-                           _sessions(any_db)))
+                           _sessions(any_db),
+                           raw_rows(any_db, "SELECT actor, detail_json FROM events WHERE "
+                                            "kind = 'control'")[-8:]))
         finally:
             os.kill(pid, signal.SIGCONT)
         out, err = proc.communicate(timeout=150)

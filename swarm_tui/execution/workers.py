@@ -26,8 +26,9 @@ import sys
 from swarm_tui.canary.controller import CanaryController
 from swarm_tui.config import LoadedConfig
 from swarm_tui.config_sections import AlertKind
+from swarm_tui.engine.events import CONTROL
 from swarm_tui.engine.routing import CanaryRouter
-from swarm_tui.engine.runner import BUDGET_STOPPED
+from swarm_tui.engine.runner import BUDGET_STOPPED, SwarmRunner
 from swarm_tui.engine.state import RunStatus
 from swarm_tui.engine.summary import RunSummary
 from swarm_tui.errors import UserError
@@ -62,7 +63,7 @@ from swarm_tui.store.runs import (
 )
 from swarm_tui.store.target import DbTarget
 from swarm_tui.store.task_bodies import StoredBodies
-from swarm_tui.store.writer import StoreWriter
+from swarm_tui.store.writer import STORE_STOPPED, StoreWriter
 from swarm_tui.workload import Workload
 
 
@@ -113,6 +114,18 @@ async def prepare(conn: StoreConnection, db_path: DbTarget, cfg: LoadedConfig,
         await session.aclose()
     return batches
 
+
+
+def _feed_ended(task: asyncio.Task[None], runner: SwarmRunner) -> None:
+    """A feed that dies must not leave its runner waiting for tasks that never come (the
+    worker would beat on, holding nothing, forever): dispatch stops, with the cause."""
+    if task.cancelled() or task.exception() is None:
+        return
+    e = task.exception()
+    runner.emit(CONTROL, detail=f"worker: its feed stopped ({type(e).__name__}: {e}); "
+                                "no more sends")
+    runner.stop(STORE_STOPPED, "worker: cannot lease batches any more; no more sends")
+    runner.end_feed()
 
 async def work(conn: StoreConnection, db_path: DbTarget, cfg: LoadedConfig, opts: RunOptions,
                run_id: str, *, show_progress: bool) -> Outcome:
@@ -165,6 +178,7 @@ async def work(conn: StoreConnection, db_path: DbTarget, cfg: LoadedConfig, opts
                 leases, runner, fence, run_id, worker, total, shared=shared,
                 expected=int(snap.get("workers") or 1), budget=budget,
                 grace_s=cfg.settings.store.unwritable_grace_s))
+            feeder.add_done_callback(lambda t: _feed_ended(t, runner))
             try:
                 interrupted = await run_with_progress(runner, show=show_progress)
             finally:
