@@ -511,8 +511,12 @@ async def test_cancelling_an_agent_whose_task_id_looks_like_markup(cfg, tmp_path
     async with app.run_test(size=(100, 30)) as pilot:
         await wait_for(lambda: source.runner is not None and source.runner.in_flight > 0)
         grid = app.screen.query_one(AgentGrid)
+        # the grid filled first (on one core the keys once came before its cells)
+        await wait_for(lambda: len(grid.cells) == 300, what="every task in the grid")
         grid.focus()
-        await pilot.press("end", "c")  # a cell selected, then its cancel
+        await pilot.press("end")
+        await wait_for(lambda: grid.selected is not None, what="a selected cell")
+        await pilot.press("c")  # its cancel
         await wait_for(lambda: isinstance(app.screen, ConfirmScreen), what="the dialog")
         cell = grid.selected
         assert cell is not None and cell.task_id.startswith("job[/x]")
