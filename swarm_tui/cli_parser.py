@@ -253,9 +253,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="accept only these keys (one per line); default any Bearer key")
     sim.add_argument("--usage", choices=["final", "inline", "none"], default="final",
                      help="how streamed usage is reported")
-    sim.add_argument("--prompt-counting", choices=["chars4", "bytes"], default="chars4",
-                     help="prompt tokens billed: ~4 characters a token, or every UTF-8 byte "
-                     "(the most a byte-level BPE can bill)")
+    sim.add_argument("--prompt-counting", choices=["estimate", "chars4", "bytes"],
+                     default="estimate",
+                     help="prompt tokens billed: as an o200k-like tokenizer would (estimate), "
+                     "~4 characters a token, or every UTF-8 byte (the most a byte-level BPE "
+                     "can bill)")
     sim.add_argument("--chunks", type=int, default=6, help="content chunks per streamed answer")
     sim.add_argument("--cached-fraction", type=float, default=0.0,
                      help="share of prompt tokens reported as cached")

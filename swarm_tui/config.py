@@ -39,6 +39,8 @@ from swarm_tui.config_sections import (
 from swarm_tui.errors import UserError
 from swarm_tui.paths import default_config_path
 from swarm_tui.prices import PriceTable, load_price_table
+from swarm_tui.token_count import TokenCounts
+from swarm_tui.token_count import configure as configure_counts
 
 
 class Settings(BaseSettings):
@@ -64,6 +66,10 @@ class Settings(BaseSettings):
     canary: CanaryConfig | None = None
     alerts: AlertsConfig = Field(default_factory=AlertsConfig)
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
+    # model glob -> its tokenizer, from a local file: "kimi-*" = "kimi/tokenizer.json",
+    # "gpt-4o*" = "tiktoken:o200k_base" (routing by length and usage a gateway left out;
+    # any other model: an estimate that knows scripts)
+    tokenizers: dict[str, str] = Field(default_factory=dict)
 
     @classmethod
     def settings_customise_sources(
@@ -204,4 +210,8 @@ def load_config(cli_path: str | None = None, flags: dict[str, Any] | None = None
         prices_file = base_dir / prices_file
     overrides = {k: v.model_dump() for k, v in settings.prices.items()}
     prices = load_price_table(prices_file, overrides, place)
+    routing = settings.routing
+    configure_counts(TokenCounts.load(
+        settings.tokenizers, place, base_dir,
+        routing.short_model if routing.enabled else settings.default_model))
     return LoadedConfig(settings=settings, path=path, prices=prices)

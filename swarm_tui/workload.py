@@ -13,16 +13,12 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from swarm_tui.errors import UserError
+from swarm_tui.token_count import counts, estimate_tokens
 
-CHARS_PER_TOKEN = 4  # rough estimate used for routing and for usage a gateway did not report
 # the chat template's tokens around each message (role markers, separators; 3–4 in the
 # OpenAI and Qwen/Kimi templates) and around the call (the assistant's header)
 TEMPLATE_TOKENS_PER_MESSAGE = 8
 TEMPLATE_TOKENS_PER_CALL = 16
-
-
-def estimate_tokens(text: str) -> int:
-    return max(1, (len(text) + CHARS_PER_TOKEN - 1) // CHARS_PER_TOKEN)
 
 
 class Task(BaseModel):
@@ -59,7 +55,10 @@ class Task(BaseModel):
         return [{"role": "user", "content": self.prompt}]
 
     def prompt_tokens_estimate(self) -> int:
-        return estimate_tokens(self.prompt) + (estimate_tokens(self.system) if self.system else 0)
+        """The count routing by length uses: the tokenizer of the task's model (or of the
+        short-context model the rule guards), else the script-aware estimate."""
+        count = counts().for_model(self.model)
+        return count(self.prompt) + (count(self.system) if self.system else 0)
 
     def prompt_tokens_bound(self) -> int:
         """At least as many tokens as the prompt can be, in any script: a byte-level BPE
@@ -235,16 +234,18 @@ def iter_demo(n: int, seed: int = 7, max_tokens: int = 1200) -> Iterator[Task]:
     """
     rng = random.Random(seed)
     corpus = " ".join(rng.choice(_WORDS) for _ in range(4000))  # sliced per task: cheap
+    chars_per_token = len(corpus) / estimate_tokens(corpus)  # sized as routing counts it
     for i in range(n):
         long_doc = rng.random() < 0.15
         tokens = rng.randint(1000, 1500) if long_doc else rng.randint(450, 850)
         start = rng.randrange(len(corpus) // 2)
-        body = (corpus[start:] + " " + corpus)[: tokens * CHARS_PER_TOKEN]
+        size = round(tokens * chars_per_token)
+        body = (corpus[start:] + " " + corpus)[:size]
         # user ids spread over the hash space so canary buckets are realistic
         uid = "user-" + hashlib.sha256(f"{seed}:{i % max(1, n // 3)}".encode()).hexdigest()[:10]
         yield Task(
             id=f"demo-{i:05d}",
-            prompt=f"Task {i}: {body}"[: tokens * CHARS_PER_TOKEN],
+            prompt=f"Task {i}: {body}"[:size],
             system="You are a careful sub-agent. Answer concisely.",
             user_id=uid,
             max_tokens=max_tokens,

@@ -49,6 +49,7 @@ def test_the_console_asks_its_run_source_only_what_the_protocol_declares():
     assert not offenders, offenders
 
 
+@pytest.mark.slow
 def test_core_modules_do_not_load_textual_at_runtime():
     """Beyond the import graph: importing the command line and every non-ui layer must not
     load Textual (a lazy import inside a function would slip past the static check)."""

@@ -35,6 +35,7 @@ def byte_billing_gateway(request, tmp_path):
     proc.wait(10)
 
 
+@pytest.mark.slow
 def test_the_cap_holds_on_cjk_prompts_against_a_byte_billing_gateway(
         tmp_path, byte_billing_gateway, no_user_config):
     _port, cfg, usage = byte_billing_gateway

@@ -158,6 +158,7 @@ def test_auto_canary_aborts_on_candidate_503s_and_says_why(sim_procs, tmp_path, 
     assert summary["failed"] == 0
 
 
+@pytest.mark.slow
 def test_too_little_traffic_stays_inconclusive_pauses_and_never_promotes(sim_factory, tmp_path,
                                                                         env):
     base = sim_factory(profile="fixed:100")
@@ -213,6 +214,7 @@ def test_canary_set_from_another_process_reaches_the_running_runner(sim_factory,
     assert last["actor"]  # the OS user
 
 
+@pytest.mark.slow
 def test_canary_cli_refusals_are_one_line(sim_factory, tmp_path, env_any):
     env = env_any
     base = sim_factory(profile="fixed:50")
@@ -323,6 +325,7 @@ drain_s = 3
     assert raw_rows(target, "SELECT COUNT(*) FROM attempts WHERE gateway='gw'")[0][0] >= 40
 
 
+@pytest.mark.slow
 def test_a_resumed_canary_run_splits_by_the_canary_not_its_baseline(sim_factory, tmp_path,
                                                                    env):
     base = sim_factory(profile="fixed:20")

@@ -136,6 +136,7 @@ def test_the_p95_ratio_gate_needs_mann_whitney_evidence_to_fail():
 @pytest.mark.parametrize(("k", "n", "q"), [(40, 1000, 0.01), (120, 1000, 0.01),
                                            (300, 2000, 0.01), (15, 200, 0.05),
                                            (3, 200, 0.05)])
+@pytest.mark.slow
 def test_binomial_tail_is_exact_far_into_the_tail(k, n, q):
     """Against exact rational arithmetic (math.comb, Fraction): 1e-6 relative down to the
     smallest p-values a float holds (1 - Σ below printed 3.6e-13 for 1.7e-66, 0 for 2e-256)."""

@@ -38,6 +38,7 @@ def actions(db) -> list[tuple]:
                          "ORDER BY id").fetchall()
 
 
+@pytest.mark.slow
 async def test_panel_actions_confirm_and_follow_state_rules(tmp_path):
     db = tmp_path / "runs.db"
     app = SwarmApp(db_path=db, refresh_s=0.1, canary=CFG)
@@ -71,6 +72,7 @@ async def test_panel_actions_confirm_and_follow_state_rules(tmp_path):
                                ("abort", "console", "p99 regression", 0)]
 
 
+@pytest.mark.slow
 async def test_readonly_console_cannot_act_on_the_canary(tmp_path):
     db = tmp_path / "runs.db"
     app = SwarmApp(db_path=db, refresh_s=0.1, canary=CFG, readonly=True)
@@ -93,6 +95,7 @@ async def test_no_canary_configured_says_so():
         assert not isinstance(app.screen, CanaryScreen)
 
 
+@pytest.mark.slow
 async def test_console_set_moves_its_own_running_swarm(sim_factory, tmp_path, monkeypatch):
     base = sim_factory(profile="fixed:300")
     cand = sim_factory(profile="fixed:300")
@@ -123,6 +126,7 @@ async def test_console_set_moves_its_own_running_swarm(sim_factory, tmp_path, mo
     assert last == ("set", "console", 100)
 
 
+@pytest.mark.slow
 def test_canary_panel_snapshot(snap_compare, monkeypatch):
     monkeypatch.setenv("TZ", "UTC")
     time.tzset()

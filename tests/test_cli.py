@@ -12,6 +12,7 @@ from tests.conftest import TEST_KEY, assert_one_line_error, free_port, swarm
 
 
 @pytest.mark.usefixtures("no_user_config")
+@pytest.mark.slow
 def test_demo_json_contract():
     r = swarm("run", "--demo", "40", "--headless", "--json", "--sim-rate-429", "0",
               "--sim-rate-503", "0")
@@ -31,6 +32,7 @@ def test_demo_json_contract():
 
 
 @pytest.mark.usefixtures("no_user_config")
+@pytest.mark.slow
 def test_summary_line_and_sla_breach_exit_code():
     r = swarm("run", "--demo", "30", "--headless", "--sim-profile", "fixed:400",
               "--sim-rate-429", "0", "--sim-rate-503", "0")
@@ -48,6 +50,7 @@ def test_bad_config_exit_2(tmp_path):
 
 
 @pytest.mark.usefixtures("no_user_config")
+@pytest.mark.slow
 def test_bad_workload_line_exit_2_and_nothing_sent(tmp_path):
     w = tmp_path / "w.jsonl"
     w.write_text('{"id": "a", "prompt": "x"}\n{"id": "b"}\n')
@@ -62,6 +65,7 @@ def test_bad_workload_line_exit_2_and_nothing_sent(tmp_path):
 
 
 @pytest.mark.usefixtures("no_user_config")
+@pytest.mark.slow
 def test_unreachable_gateway_exit_2(tmp_path):
     cfg = tmp_path / "c.toml"
     port = free_port()
@@ -73,6 +77,7 @@ def test_unreachable_gateway_exit_2(tmp_path):
 
 
 @pytest.mark.usefixtures("no_user_config")
+@pytest.mark.slow
 def test_wrong_key_exit_2_without_the_key(tmp_path, sim_factory):
     server = sim_factory(profile="fixed:5", keys=["sk-good-000000000000000000000"])
     cfg = tmp_path / "c.toml"
@@ -83,6 +88,7 @@ def test_wrong_key_exit_2_without_the_key(tmp_path, sim_factory):
 
 
 @pytest.mark.usefixtures("no_user_config")
+@pytest.mark.slow
 def test_missing_key_and_unknown_gateway(tmp_path):
     cfg = tmp_path / "c.toml"
     cfg.write_text('[gateways.gw]\nbase_url = "http://127.0.0.1:9/v1"\nkey_env = ["NO_SUCH_VAR"]\n')
@@ -93,6 +99,7 @@ def test_missing_key_and_unknown_gateway(tmp_path):
 
 
 @pytest.mark.usefixtures("no_user_config")
+@pytest.mark.slow
 def test_run_against_a_configured_gateway_in_another_process(tmp_path):
     port = free_port()
     sim = subprocess.Popen([sys.executable, "-m", "swarm_tui", "sim", "--port", str(port),
@@ -123,6 +130,7 @@ def test_bad_sim_flags():
 
 
 @pytest.mark.usefixtures("no_user_config")
+@pytest.mark.slow
 def test_watch_errors_are_one_line_before_the_console_starts(tmp_path):
     db = tmp_path / "w.db"
     swarm("run", "--demo", "2", "--headless", "--quiet", "--db", str(db))
@@ -154,6 +162,7 @@ def test_every_option_and_argument_says_what_it_does():
     assert not missing, missing
 
 
+@pytest.mark.slow
 def test_call_success_is_shown_next_to_task_success_and_judged_by_the_sla(tmp_path):
     """The team measures success per call (96.8 % direct): retries rescue tasks, so task
     success reads ~100 % while calls fail 3.2 % — both are reported, the SLA judges calls."""

@@ -96,6 +96,7 @@ def test_a_call_ends_when_its_last_bytes_left_the_socket_never_outside_send_and_
 
 
 @pytest.mark.parametrize("stream", [True, False])
+@pytest.mark.slow
 async def test_wire_times_are_taken_for_every_call_and_bound_the_latency(sim_factory, stream):
     """Through the real SDK and aiohttp: each call's last bytes were timed off the socket,
     between its send and the moment the engine handled them, while a thread hogs the GIL

@@ -42,6 +42,7 @@ def cfg_for(tmp_path):
     (True, 0.0, "openai"), (False, 0.0, "openai"), (True, 0.5, "openai"),
     (False, 0.5, "openai"), (True, 0.4, "deepseek"), (False, 0.4, "deepseek"),
 ])
+@pytest.mark.slow
 def test_cost_equals_the_hand_computation_to_the_cent(sim_factory, cfg_for, tmp_path, stream,
                                                       cached, style):
     sim = sim_factory(profile="fixed:20", cached_fraction=cached, usage_style=style)
@@ -81,6 +82,7 @@ def test_cost_equals_the_hand_computation_to_the_cent(sim_factory, cfg_for, tmp_
     assert routing["saving_pct"] > 0  # short tasks on the cheaper model
 
 
+@pytest.mark.slow
 def test_unpriced_model_is_never_zero(sim_factory, cfg_for):
     sim = sim_factory(profile="fixed:20")
     conf, env = cfg_for(sim)
@@ -110,6 +112,7 @@ def test_unpriced_model_is_never_zero(sim_factory, cfg_for):
     assert "house-llm-7b: 5/5 ok" in text and "unpriced" in text.split("house-llm-7b: 5/5")[1]
 
 
+@pytest.mark.slow
 def test_budget_stop_stops_dispatch_and_keeps_unsent_tasks(sim_factory, cfg_for):
     sim = sim_factory(profile="fixed:100")
     conf, env = cfg_for(sim)
@@ -202,6 +205,7 @@ async def test_a_budget_stop_does_not_wait_out_retry_backoffs(sim_factory):
     assert any(a.attempts and a.state == "queued" for a in runner.agents)  # a dropped retry
 
 
+@pytest.mark.slow
 def test_the_stored_cost_summed_by_the_database_equals_the_per_task_report(tmp_path):
     """`cost` reads a stored run's succeeded tasks summed per breakdown and timeline step
     (store/cost_rows.py); every figure equals the report built task by task."""

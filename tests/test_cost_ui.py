@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from swarm_tui.execution.wiring import RunOptions
 from swarm_tui.run_sources import LiveSource
 from swarm_tui.sim.settings import SimSettings
@@ -14,6 +16,7 @@ from tests.test_ui import notes, wait_for
 from tests.ui_fixtures import FixedSource, cost_report_fixture, mid_run_snapshot, screen_text
 
 
+@pytest.mark.slow
 async def test_cost_panel_follows_a_live_run_with_a_budget(cfg, tmp_path):
     # the cap (with the in-flight calls reserved) takes several rounds of 1 s calls, however
     # fast the machine, and the panel reloads each second. It opens as the run starts and
@@ -64,6 +67,7 @@ class CostSource(FixedSource):
         return cost_report_fixture(self.snap.budget_usd)
 
 
+@pytest.mark.slow
 def test_cost_panel_snapshot(snap_compare):
     snap = dataclasses.replace(mid_run_snapshot(), budget_usd=0.50)
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import sqlite3
 
+import pytest
+
 from swarm_tui.config_sections import RetryConfig, RoutingConfig
 from swarm_tui.engine.routing import SingleGateway
 from swarm_tui.engine.runner import RunPolicy, SwarmRunner
@@ -29,6 +31,7 @@ async def test_a_paced_run_sends_no_faster_than_its_rate(sim_factory):
     assert sum(1 for s in starts if s - starts[0] < 100) <= 12
 
 
+@pytest.mark.slow
 def test_the_demo_incidents_show_a_retry_a_fallback_and_a_key_cooling(tmp_path):
     env = {"SWARM_TUI_DB": str(tmp_path / "runs.db"), "XDG_CONFIG_HOME": str(tmp_path / "x")}
     r = swarm("run", "--demo", "1200", "--sim-incidents", "--headless", "--quiet", "--json",

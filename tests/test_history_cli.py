@@ -30,6 +30,7 @@ def _served(port: int) -> int:
 
 
 @pytest.mark.usefixtures("no_user_config")
+@pytest.mark.slow
 def test_run_and_report_print_the_same_summary():
     r = swarm("run", "--demo", "60", "--headless", "--json", "--quiet")
     assert r.returncode in (0, 3), r.stderr
@@ -149,6 +150,7 @@ def test_sigkill_then_resume_sends_only_what_was_not_stored(tmp_path, sim_proc):
 
 
 @pytest.mark.usefixtures("no_user_config")
+@pytest.mark.slow
 def test_resume_refuses_a_live_run_and_unknown_ids(tmp_path):
     r = swarm("run", "--demo", "5", "--headless", "--json", "--quiet")
     run_id = json.loads(r.stdout)["run_id"]
@@ -168,6 +170,7 @@ def test_resume_refuses_a_live_run_and_unknown_ids(tmp_path):
 
 
 @pytest.mark.usefixtures("no_user_config")
+@pytest.mark.slow
 def test_export_csv_and_jsonl_carry_no_key(tmp_path, sim_proc):
     _port, cfg = sim_proc
     w = _workload(tmp_path, 20)
@@ -247,6 +250,7 @@ def test_compare_shows_a_rate_change_in_percentage_points_and_calls_per_s_counts
     assert summary.calls_per_s == pytest.approx(3.0)
 
 
+@pytest.mark.slow
 def test_runs_of_a_database_path_that_does_not_exist_is_an_error_not_an_empty_store(tmp_path):
     from tests.conftest import assert_one_line_error
 

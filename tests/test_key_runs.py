@@ -46,6 +46,7 @@ async def test_three_keys_carry_more_than_one_keys_rate_limit(sim_factory, strat
         assert sum(k.rate_limited for k in gw.keys) <= len(KEYS)
 
 
+@pytest.mark.slow
 async def test_retiring_a_key_mid_run_drops_no_call(sim_factory):
     sim = sim_factory(profile="fixed:400")
     rec = Recorder()
@@ -112,6 +113,7 @@ async def test_a_rejected_key_is_disabled_and_the_run_finishes_on_the_others(sim
     assert bad not in (revoked.reason or "")
 
 
+@pytest.mark.slow
 async def test_every_key_cooling_makes_dispatch_wait_visibly_not_fail(sim_factory):
     sim = sim_factory(profile="fixed:20")
     rec = Recorder()
@@ -154,6 +156,7 @@ async def test_key_file_edits_reach_the_running_pool(sim_factory, tmp_path):
     assert all(KEYS[0] not in r and KEYS[1] not in r for r in reports)
 
 
+@pytest.mark.slow
 def test_keys_cli_add_reads_stdin_never_argv(tmp_path):
     kf = tmp_path / "keys" / "gw.keys"
     conf = tmp_path / "c.toml"
@@ -185,6 +188,7 @@ def test_keys_cli_add_reads_stdin_never_argv(tmp_path):
                           "no running swarm holds that key")
 
 
+@pytest.mark.slow
 async def test_a_cooling_gateway_does_not_hold_up_the_other(sim_factory):
     """Canary runs have two gateways: one's keys cooling must not stall the other's tasks."""
     from swarm_tui.config_sections import RetryConfig, RoutingConfig

@@ -82,6 +82,7 @@ async def test_readonly_keys_panel_changes_nothing():
             assert isinstance(app.screen, KeysScreen)
 
 
+@pytest.mark.slow
 def test_keys_panel_snapshot(snap_compare, monkeypatch):
     monkeypatch.setenv("TZ", "UTC")
     time.tzset()

@@ -54,6 +54,7 @@ async def test_a_notification_is_heard_once_committed_and_never_when_rolled_back
     assert await Listener.open(Path("runs.db"), (ROWS,)) is None  # SQLite: readers poll
 
 
+@pytest.mark.slow
 async def test_a_queued_pause_reaches_the_writer_by_notification(pg, sim_factory,
                                                                  monkeypatch):
     monkeypatch.setattr(store_writer, "CONTROL_POLL_S", HOUR)

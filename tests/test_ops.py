@@ -203,6 +203,7 @@ def test_a_watcher_serves_the_run_it_follows_as_metrics(env):
     assert "demo-0" not in final and "sk-sim-" not in final
 
 
+@pytest.mark.slow
 def test_watch_headless_without_a_metrics_port_is_one_line(env):
     r = swarm("watch", "--headless", env=env)
     assert r.returncode == 2
@@ -211,6 +212,7 @@ def test_watch_headless_without_a_metrics_port_is_one_line(env):
         "the other way to watch)"]
 
 
+@pytest.mark.slow
 def test_a_busy_metrics_port_is_one_line_before_the_run(env):
     import socket
 
@@ -252,6 +254,7 @@ def _events(env, run_id: str) -> list[str]:
             "ORDER BY id", (run_id,))]
 
 
+@pytest.mark.slow
 def test_one_alert_per_budget_stop_delivered_and_recorded(tmp_path, env, receiver):
     cfg = _alert_config(tmp_path, f"http://127.0.0.1:{receiver.port}")
     r = swarm("run", "--demo", "400", "--headless", "--json", "--quiet", "--config", cfg,
@@ -273,6 +276,7 @@ def test_one_alert_per_budget_stop_delivered_and_recorded(tmp_path, env, receive
     assert f"127.0.0.1:{receiver.port}" not in events  # a webhook URL is a credential
 
 
+@pytest.mark.slow
 def test_a_receiver_that_is_down_never_fails_or_holds_the_run(tmp_path, env):
     dead = free_port()  # nothing listens there
     cfg = _alert_config(tmp_path, f"http://127.0.0.1:{dead}")
@@ -319,6 +323,7 @@ def test_one_alert_per_canary_abort(tmp_path, env, receiver):
 
 
 # -- OpenTelemetry ---------------------------------------------------------------------
+@pytest.mark.slow
 def test_one_span_per_attempt_over_otlp(tmp_path, env, receiver):
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
         ExportTraceServiceRequest,
@@ -351,6 +356,7 @@ def test_one_span_per_attempt_over_otlp(tmp_path, env, receiver):
     assert all(s.end_time_unix_nano >= s.start_time_unix_nano > 0 for s in spans)
 
 
+@pytest.mark.slow
 def test_no_telemetry_configured_loads_no_tracing(env):
     code = ("import sys; from swarm_tui.cli import main; rc = main(['run', '--demo', '5', "
             "'--headless', '--quiet', '--sim-profile', 'fixed:30']); print(sorted(m for m in "

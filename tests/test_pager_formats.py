@@ -10,6 +10,8 @@ import json
 import re
 from datetime import datetime
 
+import pytest
+
 from tests.conftest import TEST_KEY, start_sim_process, swarm
 
 PD_ACTIONS = {"trigger", "acknowledge", "resolve"}
@@ -61,6 +63,7 @@ def validate_alertmanager(body: list) -> None:
             assert starts is None or _rfc3339(alert["endsAt"]) >= starts
 
 
+@pytest.mark.slow
 def test_a_breach_pages_and_resolves_in_pagerduty_and_alertmanager(tmp_path, receiver,
                                                                     no_user_config):
     proc, port = start_sim_process("--profile", "fixed:20", "--rate-503", "0.2")

@@ -100,6 +100,7 @@ def test_a_console_on_another_host_pauses_the_run_and_a_reader_is_refused(roles_
         run.wait(60)
 
 
+@pytest.mark.slow
 def test_runs_copied_from_sqlite_into_postgresql_and_back_read_the_same(pg_server, tmp_path):
     laptop = tmp_path / "laptop.db"
     env = {"XDG_CONFIG_HOME": str(tmp_path / "xdg"), "XDG_DATA_HOME": str(tmp_path / "data")}
@@ -142,6 +143,7 @@ def _approx(value):
     return value
 
 
+@pytest.mark.slow
 def test_a_password_never_goes_on_the_command_line(tmp_path):
     url = "postgresql://alice:s3cret-pw@127.0.0.1:9/x"
     for args in (["--db", url, "runs"], ["db", "copy", url, str(tmp_path / "x.db")]):
@@ -150,11 +152,13 @@ def test_a_password_never_goes_on_the_command_line(tmp_path):
         assert "s3cret-pw" not in r.stderr + r.stdout
 
 
+@pytest.mark.slow
 def test_an_unreachable_server_is_one_line(tmp_path):
     r = swarm("--db", "postgresql://nobody@127.0.0.1:9/none", "runs")
     assert_one_line_error(r, 2, "database postgresql://nobody@127.0.0.1:9/none")
 
 
+@pytest.mark.slow
 def test_the_planner_knows_a_new_run_right_after_it(pg_server, tmp_path):
     """A new run id is in no planner statistics until the store ANALYZEs: PostgreSQL then
     guesses one row and joins the run's rows by nested loops (a report right after a
@@ -172,6 +176,7 @@ def test_the_planner_knows_a_new_run_right_after_it(pg_server, tmp_path):
         assert estimate >= 500, (table, plan)  # ~1,500 (sampled), never the guess of 1
 
 
+@pytest.mark.slow
 def test_no_role_can_write_around_the_audit_trail(roles_db, pg_server):
     """The operator pauses and moves the canary only through the audited functions; a
     direct INSERT or UPDATE of the control queue, the canary, its audit log or the events

@@ -34,6 +34,7 @@ def _p95(values: list[float]) -> float:
 
 # -- quotas --------------------------------------------------------------------------------------
 @pytest.mark.parametrize("strategy", ["least-in-flight", "round-robin", "proactive"])
+@pytest.mark.slow
 async def test_per_key_quotas_fail_nothing_and_pace_near_the_quota(sim_factory, strategy):
     # 3 keys x (5-call bucket, 600/min = 10/s refill): 30 calls/s in all, after a burst of 15
     rpm, burst, n = 600, 5, 135
@@ -106,6 +107,7 @@ async def test_a_third_party_quota_server_llmock_fails_no_task():
     assert wall <= 30.0, wall  # the 15 beyond the bursts wait for slots, not a 60 s refill
 
 
+@pytest.mark.slow
 async def test_one_models_429s_do_not_hold_another_model(sim_factory):
     """One key; kimi answers 429 (no Retry-After) to everything, deepseek is healthy."""
     sim = sim_factory(profile="fixed:30", model_429={"kimi-k2.5": 1.0})
@@ -166,6 +168,7 @@ async def test_an_error_event_inside_the_stream_is_retried_then_falls_back(sim_f
     assert len(rec.kinds(ev.FALLBACK)) == 10
 
 
+@pytest.mark.slow
 async def test_malformed_chunks_are_a_retryable_protocol_error(sim_factory):
     sim = sim_factory(profile="fixed:10", rate_malformed=0.3, seed=5)
     async with client_for(sim) as gw:
@@ -211,6 +214,7 @@ async def test_a_refused_connection_is_connection_not_timeout(transport):
 
 
 # -- keys in trouble ----------------------------------------------------------------------------
+@pytest.mark.slow
 async def test_preflight_disables_a_rejected_key_and_goes_on(sim_factory):
     sim = sim_factory(profile="fixed:10", keys=KEYS[:2], models_fail=2)
     async with client_for(sim, keys=KEYS) as gw:
@@ -232,6 +236,7 @@ async def test_preflight_fails_only_when_no_key_works(sim_factory):
             await gw.preflight()
 
 
+@pytest.mark.slow
 async def test_retiring_the_last_usable_key_makes_dispatch_wait_not_fail(sim_factory):
     from swarm_tui.gateway import keyops
 

@@ -319,6 +319,7 @@ def test_kill_9_at_random_points_then_resume_pays_each_task_once_but_the_window(
 
 
 @pytest.mark.usefixtures("no_user_config")
+@pytest.mark.slow
 def test_a_run_killed_after_its_last_flush_is_marked_finished(tmp_path):
     r = swarm("run", "--demo", "5", "--headless", "--json", "--quiet")
     run_id = json.loads(r.stdout)["run_id"]
@@ -363,6 +364,7 @@ async def test_an_executor_that_lost_its_claim_cannot_write(sim_factory, db_targ
     assert stored < 400 and stored + journaled == server.app.stats["requests"]
 
 
+@pytest.mark.slow
 def test_a_task_sent_twice_shows_in_report_and_export(any_db):
     r = swarm("run", "--demo", "4", "--headless", "--json", "--quiet", "--sim-rate-429", "0",
               "--sim-rate-503", "0")  # one attempt each: the copy below is the only repeat
@@ -406,6 +408,7 @@ def _corrupt_db(path: Path) -> None:
 @pytest.mark.parametrize("case", ["directory", "garbage", "corrupt-pages", "newer-schema",
                                   "under-a-file"])
 @pytest.mark.parametrize("command", [("runs",), ("run", "--demo", "2", "--headless")])
+@pytest.mark.slow
 def test_bad_database_is_one_line_exit_2_and_unchanged(tmp_path, case, command):
     db = tmp_path / "runs.db"
     needle = {"directory": "is a directory", "garbage": "not a swarm-tui database",
@@ -436,6 +439,7 @@ def test_bad_database_is_one_line_exit_2_and_unchanged(tmp_path, case, command):
 
 
 @pytest.mark.usefixtures("no_user_config")
+@pytest.mark.slow
 def test_full_disk_when_creating_the_database(tmp_path):
     fs = tmp_path / "full"
     if not _mount_tmpfs(fs, "64k"):
@@ -453,6 +457,7 @@ def test_full_disk_when_creating_the_database(tmp_path):
 
 # -- only the owner reads what the swarm saw ----------------------------------------------------
 @pytest.mark.usefixtures("no_user_config")
+@pytest.mark.slow
 async def test_database_wal_journal_locks_and_exports_are_private(tmp_path):
     old = os.umask(0o022)
     try:
@@ -486,6 +491,7 @@ async def test_database_wal_journal_locks_and_exports_are_private(tmp_path):
 
 
 @pytest.mark.usefixtures("no_user_config")
+@pytest.mark.slow
 def test_a_database_others_can_read_is_warned_about(tmp_path):
     db = Path(os.environ["SWARM_TUI_DB"])
     swarm("run", "--demo", "2", "--headless", "--quiet")
@@ -495,6 +501,7 @@ def test_a_database_others_can_read_is_warned_about(tmp_path):
     assert f"chmod 600 '{db}'" in r.stderr and "readable by other users" in r.stderr
 
 
+@pytest.mark.slow
 def test_a_cancel_during_retry_waits_books_each_attempt_once(tmp_path, no_user_config):
     """^C while tasks wait for their retry: each attempt is stored once (the cancel booked
     the waiting task's last attempt a second time: SENT MORE THAN ONCE with nothing sent

@@ -44,6 +44,7 @@ def test_the_thresholds_can_be_overridden(monkeypatch, raw, expected):
     assert gc.get_threshold() == expected
 
 
+@pytest.mark.slow
 async def test_parking_moves_what_survives_out_of_the_young_generations():
     gc.unfreeze()
     gc.collect()

@@ -216,6 +216,7 @@ async def _until_listening(url: str, connector=None) -> None:
     raise AssertionError(f"{url} never answered")
 
 
+@pytest.mark.slow
 async def test_serve_answers_nothing_without_the_login_and_no_other_origin(served_db):
     env, token = served_db
     port = free_port()
@@ -255,6 +256,7 @@ async def test_serve_answers_nothing_without_the_login_and_no_other_origin(serve
     assert TOKEN not in err  # a token from a file is never printed
 
 
+@pytest.mark.slow
 def test_serve_refuses_what_would_open_the_door(served_db, tmp_path):
     from tests.conftest import assert_one_line_error
 
@@ -271,6 +273,7 @@ def test_serve_refuses_what_would_open_the_door(served_db, tmp_path):
     assert_one_line_error(refused("last", "--certfile", str(token)), 2, "go together")
 
 
+@pytest.mark.slow
 async def test_serve_on_a_socket_only_its_owner_may_open(served_db, tmp_path):
     env, token = served_db
     sock = tmp_path / "console.sock"

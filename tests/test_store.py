@@ -100,6 +100,7 @@ async def _stored_run(sim_factory, path, n=400, **sim):
     return conn, path, runner, writer
 
 
+@pytest.mark.slow
 async def test_writer_stores_every_task_and_attempt_in_batches(sim_factory, db_target):
     conn, path, runner, writer = await _stored_run(sim_factory, db_target, rate_429=0.1,
                                                    retry_after_s=0.05)
@@ -123,6 +124,7 @@ def _nearest_rank(values, p):
     return values[max(1, math.ceil(p / 100 * len(values))) - 1]
 
 
+@pytest.mark.slow
 async def test_report_equals_independent_recomputation_from_raw_rows(sim_factory, db_target):
     conn, path, runner, _ = await _stored_run(sim_factory, db_target, n=300)
     summary = await load_summary(conn, await get_run(conn, "r1", path))
@@ -150,6 +152,7 @@ async def test_report_equals_independent_recomputation_from_raw_rows(sim_factory
     await conn.close()
 
 
+@pytest.mark.slow
 async def test_closing_during_a_flush_loses_nothing(db_target):
     """close() while the loop is mid-flush: every row still lands (it once rolled back)."""
     from swarm_tui.engine import events as ev

@@ -50,6 +50,7 @@ def _config(tmp_path: Path, port: int, receiver_port: int) -> Path:
     return cfg
 
 
+@pytest.mark.slow
 def test_a_gateway_url_with_a_password_is_refused_in_one_line(tmp_path, no_user_config):
     """user:password@ in base_url would be stored and shown with it — and cannot be sent
     with the key's Bearer header (every call failed `protocol`)."""
@@ -67,6 +68,7 @@ def _assert_no_secret(where: str, blob: bytes | str) -> None:
         assert secret.encode() not in data, f"{where} holds {secret[:6]}…"
 
 
+@pytest.mark.slow
 def test_no_credential_in_the_sqlite_file_or_any_output(tmp_path, gateway, receiver,
                                                          no_user_config):
     port, _ = gateway
@@ -137,6 +139,7 @@ def test_a_database_stored_before_is_scrubbed_by_its_migration(tmp_path):
     assert stored["gateways"]["g"]["base_url"] == "https://***@gw.example/v1"
 
 
+@pytest.mark.slow
 def test_a_password_in_a_url_never_reaches_argv_or_an_error_line(tmp_path, gateway,
                                                                   pg_server, no_user_config):
     """`password=` as a URL parameter is a password too: refused on the command line and
@@ -178,6 +181,7 @@ def _workers(target) -> int:
         raise
 
 
+@pytest.mark.slow
 def test_the_reader_role_can_select_no_secret(tmp_path, gateway, receiver, pg_server):
     port, _ = gateway
     target = new_pg_database(pg_server)

@@ -56,6 +56,7 @@ async def test_prompts_come_back_whole_a_block_at_a_time_and_the_cache_stays_bou
         await bodies.aclose()
 
 
+@pytest.mark.slow
 async def test_a_run_on_heads_sends_every_stored_prompt_and_an_unreadable_one_waits_for_resume(
         sim_factory, tmp_path):
     """The runner gets heads only (no prompt in memory): every task is sent with its stored

@@ -15,7 +15,8 @@ import pytest
 
 from tests.pty_harness import PtyApp
 
-pytestmark = pytest.mark.timeout(90)
+# every test here drives the real binary on a pseudo-terminal
+pytestmark = [pytest.mark.timeout(90), pytest.mark.slow]
 THEMES = ["swarm-dark", "swarm-light", "swarm-high-contrast", "swarm-ansi", "swarm-production"]
 
 

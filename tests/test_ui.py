@@ -120,6 +120,7 @@ async def test_every_run_binding_against_a_live_run(cfg, tmp_path):
     assert app.return_code == 0
 
 
+@pytest.mark.slow
 async def test_quit_asks_while_a_run_is_active_and_cancels_cleanly(cfg, tmp_path):
     source = live(cfg, tmp_path, n=2000)
     app = SwarmApp(source, db_path=tmp_path / "runs.db", refresh_s=0.1)
@@ -140,6 +141,7 @@ async def test_quit_asks_while_a_run_is_active_and_cancels_cleanly(cfg, tmp_path
     raw.close()
 
 
+@pytest.mark.slow
 async def test_readonly_console_changes_nothing(cfg, tmp_path):
     source = live(cfg, tmp_path, readonly=True)
     app = SwarmApp(source, db_path=tmp_path / "runs.db", refresh_s=0.1, readonly=True)
@@ -272,6 +274,7 @@ async def test_watch_follows_another_process_and_obeys_write(cfg, tmp_path):
     await final.close()
 
 
+@pytest.mark.slow
 async def test_demo_key_starts_a_swarm_from_the_bare_console(cfg, tmp_path):
     from swarm_tui.workload import demo_tasks as demo
 
@@ -294,6 +297,7 @@ async def test_demo_key_starts_a_swarm_from_the_bare_console(cfg, tmp_path):
     assert app.return_code == 0
 
 
+@pytest.mark.slow
 async def test_grid_navigation_keys():
     app = SwarmApp(FixedSource(mid_run_snapshot(1000)), refresh_s=10)
     async with app.run_test(size=(80, 24)) as pilot:
@@ -317,6 +321,7 @@ async def test_grid_navigation_keys():
         assert grid.cursor == 0 and grid.scroll_offset.y == 0
 
 
+@pytest.mark.slow
 async def test_history_replays_and_compares_stored_runs(stored_runs_db):
     from swarm_tui.ui.screens import TextScreen
 
@@ -349,6 +354,7 @@ def test_dashboard_no_color(snap_compare, monkeypatch):
     assert snap_compare(app, terminal_size=(80, 24), run_before=settle)
 
 
+@pytest.mark.slow
 async def test_next_failed_copy_id_and_the_scrollable_log():
     from swarm_tui.ui.widgets import EventLog
 
@@ -373,6 +379,7 @@ async def test_next_failed_copy_id_and_the_scrollable_log():
         assert log.auto_scroll and grid.has_focus
 
 
+@pytest.mark.slow
 async def test_a_replayed_run_shows_its_own_log_not_the_previous_runs(stored_runs_db):
     from swarm_tui.ui.widgets import EventLog
 
@@ -390,6 +397,7 @@ async def test_a_replayed_run_shows_its_own_log_not_the_previous_runs(stored_run
         assert not any("RETRY  demo-" in s.text for s in log.lines)
 
 
+@pytest.mark.slow
 async def test_a_stored_live_run_lets_answers_go_and_the_detail_reads_them_back(cfg, tmp_path):
     """The runner of a stored run keeps no answers (memory would grow ~4.8 KB a task): the
     detail view of a finished task reads its answer from the store."""
@@ -495,6 +503,7 @@ async def test_more_agents_than_cells_says_how_many_are_not_shown():
         assert more is not None and shown + int(more.group(1)) == 1000, lines[-1]
 
 
+@pytest.mark.slow
 async def test_cancelling_an_agent_whose_task_id_looks_like_markup(cfg, tmp_path):
     """A workload's task id is text: `job[/x]` in the Cancel dialog raised MarkupError and
     killed the console."""

@@ -71,6 +71,7 @@ def test_dashboard_themes(snap_compare, theme):
 
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.slow
 def test_agent_detail(snap_compare, size):
     async def open_detail(pilot):
         await settle(pilot)
@@ -86,6 +87,7 @@ def test_help(snap_compare, size):
 
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.slow
 def test_history(snap_compare, size, stored_runs_db):
     async def open_history(pilot):
         await settle(pilot)
@@ -112,6 +114,7 @@ def test_status_bar_at_80_columns_with_canary_keys_and_a_long_run_id(snap_compar
                         run_before=settle)
 
 
+@pytest.mark.slow
 def test_confirm_dialog_over_the_dashboard(snap_compare):
     async def ask(pilot):
         await settle(pilot)

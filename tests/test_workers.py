@@ -218,6 +218,7 @@ def _live_workers(db, key: str) -> list:
         db, "SELECT live_json FROM workers WHERE live_json IS NOT NULL ORDER BY worker")]
 
 
+@pytest.mark.slow
 def test_run_workers_refuses_one_metrics_port_for_many(tmp_path, slow_sim):
     _port, cfg = slow_sim
     db = tmp_path / "runs.db"

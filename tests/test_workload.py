@@ -57,6 +57,7 @@ def test_a_utf8_bom_is_not_part_of_line_one(tmp_path):
     assert [t.id for t in tasks] == ["a", "b"] and bad == []
 
 
+@pytest.mark.slow
 def test_a_pathologically_nested_line_is_a_bad_line_not_a_crash(tmp_path):
     from tests.conftest import swarm
 

@@ -1,10 +1,12 @@
 """Token estimates for calls whose gateway reported no usage.
 
-Characters / 4 alone ran 41 % low on input against a real llama.cpp server (212 vs 358
-tokens): the chat template wraps every message in role markers and separators. So the
-estimate adds a per-message overhead and, once the gateway has reported usage for a model
-in this run, scales to what it reported (reported / raw estimate, over every call with
-usage). Estimates stay marked `estimated` either way.
+Each text is counted by the model's tokenizer when the config names one, else by the
+script-aware estimate (swarm_tui/token_count.py). A text's count alone ran 41 % low on
+input against a real llama.cpp server (212 vs 358 tokens): the chat template wraps
+every message in role markers and separators. So the estimate adds a per-message
+overhead and, once the gateway has reported usage for a model in this run, scales to
+what it reported (reported / raw estimate, over every call with usage). Estimates stay
+marked `estimated` either way.
 """
 
 from __future__ import annotations
@@ -12,18 +14,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-CHARS_PER_TOKEN = 4
+from swarm_tui.token_count import counts
+
 MESSAGE_OVERHEAD = 4  # role + separators per chat message (OpenAI-style templates: 3–4)
 REPLY_PRIMING = 3     # the assistant turn's opening the template adds
 
 
-def raw_prompt_tokens(messages: Sequence[dict[str, Any]]) -> int:
-    chars = sum(len(str(m.get("content") or "")) for m in messages)
-    return -(-chars // CHARS_PER_TOKEN) + MESSAGE_OVERHEAD * len(messages) + REPLY_PRIMING
+def raw_prompt_tokens(messages: Sequence[dict[str, Any]], model: str | None = None) -> int:
+    count = counts().for_model(model)
+    return (sum(count(str(m.get("content") or "")) for m in messages)
+            + MESSAGE_OVERHEAD * len(messages) + REPLY_PRIMING)
 
 
-def raw_completion_tokens(text: str) -> int:
-    return -(-len(text) // CHARS_PER_TOKEN)
+def raw_completion_tokens(text: str, model: str | None = None) -> int:
+    return counts().for_model(model)(text) if text else 0
 
 
 class TokenEstimator:
@@ -38,15 +42,15 @@ class TokenEstimator:
         acc = self._seen.setdefault(model, [0, 0, 0, 0])
         if tokens_in:
             acc[0] += tokens_in
-            acc[1] += raw_prompt_tokens(messages)
+            acc[1] += raw_prompt_tokens(messages, model)
         if tokens_out and text:
             acc[2] += tokens_out
-            acc[3] += raw_completion_tokens(text)
+            acc[3] += raw_completion_tokens(text, model)
 
     def estimate(self, model: str, messages: Sequence[dict[str, Any]], text: str
                  ) -> tuple[int, int]:
         """(input, output) tokens for a call with no reported usage."""
-        t_in, t_out = raw_prompt_tokens(messages), raw_completion_tokens(text)
+        t_in, t_out = raw_prompt_tokens(messages, model), raw_completion_tokens(text, model)
         acc = self._seen.get(model)
         if acc is not None:
             if acc[1]:

@@ -14,13 +14,21 @@ import random
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from swarm_tui.sim.profiles import get_profile
 from swarm_tui.sim.settings import SimSettings
+from swarm_tui.token_count import estimate_tokens
 
 MODELS = ("kimi-k2.5", "gpt-4.1", "claude-sonnet-4.5", "gemini-2.5-flash", "deepseek-v3.2")
 _TEXT = "the swarm agent answers with a short careful summary of the task at hand " * 800
+_TEXT_CHARS_PER_TOKEN = len(_TEXT) / estimate_tokens(_TEXT)  # an answer's tokens, estimated
+_PROMPT_COUNTING: dict[str, Callable[[str], int]] = {
+    "estimate": estimate_tokens,
+    "chars4": lambda text: len(text) // 4,
+    "bytes": lambda text: len(text.encode()),
+}
 _JSON = [(b"content-type", b"application/json")]
 _SSE = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
 
@@ -152,12 +160,9 @@ class SimApp:
         stream_error = not malformed and quirk < s.rate_malformed + s.rate_stream_error
 
         latency_s = profile.sample_ms(self.rng) / 1000.0
-        per_byte = s.prompt_counting == "bytes"
-        prompt_tokens = sum(
-            (len((m.get("content") or "").encode()) if per_byte
-             else len(m.get("content") or "") // 4) + 4
-            for m in messages if isinstance(m, dict)
-        )
+        count = _PROMPT_COUNTING[s.prompt_counting]
+        prompt_tokens = sum(count(m.get("content") or "") + 4
+                            for m in messages if isinstance(m, dict))
         max_tokens = (
             body.get("max_tokens") or body.get("max_completion_tokens") or s.default_max_tokens
         )
@@ -165,7 +170,7 @@ class SimApp:
         usage = _usage(prompt_tokens, completion_tokens, s.cached_fraction, s.usage_style)
         ident = "chatcmpl-" + uuid.uuid4().hex[:24]
         created = int(time.time())
-        text = _TEXT[: completion_tokens * 4]
+        text = _TEXT[: round(completion_tokens * _TEXT_CHARS_PER_TOKEN)]
         if body.get("stream") and not s.ignore_stream:
             want_usage = bool((body.get("stream_options") or {}).get("include_usage"))
             quirks = {"malformed": malformed, "error": stream_error}

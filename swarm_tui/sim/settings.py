@@ -42,9 +42,10 @@ class SimSettings(BaseModel):
     cached_fraction: Rate = 0.0  # share of prompt tokens reported as cache hits
     usage_style: Literal["openai", "deepseek"] = "openai"  # how cache hits are reported
     default_max_tokens: Annotated[int, Field(ge=1)] = 256
-    # how it counts a prompt's tokens: ~4 characters a token, or every UTF-8 byte a token
-    # (the most any byte-level BPE can bill: a worst case for budget caps)
-    prompt_counting: Literal["chars4", "bytes"] = "chars4"
+    # how it counts a prompt's tokens: as an o200k-like tokenizer would (swarm-tui's own
+    # script-aware estimate), ~4 characters a token, or every UTF-8 byte a token (the most
+    # any byte-level BPE can bill: a worst case for budget caps)
+    prompt_counting: Literal["estimate", "chars4", "bytes"] = "estimate"
     seed: int | None = None
 
     @field_validator("profile")
