@@ -353,6 +353,17 @@ def test_one_span_per_attempt_over_otlp(tmp_path, env, receiver):
         stored["tokens"]["input"]
     failed = [a for a in attrs if "error.type" in a]
     assert failed and all(a["error.type"].string_value == "server" for a in failed)
+    # the GenAI conventions' response and request attributes, and the server called
+    ok = [a for a in attrs if "error.type" not in a]
+    assert ok and all(a["http.response.status_code"].int_value == 200 for a in ok)
+    assert all(a["gen_ai.response.id"].string_value.startswith("chatcmpl-") for a in ok)
+    assert all(a["gen_ai.response.model"].string_value == a["gen_ai.request.model"].string_value
+               for a in ok)
+    assert all([v.string_value for v in a["gen_ai.response.finish_reasons"].array_value.values]
+               in (["stop"], ["length"]) for a in ok)
+    assert all(a["gen_ai.request.max_tokens"].int_value == 1200 for a in attrs)  # the demo's
+    assert all(a["server.address"].string_value == "127.0.0.1" and
+               a["server.port"].int_value > 0 for a in attrs)
     assert all(s.end_time_unix_nano >= s.start_time_unix_nano > 0 for s in spans)
 
 
@@ -379,3 +390,38 @@ def test_latency_buckets_reach_past_the_call_timeout():
 
     widths = [b / a for a, b in pairwise(BUCKETS_S) if a >= 0.01]
     assert max(widths) <= 1.21, max(widths)  # x1.2, rounded to 0.1 ms
+
+
+def test_the_grafana_dashboard_queries_only_what_the_exporter_exports():
+    """Every query of the shipped dashboard parses as PromQL (a real parser), and names
+    only series and labels a run's /metrics carries (the exporter's own registry)."""
+    from pathlib import Path
+
+    import promql_parser
+    from prometheus_client import generate_latest
+
+    from swarm_tui.ops.metrics import RunMetrics
+
+    m = RunMetrics("r1", simulated=True)
+    series: dict[str, set[str]] = {}
+    for fam in text_string_to_metric_families(generate_latest(m.registry).decode()):
+        suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count")}.get(
+            fam.type, ("",))
+        labels = set(next((c._labelnames for c in vars(m).values()
+                           if getattr(c, "_name", None) == fam.name), ()))
+        for suffix in suffixes:
+            series[fam.name + suffix] = labels | ({"le"} if suffix == "_bucket" else set())
+    dash = json.loads((Path(__file__).resolve().parent.parent / "docs" / "grafana"
+                       / "swarm-tui-run.json").read_text())
+    exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
+    assert len(exprs) >= 15 and all(p["datasource"]["uid"] == "${datasource}"
+                                    for p in dash["panels"])
+    for expr in exprs:
+        promql_parser.parse(expr.replace("$__rate_interval", "5m").replace("$instance", ".*"))
+        names = set(re.findall(r"\bswarm_tui_\w+", expr))
+        assert names and names <= set(series), (expr, names - set(series))
+        used = {label for group in re.findall(r"by \(([^)]*)\)", expr)
+                for label in re.split(r"\s*,\s*", group.strip())}
+        used |= set(re.findall(r"[{,]\s*(\w+)\s*(?:=~|!=|=)", expr))
+        allowed = set().union(*(series[n] for n in names)) | {"instance"}
+        assert used <= allowed, (expr, used - allowed)

@@ -699,6 +699,9 @@ class SwarmRunner:
             attempt.outcome = AttemptOutcome.OK
             attempt.tokens_in, attempt.tokens_out = res.tokens_in, res.tokens_out
             attempt.cached_in = res.cached_in
+            attempt.status_code = res.status_code
+            attempt.response_id, attempt.response_model = res.response_id, res.response_model
+            attempt.finish_reason = res.finish_reason
             agent.latency_ms, agent.ttft_ms = res.latency_ms, res.ttft_ms
             agent.tokens_in, agent.tokens_out = res.tokens_in, res.tokens_out
             agent.cached_in, agent.usage_estimated = res.cached_in, res.usage_estimated

@@ -72,6 +72,10 @@ class Attempt:
     tokens_out: int = 0
     cached_in: int = 0
     outcome: str = "running"  # ok | error | cancelled
+    # an answer's identity, for its trace span (not stored: the export has the task's)
+    response_id: str | None = None
+    response_model: str | None = None
+    finish_reason: str | None = None
     # reported in a retry or final event: the store books each attempt once (a task
     # cancelled or failed while waiting for its retry has no new attempt to report)
     reported: bool = False

@@ -72,6 +72,9 @@ class CallResult:
     usage_estimated: bool = False
     text: str = ""
     finish_reason: str | None = None
+    status_code: int | None = None     # of an answer (a failure's is in `error`)
+    response_id: str | None = None     # the completion's id and model, as the gateway said
+    response_model: str | None = None
     headers: dict[str, str] | None = None
     error: CallError | None = None
     rate_note: str | None = None  # the key-model slowed down after this call (for the log)
@@ -287,6 +290,7 @@ class GatewayClient:
             body={**body, "stream": True, "stream_options": _INCLUDE_USAGE},
         )
         res.headers = kept_headers(stream.response.headers) or None
+        res.status_code = stream.response.status_code
         if "json" in stream.response.headers.get("content-type", ""):
             # a gateway that ignores `stream: true` answers one JSON completion: that is
             # the answer (usage included), not a stream that ended early
@@ -298,6 +302,8 @@ class GatewayClient:
         async for chunk in stream:
             if not isinstance(chunk, dict):
                 raise ProtocolError(f"stream chunk is {type(chunk).__name__}, not an object")
+            if res.response_id is None:
+                res.response_id, res.response_model = chunk.get("id"), chunk.get("model")
             usage = chunk.get("usage")
             if usage:  # accepted on any chunk, not only the last
                 _take_usage(res, usage)
@@ -324,6 +330,7 @@ class GatewayClient:
     ) -> None:
         response = await client.post("/chat/completions", cast_to=httpx2.Response, body=body)
         res.headers = kept_headers(response.headers) or None
+        res.status_code = response.status_code
         _take_completion(res, response.json())
 
     async def preflight(self, tries: int = 3) -> list[str]:
@@ -390,6 +397,7 @@ def _take_completion(res: CallResult, completion: Any) -> None:
                               body=completion["error"])
     if completion.get("usage"):
         _take_usage(res, completion["usage"])
+    res.response_id, res.response_model = completion.get("id"), completion.get("model")
     choices = completion.get("choices") or []
     if choices:
         res.text = (choices[0].get("message") or {}).get("content") or ""

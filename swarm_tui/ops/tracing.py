@@ -7,6 +7,7 @@ hot path is not instrumented), and only when `[telemetry] otlp_endpoint` is set.
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from swarm_tui.config_sections import TelemetryConfig
 from swarm_tui.engine import events as ev
@@ -42,6 +43,12 @@ class AttemptTracer:
         self._kind, self._status, self._error = SpanKind.CLIENT, Status, StatusCode.ERROR
         self._runner = runner
         self._run_id = run_id
+        self._servers: dict[str, tuple[str, int]] = {}  # gateway -> (host, port)
+        for name, gw in runner.gateways.items():
+            url = urlsplit(getattr(gw, "base_url", "") or "")
+            if url.hostname:
+                self._servers[name] = (url.hostname, url.port
+                                       or (443 if url.scheme == "https" else 80))
 
     def on_event(self, e: ev.Event) -> None:
         if e.attempt is None or e.agent is None:
@@ -68,6 +75,17 @@ class AttemptTracer:
             "swarm_tui.key": x.key_fp,      # a fingerprint, never the key
             "swarm_tui.queue_ms": x.queue_ms,
         }
+        if a.task.max_tokens is not None:
+            attrs["gen_ai.request.max_tokens"] = a.task.max_tokens
+        if x.response_model:
+            attrs["gen_ai.response.model"] = x.response_model
+        if x.response_id:
+            attrs["gen_ai.response.id"] = x.response_id
+        if x.finish_reason:
+            attrs["gen_ai.response.finish_reasons"] = [x.finish_reason]
+        server = self._servers.get(x.gateway)
+        if server is not None:
+            attrs["server.address"], attrs["server.port"] = server
         if x.ttft_ms is not None:
             attrs["swarm_tui.ttft_ms"] = x.ttft_ms
         if x.status_code is not None:
