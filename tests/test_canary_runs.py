@@ -346,3 +346,60 @@ def test_a_resumed_canary_run_splits_by_the_canary_not_its_baseline(sim_factory,
                                                      "WHERE sent_at > ? GROUP BY gateway",
                           (resumed_at,)))
     assert after.get("gw", 0) > 0 and "direct" not in after, after  # the canary's 100 %
+
+
+@pytest.mark.slow
+def test_canary_status_elsewhere_judges_the_stage_with_the_executors_loop_lag(
+        sim_factory, tmp_path, env):
+    """`canary status` in another process judges the same stored stage with the loop lag
+    the executing run measured (its heartbeat carries it), so a difference the client's
+    delay can explain is inconclusive there too — not pass/fail where the run and
+    /metrics say inconclusive — and a 2x slower candidate fails when the lag is small."""
+    base = sim_factory(profile="fixed:100")
+    cand = sim_factory(profile="fixed:200")
+    cfg = _config(tmp_path, base, cand, mode="manual", bake="24h", extra="max_p95_ratio = 1.5")
+    assert swarm("canary", "set", "50", "--config", cfg, env=env).returncode == 0
+    run = subprocess.Popen(
+        [sys.executable, "-m", "swarm_tui", "run", "--demo", "300", "--headless", "--quiet",
+         "--concurrency", "20", "--rate", "60", "--model", "deepseek-v3.2", "--config", cfg],
+        env={**os.environ, **env}, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, text=True)
+    db = Path(env["SWARM_TUI_DB"])
+    published: list[float] = []
+    try:
+        deadline = time.time() + 60
+        while not published and run.poll() is None and time.time() < deadline:
+            time.sleep(0.2)
+            try:
+                rows = raw_rows(db, "SELECT live_json FROM runs WHERE status='running'")
+            except sqlite3.Error:
+                continue
+            published = [json.loads(r[0])["canary_lag_ms"] for r in rows
+                         if r[0] and json.loads(r[0]).get("canary_lag_ms") is not None]
+        assert run.wait(90) in (0, 3), run.stderr.read() if run.stderr else ""
+    finally:
+        run.kill()
+    assert published, "the executor's heartbeat never carried the lag its canary judged with"
+
+    def judged_with(lag_ms: float | None) -> dict:
+        # the executor as its heartbeat shows it, still running on another host with that
+        # lag (the stored stage is the run's: its rows are all in)
+        with sqlite3.connect(db) as c:
+            c.execute("UPDATE runs SET status='running', host='executor-host', "
+                      "heartbeat_at=?, live_json=?",
+                      (time.time(), json.dumps({"canary_lag_ms": lag_ms})))
+        try:
+            return _status(cfg, env)
+        finally:
+            with sqlite3.connect(db) as c:
+                c.execute("UPDATE runs SET status='succeeded', live_json=NULL")
+
+    ratio = {name: next(v for v in judged_with(lag)["analysis"]["verdicts"]
+                    if v["gate"] == "p95-ratio")
+             for name, lag in (("loaded", 150.0), ("quiet", 1.0))}
+    out = judged_with(150.0)
+    assert out["executor_lag_ms"] == 150.0
+    # ~100 ms slower: 150 ms of client delay could explain it; 1 ms cannot
+    assert ratio["loaded"]["result"] == "inconclusive", ratio
+    assert ratio["quiet"]["result"] == "fail", ratio
+    assert _status(cfg, env)["executor_lag_ms"] is None  # no executor running: none

@@ -165,6 +165,8 @@ class CanaryController:
         now = time.time()
         lag = (self.client_lag.p95_since_ms(state.stage_started_at)
                if self.client_lag is not None else None)
+        if self.client_lag is not None:
+            self.client_lag.judged_ms = lag
         analysis = await cs.analyze(self.conn, self.cfg, state, now, lag)
         if self.cfg.mode == "auto":
             after, action, reason = decide(state, analysis, self.cfg, now)

@@ -34,7 +34,12 @@ async def run(conn: StoreConnection, path: DbTarget, cfg: LoadedConfig,
     c = canary_config(cfg)
     if args.verb == "status":
         state = await cs.peek_state(conn, c)
-        analysis = await cs.analyze(conn, c, state)
+        # judged as the executing run judges it: with the loop lag it measured over the
+        # stage (a client-bound stage is inconclusive here too, not pass/fail)
+        from swarm_tui.store.reads import canary_judged_lag
+
+        lag = await canary_judged_lag(conn, c.name)
+        analysis = await cs.analyze(conn, c, state, client_lag_ms=lag)
         if args.json:
             print(json.dumps({
                 "name": c.name, "mode": c.mode, "stages": c.stages,
@@ -42,7 +47,7 @@ async def run(conn: StoreConnection, path: DbTarget, cfg: LoadedConfig,
                 "baked_s": time.time() - state.bake_started_at,
                 "state": state.__dict__, "allowed": st.allowed_actions(state.status),
                 "analysis": analysis.model_dump(mode="json"),
-                "overall": analysis.overall,
+                "overall": analysis.overall, "executor_lag_ms": lag,
             }, indent=2))
         else:
             print(status_text(c, state, analysis))

@@ -39,6 +39,9 @@ class LoopLag:
         # the last window's p95, computed on the engine's loop: the console reads it from
         # its own thread, which must never iterate the deque the loop appends to
         self._recent_p95: float | None = None
+        # the p95 the canary's last evaluation judged its stage with: published in the
+        # heartbeat, so `canary status` elsewhere judges the same stage with the same lag
+        self.judged_ms: float | None = None
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()

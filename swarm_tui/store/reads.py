@@ -23,6 +23,17 @@ async def last_pause_command(conn: StoreConnection, run_id: str) -> str | None:
     return row[0] if row else None
 
 
+async def canary_judged_lag(conn: StoreConnection, canary: str) -> float | None:
+    """The loop lag the executors of this canary's running runs judged its stage with
+    (the most of them; None: no executor running, or none has judged yet)."""
+    async with conn.execute("SELECT id, config_json FROM runs WHERE status='running'") as cur:
+        running = [run_id for run_id, raw in await cur.fetchall()
+                   if raw and json.loads(raw).get("canary") == canary]
+    lags = [lag for run_id in running
+            if (lag := (await live_figures(conn, run_id)).get("canary_lag_ms")) is not None]
+    return max(lags) if lags else None
+
+
 async def live_figures(conn: StoreConnection, run_id: str) -> dict[str, Any]:
     """The executor's heartbeat figures: in_flight, concurrency, paused, retrying — or, for
     a run its workers execute, theirs added up (store/leases.py)."""
@@ -50,7 +61,7 @@ def merge_live(parts: list[dict[str, Any]]) -> dict[str, Any]:
             "paused": all(p.get("paused", False) for p in parts),
             "retrying": sum(p.get("retrying", 0) for p in parts),
             "lag_p95_ms": most("lag_p95_ms"), "run_lag_p95_ms": most("run_lag_p95_ms"),
-            "run_lag_max_ms": most("run_lag_max_ms"),
+            "run_lag_max_ms": most("run_lag_max_ms"), "canary_lag_ms": most("canary_lag_ms"),
             "client_bound": any(p.get("client_bound", False) for p in parts),
             "agents": [a for p in parts for a in p.get("agents", [])],
             "workers": len(parts)}

@@ -342,6 +342,7 @@ class StoreWriter:
             self._last_live = figures
             live = json.dumps({**figures, "lag_p95_ms": lag.recent_p95_ms(),
                                "client_bound": lag.client_bound(),
+                               "canary_lag_ms": lag.judged_ms,
                                "run_lag_p95_ms": lag.run_p95_ms(),
                                "run_lag_max_ms": lag.run_max_ms()})
             await self.fence.hold(self.conn, now, live)
