@@ -8,6 +8,7 @@ process."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -141,7 +142,51 @@ def test_kill_9_of_one_of_three_workers_pays_at_most_its_leased_batches(tmp_path
     assert 0 < held <= 2 * BATCH_TASKS + 60
     extra = _served(port) - n
     assert 0 <= extra <= held, (extra, held)
+    # what it had in flight at its last heartbeat is on record — sent, answer lost — and
+    # the next holder's re-sends of those count as SENT MORE THAN ONCE; only the calls it
+    # launched after that heartbeat (one flush window: at most its 20 in flight) are not
+    lost = _count(any_db, "SELECT COUNT(*) FROM attempts WHERE outcome='lost'")
+    stored = _count(any_db, "SELECT COUNT(*) FROM attempts")
+    assert lost >= 1 and 0 <= _served(port) - stored <= 20, (_served(port), stored, lost)
+    assert summary["sent_lost"] == lost and summary["sent_twice"] >= lost, summary
 
+
+
+@pytest.mark.slow
+def test_kill_9_of_the_starter_leaves_the_workers_to_finish_the_run(tmp_path, slow_sim,
+                                                                   any_db):
+    """The process that split the run and started the workers is killed with -9: the
+    workers hold their own leases and finish the run (its last batch marks it finished);
+    nothing is lost or paid twice, and no worker outlives the run."""
+    port, cfg = slow_sim
+    n = 900
+    proc = _run(_workload(tmp_path, n), cfg, 2)
+    try:
+        wait_until(lambda: _count(any_db, "SELECT COUNT(*) FROM workers") == 2
+                   and _count(any_db, "SELECT COUNT(*) FROM results") >= 100,
+                   "two busy workers", 90)
+        pids = [pid for (pid,) in raw_rows(any_db, "SELECT pid FROM workers")]
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        wait_until(lambda: _count(any_db, "SELECT COUNT(*) FROM runs WHERE status = "
+                                          "'finished'") == 1, "the workers' finished run",
+                   150, seen=lambda: raw_rows(any_db, "SELECT status FROM runs"))
+
+        def alive(pid: int) -> bool:  # a zombie (exited, its parent gone) is not
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    return f.read().rsplit(") ", 1)[1][0] != "Z"
+            except FileNotFoundError:
+                return False
+        wait_until(lambda: not any(alive(p) for p in pids), "the workers' exit", 30)
+    finally:
+        for pid in [p for (p,) in raw_rows(any_db, "SELECT pid FROM workers")]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    assert _count(any_db, "SELECT COUNT(*) FROM results WHERE state='succeeded'") == n
+    assert _count(any_db, "SELECT MAX(c) FROM (SELECT COUNT(*) c FROM attempts WHERE "
+                          "outcome='ok' GROUP BY seq) per_seq") == 1
+    assert _count(any_db, "SELECT COUNT(*) FROM attempts") == _served(port)
 
 async def test_a_worker_whose_batch_was_leased_again_stops_writing(sim_factory, db_target):
     """The lease is the fence: once another worker holds the batch (this one was silent

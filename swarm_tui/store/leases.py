@@ -96,19 +96,37 @@ async def lease_batch(conn: StoreConnection, run_id: str, worker: str, token: st
     await conn.execute("BEGIN IMMEDIATE")
     try:
         async with conn.execute(
-                "SELECT batch, first_seq, last_seq FROM batches WHERE run_id=? AND "
+                "SELECT batch, first_seq, last_seq, worker FROM batches WHERE run_id=? AND "
                 f"done_at IS NULL AND (expires_at IS NULL OR {expiry} < ?) ORDER BY batch "
                 f"LIMIT 1{skip_locked}", (run_id, lease_s, now)) as cur:
-            row = await cur.fetchone()
-        if row is not None:
+            found = await cur.fetchone()
+        row = found[:3] if found is not None else None
+        if found is not None:
             await conn.execute(
                 "UPDATE batches SET worker=?, token=?, expires_at=?, leases = leases + 1 "
-                "WHERE run_id=? AND batch=?", (worker, token, now + lease_s, run_id, row[0]))
+                "WHERE run_id=? AND batch=?", (worker, token, now + lease_s, run_id, found[0]))
+            if found[3] is not None:
+                await _book_holders_lost_sends(conn, run_id, found[3], found[1], found[2])
         await conn.execute("COMMIT")
     except BaseException:
         await conn.execute("ROLLBACK")
         raise
     return Lease(*row) if row is not None else None
+
+
+async def _book_holders_lost_sends(conn: StoreConnection, run_id: str, holder: str,
+                                   first: int, last: int) -> None:
+    """A batch taken over after its lease ran out: what its last holder had in flight
+    in it at its last heartbeat is booked as sent, answer lost (a kill -9's re-sends then
+    count as SENT MORE THAN ONCE; a holder that was only stopped and writes its answers
+    later replaces these rows — store/lost_sends.py)."""
+    from swarm_tui.store.lost_sends import book_lost_sends
+
+    async with conn.execute("SELECT live_json FROM workers WHERE run_id=? AND worker=?",
+                            (run_id, holder)) as cur:
+        beat = await cur.fetchone()
+    if beat is not None:
+        await book_lost_sends(conn, run_id, holder, beat[0], range(first, last + 1))
 
 
 async def batches_left(conn: StoreConnection, run_id: str) -> int:

@@ -29,12 +29,25 @@ ON CONFLICT (uid) DO NOTHING
 """
 
 
+# An answer that arrives after its call was booked lost (a stopped worker's salvage, a
+# journal imported) replaces the `lost` row of the same attempt: one row per call sent.
+SUPERSEDE_LOST = ("DELETE FROM attempts WHERE run_id = ? AND seq = ? AND number = ? "
+                  "AND outcome = 'lost'")
+
+
+async def supersede_lost(conn: StoreConnection, attempt_rows: list[tuple]) -> None:
+    """Before inserting attempt rows (uid, run_id, seq, number, …) written late."""
+    if attempt_rows:
+        await conn.executemany(SUPERSEDE_LOST, [(r[1], r[2], r[3]) for r in attempt_rows])
+
+
 async def book_lost_sends(conn: StoreConnection, run_id: str, owner: str,
-                          live_json: str | None) -> int:
+                          live_json: str | None, seqs: range | None = None) -> int:
     """Book the calls a dead executor (`owner`: its claim token or worker name) had in
-    flight at its last heartbeat, unless their answer is stored after all (a journal):
-    idempotent, by uid. Returns how many entries it offered."""
-    entries = _entries(live_json)
+    flight at its last heartbeat — only those of `seqs` if given (a batch taken over) —
+    unless their answer is stored after all (a journal): idempotent, by uid. Returns how
+    many entries it offered."""
+    entries = [e for e in _entries(live_json) if seqs is None or e[0] in seqs]
     if not entries:
         return 0
     rows = [(f"lost:{owner}:{seq}:{number}", run_id, seq, number, model, gateway, key_fp,

@@ -176,7 +176,9 @@ LOST = "08006"  # connection_failure: what a statement gets while the link is do
 
 
 def connect_kwargs(app: str, url: str) -> dict[str, Any]:
-    # keepalives: a cut link (no RST) shows as an error within ~15 s, not TCP's 2 hours.
+    # keepalives: a cut link (no RST) shows as an error within ~15 s, not TCP's 2 hours;
+    # tcp_user_timeout: the same while a statement's bytes are unacknowledged (keepalives
+    # only probe an idle link; retransmission alone would wait ~15 minutes).
     # A session idle inside a transaction longer than a worker's lease is ended by the
     # server: a process stopped mid-transaction (SIGSTOP, a stalled VM) would otherwise
     # hold its row locks — its batches could never be leased again, its run's row never
@@ -189,7 +191,8 @@ def connect_kwargs(app: str, url: str) -> dict[str, Any]:
     options = f"{given.get('options') or ''} -c idle_in_transaction_session_timeout={idle_ms}"
     kw: dict[str, Any] = {"autocommit": True, "application_name": app,
                           "keepalives": 1, "keepalives_idle": 5, "keepalives_interval": 2,
-                          "keepalives_count": 3, "options": options.strip()}
+                          "keepalives_count": 3, "tcp_user_timeout": 15_000,
+                          "options": options.strip()}
     if "connect_timeout" not in given:
         kw["connect_timeout"] = CONNECT_TIMEOUT_S
     return kw

@@ -18,6 +18,7 @@ from pathlib import Path
 from swarm_tui.engine.state import RunStatus
 from swarm_tui.errors import UserError
 from swarm_tui.store.conn import StoreConnection
+from swarm_tui.store.lost_sends import supersede_lost
 from swarm_tui.store.ownership import take_lock
 from swarm_tui.store.runs import RunRecord, get_run
 from swarm_tui.store.spill import find_journals, read_journal
@@ -86,6 +87,8 @@ async def _import(conn: StoreConnection, run: RunRecord, journal: Path) -> str |
         try:
             for table in TABLE_ORDER:
                 rows = [tuple(r) for t, r in entries if t == table]
+                if table == "attempt":  # an answer booked lost meanwhile is found after all
+                    await supersede_lost(conn, rows)
                 if rows:
                     await conn.executemany(SQL_BY_TABLE[table], rows)
             await conn.execute("COMMIT")

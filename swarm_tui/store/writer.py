@@ -27,6 +27,7 @@ from swarm_tui.engine.state import Agent, Attempt
 from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.db import db_error
 from swarm_tui.store.fences import LeaseFence, LostClaim, RunFence
+from swarm_tui.store.lost_sends import supersede_lost
 from swarm_tui.store.notify import CONTROL, ROWS, Listener, notify
 from swarm_tui.store.ownership import Claim
 from swarm_tui.store.runs import refresh_stats
@@ -376,6 +377,8 @@ class StoreWriter:
             try:
                 for table in TABLE_ORDER:
                     rows = [r for t, r in batch if t == table]
+                    if table == "attempt":
+                        await supersede_lost(self.conn, rows)
                     if rows:
                         await self.conn.executemany(SQL_BY_TABLE[table], rows)
                 await self.conn.execute("COMMIT")
