@@ -455,11 +455,12 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 async def _worker(conn, path, cfg, opts, args) -> int:
-    from swarm_tui.execution.workers import work
+    from swarm_tui.execution.workers import work_to_the_end
     from swarm_tui.store.leases import newest_split_run
 
     run_id = args.run_id or await newest_split_run(conn, path)
-    outcome = await work(conn, path, cfg, opts, run_id, show_progress=not args.quiet)
+    outcome = await work_to_the_end(conn, path, cfg, opts, run_id,
+                                    show_progress=not args.quiet)
     return await _finish_stored(conn, path, cfg, outcome, args.json)
 
 

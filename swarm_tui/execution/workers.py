@@ -63,7 +63,7 @@ from swarm_tui.store.runs import (
 )
 from swarm_tui.store.target import DbTarget
 from swarm_tui.store.task_bodies import StoredBodies
-from swarm_tui.store.writer import STORE_STOPPED, StoreWriter
+from swarm_tui.store.writer import LOST_CLAIM, STORE_STOPPED, StoreWriter
 from swarm_tui.workload import Workload
 
 
@@ -127,10 +127,33 @@ def _feed_ended(task: asyncio.Task[None], runner: SwarmRunner) -> None:
     runner.stop(STORE_STOPPED, "worker: cannot lease batches any more; no more sends")
     runner.end_feed()
 
+class LeaseTaken(Exception):
+    """This worker's batch went to another (it was stopped or cut off past its lease):
+    what it was answered is stored (salvaged), and it may join the run again afresh."""
+
+
+async def work_to_the_end(conn: StoreConnection, db_path: DbTarget, cfg: LoadedConfig,
+                          opts: RunOptions, run_id: str, *, show_progress: bool) -> Outcome:
+    """A worker that comes back: fenced off one batch, it stores what it has, then joins
+    the run again with a new token and leases afresh — a worker stopped for a while (a
+    stalled VM, SIGSTOP) is not lost to the run for the rest of it."""
+    rejoin = False
+    while True:
+        try:
+            return await work(conn, db_path, cfg, opts, run_id, show_progress=show_progress,
+                              rejoin=rejoin)
+        except LeaseTaken as e:
+            if show_progress:
+                print(f"swarm-tui: {e}; joining the run again", file=sys.stderr)
+            rejoin = True
+
+
 async def work(conn: StoreConnection, db_path: DbTarget, cfg: LoadedConfig, opts: RunOptions,
-               run_id: str, *, show_progress: bool) -> Outcome:
+               run_id: str, *, show_progress: bool, rejoin: bool = False) -> Outcome:
     """One worker of a run, to the run's end (or this worker's cancel)."""
     record = await get_run(conn, run_id, db_path)
+    if record.status != RunStatus.RUNNING and rejoin:  # ended while this one was fenced
+        return Outcome(await load_summary(conn, record), False)
     if record.status != RunStatus.RUNNING:
         raise UserError(f"run {record.id}: {record.status}; nothing for a worker to do")
     snap = record.config
@@ -197,6 +220,8 @@ async def work(conn: StoreConnection, db_path: DbTarget, cfg: LoadedConfig, opts
         if companions is not None:
             await companions.close()
         await session.aclose()
+    if writer.failure == LOST_CLAIM and not writer.unsaved and not runner.cancelled:
+        raise LeaseTaken(writer.error or "lease taken")
     if writer.failure:
         raise UserError(writer.failure_line())
     ended = False  # this worker ended the run: it pages the run's end, once
