@@ -307,9 +307,9 @@ def cmd_console(args: argparse.Namespace) -> int:
 
     where = "the built-in simulator (SIMULATED)" if cfg.simulated_only else "the default gateway"
     return _console(args, cfg, start_source=None if args.readonly else start_demo, db_path=db,
-                    idle_message=f"press d to start the demo swarm ({DEMO_CONSOLE_TASKS:,} "
-                    f"tasks, 100 agents, ~{DEMO_CONSOLE_S:.0f} s) on {where}; "
-                    "h for stored runs, ? for help")
+                    idle_message="press D (or :demo) to start the demo swarm "
+                    f"({DEMO_CONSOLE_TASKS:,} tasks, 100 agents, ~{DEMO_CONSOLE_S:.0f} s) "
+                    f"on {where}; h for stored runs, ? for help")
 
 
 def cmd_watch(args: argparse.Namespace) -> int:

@@ -40,7 +40,7 @@ def test_every_theme_loads_on_a_real_terminal(env, theme, term, no_color):
         env = {**env, "NO_COLOR": "1"}
     app = PtyApp("--theme", theme, env=env, term=term)
     try:
-        app.wait_for("press d to start", what="the idle console")
+        app.wait_for("press D (or :demo) to start", what="the idle console")
         _no_stylesheet_error(app)
         for _ in THEMES:  # `t` walks through every theme on this terminal
             app.send("t")
@@ -269,3 +269,76 @@ def test_a_console_whose_terminal_goes_away_exits_and_keeps_its_run(env, with_di
         app.kill()
     runs = json.loads(swarm("runs", "--json", env=env).stdout)
     assert runs[0]["status"] == "cancelled" and runs[0]["done"] < 8000
+
+
+_COLOUR_PARAMS = {*range(30, 38), *range(40, 48), *range(90, 98), *range(100, 108)}
+
+
+def _sets_a_colour(params: bytes) -> bool:
+    """An SGR sequence that sets a colour: 30–37/40–47/90–97/100–107, or 38/48 (256 and
+    truecolour); 39/49 (the default colours) and attributes are not colours."""
+    codes = [int(p) for p in re.split(rb"[;:]", params) if p]
+    return any(c in _COLOUR_PARAMS or c in (38, 48) for c in codes)
+
+
+def _footer(app: PtyApp) -> str:
+    return app.text().splitlines()[-1]
+
+
+def test_k9s_hands_command_line_and_ctrl_c_on_a_live_run(env, tmp_path):
+    """`:` opens the command line (`:runs` is the history, `:q` asks on a live run); Ctrl-C
+    asks on a live run like q; `d` describes the selected agent, as in k9s."""
+    seed = PtyApp("run", "--demo", "20", "--rate", "0", "--headless", env=env)
+    assert seed.wait(60) in (0, 3)  # a stored run for the history
+    seed.kill()
+    app = PtyApp("run", "--demo", "8000", "--concurrency", "20", env=env)
+    try:
+        app.wait_for(lambda t: "RUNNING" in t, what="a running swarm")
+        app.send(":")
+        app.wait_for(":runs :keys", what="the command line")
+        app.send("ru\r")  # a unique prefix
+        app.wait_for("Runs (newest first)", what="the history from :runs")
+        app.send("\x1b")
+        app.wait_for(lambda t: "Runs (newest first)" not in t, what="back to the dashboard")
+        app.send(":")
+        app.wait_for(":runs :keys", what="the command line again")
+        app.send("q\r")
+        app.wait_for("Cancel it and quit?", what=":q asking on a live run")
+        app.send("n")
+        app.wait_for(lambda t: "Cancel it and quit?" not in t, what="the question gone")
+        app.send("\x03")  # Ctrl-C
+        app.wait_for("Cancel it and quit?", what="Ctrl-C asking on a live run")
+        app.send("y")
+        assert app.wait(90) == 130
+    finally:
+        app.kill()
+
+
+def test_ctrl_c_on_an_idle_console_quits_at_once(env):
+    app = PtyApp(env=env)
+    try:
+        app.wait_for("press D (or :demo) to start", what="the idle console")
+        app.send("\x03")
+        assert app.wait(30) == 0
+    finally:
+        app.kill()
+
+
+def test_a_read_only_console_offers_no_controls_and_no_color_sends_no_colour(env):
+    """The footer of a read-only console has no Pause, +Conc, -Conc or Cancel run (their
+    keys still say why); with NO_COLOR not one colour code reaches the terminal."""
+    app = PtyApp("--readonly", "run", "--demo", "3000", env={**env, "NO_COLOR": "1"})
+    try:
+        app.wait_for(lambda t: "RUNNING" in t, what="a running swarm")
+        footer = _footer(app)
+        assert "Help" in footer and "Quit" in footer, footer
+        for refused in ("Pause", "Conc", "Cancel run"):
+            assert refused not in footer, footer
+        app.send("p")
+        app.wait_for("read-only console", what="p answering in words")
+        sgr = re.findall(rb"\x1b\[([0-9;:]*)m", bytes(app.raw))
+        coloured = [c for c in sgr if _sets_a_colour(c)]
+        assert sgr and not coloured, coloured[:5]
+        _quit_live_run(app)
+    finally:
+        app.kill()

@@ -284,15 +284,15 @@ async def test_demo_key_starts_a_swarm_from_the_bare_console(cfg, tmp_path):
         opts = RunOptions(sim=SimSettings(profile="fixed:50", rate_429=0, rate_503=0))
         return LiveSource(cfg, opts, demo(100), db)
 
-    app = SwarmApp(None, start_source=start, db_path=db, refresh_s=0.1, idle_message="press d")
+    app = SwarmApp(None, start_source=start, db_path=db, refresh_s=0.1, idle_message="press D")
     async with app.run_test() as pilot:
         await pilot.pause(0.2)
         assert app.source is None
-        await pilot.press("d")
+        await pilot.press("D")
         assert isinstance(app.source, LiveSource)
         await wait_for(lambda: app.snapshot is not None and app.snapshot.status == "finished", 20)
         assert app.snapshot.done == 100 and app.snapshot.simulated
-        await pilot.press("d")  # a second demo is refused while one is loaded
+        await pilot.press("D")  # a second demo is refused while one is loaded
         await pilot.press("q")
     assert app.return_code == 0
 
@@ -540,3 +540,32 @@ async def test_cancelling_an_agent_whose_task_id_looks_like_markup(cfg, tmp_path
                        what="the notice, as text")
         await pilot.press("x", "y")
         await wait_for(lambda: not source.active, what="the run cancelled")
+
+
+@pytest.mark.parametrize("readonly", [False, True])
+async def test_the_palette_lists_each_command_once_and_only_what_can_be_done(readonly):
+    app = SwarmApp(FixedSource(mid_run_snapshot(), readonly=readonly), refresh_s=10)
+    async with app.run_test() as pilot:
+        await pilot.pause(0.1)
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+        assert titles and len(titles) == len(set(titles)), titles
+        assert sum("Quit" in t for t in titles) == 1
+        controls = [t for t in titles if t.startswith(("Pause", "Raise", "Lower", "Cancel"))]
+        assert (controls == []) == readonly, controls
+        assert not any("demo" in t for t in titles)  # a run is loaded: no demo to start
+
+
+def test_the_command_line_parses_k9s_commands():
+    from swarm_tui.ui.command_line import CommandError, Parsed, parse
+
+    assert parse(":runs") == parse("history") == Parsed("history")
+    assert parse(":ca") == Parsed("canary")  # a unique prefix
+    assert parse(":replay 20261205-0001") == Parsed("replay", "20261205-0001")
+    assert parse(":q") == parse("quit") == Parsed("request_quit")
+    assert parse(":filter state:failed model:kimi") == Parsed("filter_to",
+                                                              "state:failed model:kimi")
+    for bad, says in ((":r", "could be"), (":nope", "unknown command"),
+                      (":replay", "needs an argument"), (":keys now", "takes no argument"),
+                      (":", "empty command")):
+        with pytest.raises(CommandError, match=says):
+            parse(bad)

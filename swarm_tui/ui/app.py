@@ -19,11 +19,14 @@ import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from textual import events
 from textual.app import App, ComposeResult, ScreenStackError, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal
+from textual.filter import Monochrome, NoColor
 from textual.geometry import Size
 from textual.screen import Screen
+from textual.suggester import SuggestFromList
 from textual.widgets import Footer, Input, Static
 from textual.worker import Worker
 
@@ -37,6 +40,7 @@ from swarm_tui.run_sources.base import RunSource
 from swarm_tui.store.target import DbTarget
 from swarm_tui.ui.agents import AgentsView
 from swarm_tui.ui.canary_panel import CanaryScreen
+from swarm_tui.ui.command_line import CommandError, completions, parse
 from swarm_tui.ui.cost_panel import CostScreen
 from swarm_tui.ui.filtering import SORTS, FilterError, parse_filter, sort_cells
 from swarm_tui.ui.grid import AgentGrid
@@ -46,14 +50,17 @@ from swarm_tui.ui.themes import load_themes
 from swarm_tui.ui.widgets import EventLog, LatencyHistogram, StatusBar, sparkline_text
 
 CONCURRENCY_STEP = 10
+RUN_CONTROLS = {"toggle_pause", "concurrency", "cancel_run", "cancel_agent"}
 # (binding id, description) of every action, for the help screen and the command palette.
 ACTIONS: list[tuple[str, str, str]] = [
     ("app.help", "help", "Show the key bindings"),
+    ("app.command", "command_line", "Command line: :runs :keys :canary :cost :replay ID :q"),
     ("run.pause", "toggle_pause", "Pause / resume dispatch"),
     ("run.more", "concurrency(1)", "Raise concurrency by 10"),
     ("run.less", "concurrency(-1)", "Lower concurrency by 10"),
     ("run.cancel", "cancel_run", "Cancel the run (asks first)"),
     ("agent.cancel", "cancel_agent", "Cancel the selected agent (asks first)"),
+    ("agent.describe", "describe", "Describe the selected agent (as enter; k9s d)"),
     ("grid.filter", "filter", "Filter agents"),
     ("grid.sort", "sort", "Cycle sort: index / latency / state / cost"),
     ("app.view", "toggle_view", "Agents (one per slot, what each does now) / every task"),
@@ -73,7 +80,7 @@ ACTIONS: list[tuple[str, str, str]] = [
 
 
 _KEY_NAMES = {"question_mark": "?", "slash": "/", "plus": "+", "equals_sign": "=",
-              "minus": "-", "space": "space", "dollar_sign": "$"}
+              "minus": "-", "space": "space", "dollar_sign": "$", "colon": ":"}
 
 
 def _key_names(keys: str) -> str:
@@ -98,6 +105,8 @@ class Dashboard(Screen[None]):
         yield Static("", id="message", markup=False)  # filter text, errors: never markup
         yield Input(placeholder="filter: state:failed model:kimi !bucket:candidate regex…",
                     id="filter")
+        yield Input(placeholder=":runs :keys :canary :cost :replay ID :theme NAME :q "
+                    "(→ completes)", id="command")
         yield Footer()
 
 
@@ -118,29 +127,35 @@ class SwarmApp(App[int]):
     CSS_PATH = "app.tcss"
     TITLE = "swarm-tui"
     ENABLE_COMMAND_PALETTE = True
+    # The footer shows these in this order and cuts at the terminal's edge: help, the
+    # command line and quit first (always visible at 80 columns), then the run's controls
     BINDINGS = [
         Binding("question_mark", "help", "Help", id="app.help"),
+        Binding("colon", "command_line", "Cmd", id="app.command"),
+        Binding("q", "request_quit", "Quit", id="app.quit"),
         Binding("p", "toggle_pause", "Pause", id="run.pause"),
-        Binding("plus,equals_sign", "concurrency(1)", "+Conc", id="run.more"),
-        Binding("minus", "concurrency(-1)", "-Conc", id="run.less"),
-        Binding("x", "cancel_run", "Cancel run", id="run.cancel"),
+        Binding("plus,equals_sign", "concurrency(1)", "±Conc", id="run.more"),
+        Binding("minus", "concurrency(-1)", "-Conc", id="run.less", show=False),
+        Binding("x", "cancel_run", "Cancel", id="run.cancel"),
         Binding("c", "cancel_agent", "Cancel agent", id="agent.cancel", show=False),
         Binding("slash", "filter", "Filter", id="grid.filter"),
-        Binding("s", "sort", "Sort", id="grid.sort"),
-        Binding("v", "toggle_view", "View", id="app.view"),
-        Binding("f", "next_failed", "Next failed", id="grid.next_failed", show=False),
-        Binding("y", "copy_task_id", "Copy id", id="agent.copy", show=False),
-        Binding("l", "focus_log", "Log", id="log.focus", show=False),
-        Binding("G", "follow_log", "Follow log", id="log.follow", show=False),
         Binding("h", "history", "History", id="app.history"),
         Binding("g", "canary", "Canary", id="app.canary"),
         Binding("k", "keys", "Keys", id="app.keys"),
         Binding("dollar_sign", "cost", "Cost", id="app.cost"),
-        Binding("d", "demo", "Demo", id="app.demo", show=False),
+        Binding("v", "toggle_view", "View", id="app.view"),
+        Binding("s", "sort", "Sort", id="grid.sort"),
+        Binding("f", "next_failed", "Next failed", id="grid.next_failed", show=False),
+        Binding("y", "copy_task_id", "Copy id", id="agent.copy", show=False),
+        Binding("l", "focus_log", "Log", id="log.focus", show=False),
+        Binding("G", "follow_log", "Follow log", id="log.follow", show=False),
+        Binding("D", "demo", "Demo", id="app.demo", show=False),
+        Binding("d", "describe", "Describe", id="agent.describe", show=False),
         Binding("space", "freeze", "Freeze", id="app.freeze", show=False),
         Binding("t", "next_theme", "Theme", id="app.theme", show=False),
-        Binding("q", "request_quit", "Quit", id="app.quit"),
         Binding("ctrl+q", "request_quit", "Quit", show=False, priority=True),
+        # k9s and every shell: Ctrl-C asks on a live run, quits at once when idle
+        Binding("ctrl+c", "request_quit", "Quit", show=False, priority=True),
         Binding("escape", "clear_filter", "Clear filter", show=False),
     ]
 
@@ -160,6 +175,12 @@ class SwarmApp(App[int]):
         view: str = "agents",
     ) -> None:
         super().__init__()
+        if self.no_color:
+            # NO_COLOR is no colour codes at all (no-color.org), not grey ones: Textual's
+            # Monochrome filter still sent 76 grey 256-colour codes. Bold, reverse and the
+            # grid's glyphs (and its ◂ cursor) still tell states and selection apart.
+            self._filters = [f for f in self._filters if not isinstance(f, Monochrome)]
+            self._filters.append(NoColor())
         self.view = view  # "agents": one cell per concurrency slot; "tasks": every task
         self.canary_cfg = canary
         self.source: RunSource | None = source
@@ -181,6 +202,7 @@ class SwarmApp(App[int]):
         self._keymap = keymap or {}
         self._worker: Worker[object] | None = None
         self._want_concurrency: int | None = None
+        self._bindings_for: tuple[bool, bool] | None = None
 
     # -- lifecycle -----------------------------------------------------------------------
     def on_mount(self) -> None:
@@ -239,6 +261,10 @@ class SwarmApp(App[int]):
         return screen if isinstance(screen, Dashboard) else None
 
     async def tick(self) -> None:
+        can = (self.may_control(), self.source is None)
+        if can != self._bindings_for:  # a run started, ended, was replaced: redo footer
+            self._bindings_for = can
+            self.refresh_bindings()
         if self.frozen or self._shown_dashboard() is None:
             return
         snap = None
@@ -289,9 +315,45 @@ class SwarmApp(App[int]):
 
     # -- commands palette ----------------------------------------------------------------
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
-        yield from super().get_system_commands(screen)
+        # Textual's own Quit (no question on a live run), Keys and Theme are ours below:
+        # each command once, and only those this console can do now
+        yield from (c for c in super().get_system_commands(screen)
+                    if c.title not in {"Quit", "Keys", "Theme"})
         for _id, action, help_text in ACTIONS:
-            yield SystemCommand(help_text, help_text, lambda a=action: self.run_action(a))
+            if self.check_action(action.split("(")[0], ()):
+                yield SystemCommand(help_text, help_text, lambda a=action: self.run_action(a))
+
+    # -- what this console can do now: the footer and palette show only that ----------------
+    def may_control(self) -> bool:
+        """Whether run controls (pause, concurrency, cancel) can act here: not read-only,
+        not a replay, a run going."""
+        src = self.source
+        return (not self.readonly and src is not None and not src.readonly
+                and src.kind != "replay" and src.active)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in RUN_CONTROLS:
+            return self.may_control()
+        if action == "demo":
+            return self.source is None and self.start_source is not None
+        return True
+
+    def on_key(self, event: events.Key) -> None:
+        """A run control's key where it is hidden still answers, in words."""
+        if (event.key in self._run_control_keys() and isinstance(self.screen, Dashboard)
+                and not self.may_control()):
+            why = ("read-only console" if self.readonly or (
+                self.source is not None and (self.source.readonly
+                                             or self.source.kind == "replay"))
+                   else "no active run")
+            self.notify(f"{event.key}: {why}", severity="warning")
+
+    def _run_control_keys(self) -> set[str]:
+        keys: set[str] = set()
+        for b in self.BINDINGS:
+            if isinstance(b, Binding) and b.action.split("(")[0] in RUN_CONTROLS:
+                keys.update(k.strip() for k in self._keymap.get(b.id or "", b.key).split(","))
+        return keys
 
     def key_rows(self) -> list[tuple[str, str]]:
         rows = []
@@ -299,9 +361,13 @@ class SwarmApp(App[int]):
         for binding_id, _action, help_text in ACTIONS:
             b = by_id.get(binding_id)
             keys = self._keymap.get(binding_id, b.key if b else "")
+            if binding_id == "app.quit":
+                keys += ",ctrl+q,ctrl+c"
             rows.append((_key_names(keys), help_text))
-        rows += [("arrows/pgup/pgdn", "Move in the agent grid"), ("enter", "Agent detail"),
-                 ("escape", "Back / clear filter")]
+        rows += [("arrows/pgup/pgdn", "Move in the agent grid"),
+                 ("home/end", "First / last agent"), ("enter", "Agent detail"),
+                 ("escape", "Back / clear filter / close the command line"),
+                 ("ctrl+p", "Command palette: every action this console can do now")]
         return rows
 
     # -- actions -------------------------------------------------------------------------
@@ -383,22 +449,81 @@ class SwarmApp(App[int]):
         box.value = self.filter_text
         box.focus()
 
-    def on_input_submitted(self, event: Input.Submitted) -> None:
-        self.filter_text = event.value.strip()
-        event.input.remove_class("visible")
+    async def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input.id == "command":
+            await self._run_command(event.value)
+            return
+        self._apply_filter(event.value)
+
+    def _apply_filter(self, text: str) -> None:
+        box = self.screen.query_one("#filter", Input)
+        self.filter_text = text.strip()
         try:
             self._filter = parse_filter(self.filter_text) if self.filter_text else None
             self.message = ""
         except FilterError as e:  # a bad pattern is said, not silently ignored
             self._filter = None
             self.message = f"filter not applied: {e}"
+        box.remove_class("visible")
         grid = self._dashboard_grid()
         if grid is not None:
             grid.focus()
         self.render_snapshot()
 
+    # -- the `:` command line (k9s) --------------------------------------------------------
+    def action_command_line(self) -> None:
+        if not isinstance(self.screen, Dashboard):
+            return
+        box = self.screen.query_one("#command", Input)
+        box.suggester = SuggestFromList(completions(sorted(self._themes)),
+                                        case_sensitive=False)
+        box.value = ""
+        box.add_class("visible")
+        box.focus()
+
+    def _close_command_line(self) -> None:
+        if isinstance(self.screen, Dashboard):
+            self.screen.query_one("#command", Input).remove_class("visible")
+            self._focus_view()
+
+    async def _run_command(self, line: str) -> None:
+        self._close_command_line()
+        try:
+            cmd = parse(line)
+        except CommandError as e:
+            self.notify(str(e), severity="warning", markup=False)
+            return
+        if cmd.arg is None:
+            await self.run_action(cmd.action)
+        elif cmd.action == "replay":
+            self._open_replay(cmd.arg)
+        elif cmd.action == "theme":
+            self.set_theme(cmd.arg)
+        else:  # filter_to
+            self._apply_filter(cmd.arg)
+
+    def set_theme(self, name: str) -> None:
+        if name not in self._themes:
+            self.notify(f"unknown theme {name} (known: {', '.join(sorted(self._themes))})",
+                        severity="warning", markup=False)
+            return
+        self.theme = name
+        self.notify(f"theme: {name}")
+
+    def action_view_agents(self) -> None:
+        if self.view != "agents":
+            self.action_toggle_view()
+
+    def action_view_tasks(self) -> None:
+        if self.view != "tasks":
+            self.action_toggle_view()
+
     def action_clear_filter(self) -> None:
         if not isinstance(self.screen, Dashboard):
+            return
+        command = self.screen.query_one("#command", Input)
+        if command.has_class("visible"):
+            self._close_command_line()
             return
         box = self.screen.query_one("#filter", Input)
         box.remove_class("visible")
@@ -501,9 +626,21 @@ class SwarmApp(App[int]):
         self._start(self.start_source())
 
     async def on_agent_grid_selected(self, message: AgentGrid.Selected) -> None:
+        await self._describe(message.cell)
+
+    async def action_describe(self) -> None:
+        grid = self._dashboard_grid()
+        cell = grid.selected if grid is not None else None
+        if cell is None:
+            self.notify("no agent selected (v: the tasks view, arrows to choose)",
+                        severity="warning")
+            return
+        await self._describe(cell)
+
+    async def _describe(self, cell: AgentCell) -> None:
         if self.source is None:
             return
-        detail = await self.source.detail(message.cell.seq)
+        detail = await self.source.detail(cell.seq)
         if detail is not None:
             self.push_screen(DetailScreen(detail))
 
@@ -524,7 +661,7 @@ class SwarmApp(App[int]):
 
     def action_cost(self) -> None:
         if self.source is None:
-            self.notify("no run here: start one (d) or replay one (h)", severity="warning")
+            self.notify("no run here: start one (D) or replay one (h)", severity="warning")
             return
         self.push_screen(CostScreen(self.source))
 
@@ -565,18 +702,27 @@ class SwarmApp(App[int]):
         await act_stored(self.db_path, self.canary_cfg, action, arg, reason)
 
     def _replay(self, run_id: str) -> None:
+        """From the history panel (which closes)."""
+        self._open_replay(run_id, from_history=True)
+
+    def _open_replay(self, run_id: str, from_history: bool = False) -> bool:
         from swarm_tui.run_sources import StoreSource
+        from swarm_tui.store.target import missing_file
 
         if self.run_active:
             self.notify("a run is active here; replay it after it ends", severity="warning")
-            return
-        assert self.db_path is not None  # the history panel opens only with a database
-        self.pop_screen()
+            return False
+        if self.db_path is None or missing_file(self.db_path):
+            self.notify("no stored runs yet", severity="warning")
+            return False
+        if from_history:
+            self.pop_screen()
         self.snapshot = None
         previous = self.source
         if previous is not None:
             self.run_worker(previous.shutdown(), name="close-previous")
         self._start(StoreSource(self.db_path, run_id, replay=True))
+        return True
 
     def _compare(self, a: str, b: str) -> None:
         self.run_worker(self._show_compare(a, b), name="compare")
