@@ -52,10 +52,10 @@ def test_every_theme_loads_on_a_real_terminal(env, theme, term, no_color):
         app.kill()
 
 
-def _quit_live_run(app: PtyApp) -> None:
-    """q on a live run asks first; yes cancels it cleanly and ends 130."""
-    app.send("q")
-    app.wait_for("Cancel it and quit?", what="the quit question")
+def _quit_live_run(app: PtyApp, key: str = "q") -> None:
+    """q (ctrl+q, ctrl+c, :q) on a live run asks first; yes cancels it cleanly, ends 130."""
+    app.send(key)
+    app.wait_for("Cancel it and quit?", what=f"the quit question after {key!r}")
     app.send("y")
     assert app.wait(90) == 130
 
@@ -72,10 +72,7 @@ def test_global_options_before_the_sub_command_are_obeyed(env, tmp_path):
         app.send("p")
         screen = app.wait_for("read-only", what="the read-only refusal")
         assert "PAUSED" not in screen
-        app.send("\x11")  # ctrl+q on a live run: the same question as q
-        app.wait_for("Cancel it and quit?", what="the quit question")
-        app.send("y")
-        assert app.wait(90) == 130
+        _quit_live_run(app, "\x11")  # ctrl+q on a live run: the same question as q
     finally:
         app.kill()
 
@@ -306,10 +303,7 @@ def test_k9s_hands_command_line_and_ctrl_c_on_a_live_run(env, tmp_path):
         app.wait_for("Cancel it and quit?", what=":q asking on a live run")
         app.send("n")
         app.wait_for(lambda t: "Cancel it and quit?" not in t, what="the question gone")
-        app.send("\x03")  # Ctrl-C
-        app.wait_for("Cancel it and quit?", what="Ctrl-C asking on a live run")
-        app.send("y")
-        assert app.wait(90) == 130
+        _quit_live_run(app, "\x03")  # Ctrl-C
     finally:
         app.kill()
 
