@@ -576,8 +576,19 @@ def cmd_keys(args: argparse.Namespace) -> int:
     return run_async(_with_db(args, keys.run, cfg, args))
 
 
+def cmd_completion(args: argparse.Namespace) -> int:
+    import argcomplete
+
+    print(argcomplete.shellcode(["swarm-tui"], shell=args.shell))
+    return EXIT_OK
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    if "_ARGCOMPLETE" in os.environ:  # the shell asks for completions (and nothing runs)
+        import argcomplete
+
+        argcomplete.autocomplete(parser)
     args = parser.parse_args(argv)
     if args.command is None and not _interactive():
         parser.print_help()  # the console needs a terminal
@@ -585,7 +596,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     handlers = {"run": cmd_run, "sim": cmd_sim, "resume": cmd_resume, "runs": cmd_runs,
                 "report": cmd_report, "export": cmd_export, "watch": cmd_watch,
                 "canary": cmd_canary, "keys": cmd_keys, "cost": cmd_cost, "serve": cmd_serve,
-                "worker": cmd_worker, "db": cmd_db, None: cmd_console}
+                "worker": cmd_worker, "db": cmd_db, "completion": cmd_completion,
+                None: cmd_console}
     try:
         return handlers[args.command](args)
     except UserError as e:

@@ -199,6 +199,12 @@ def build_parser() -> argparse.ArgumentParser:
                         help="HTTP transport under the SDK")
     _execution_flags(worker)
 
+    completion = sub.add_parser(
+        "completion", help="print the shell completion script: "
+        "eval \"$(swarm-tui completion bash)\" (zsh: the same; fish: "
+        "swarm-tui completion fish | source)")
+    completion.add_argument("shell", choices=["bash", "zsh", "fish"])
+
     db = sub.add_parser("db", help="the database: create it (and PostgreSQL roles), copy runs "
                         "between databases")
     db_sub = db.add_subparsers(dest="db_command", required=True)

@@ -188,3 +188,30 @@ def test_call_success_is_shown_next_to_task_success_and_judged_by_the_sla(tmp_pa
     # (latency may still breach on a loaded machine: only the success verdict is asserted)
     assert s2["sla"]["success_basis"] == "task"
     assert not any("success" in b for b in s2["sla"]["breaches"]), s2["sla"]
+
+
+def test_shell_completion_from_the_parser(tmp_path):
+    """`swarm-tui completion bash|zsh|fish` prints a script each shell takes; the parser
+    answers what a shell asks (argcomplete's protocol), without running anything."""
+    import shutil
+
+    for shell in ("bash", "zsh", "fish"):
+        r = swarm("completion", shell)
+        assert r.returncode == 0 and "swarm-tui" in r.stdout, (shell, r.stderr)
+    bash = shutil.which("bash")
+    if bash is not None:  # the script loads in a real bash and registers the completion
+        script = swarm("completion", "bash").stdout
+        r = subprocess.run([bash, "-c", f"{script}\ncomplete -p swarm-tui"],
+                           capture_output=True, text=True, timeout=30)
+        assert r.returncode == 0 and "swarm-tui" in r.stdout, r.stderr
+
+    def complete(line: str) -> set[str]:
+        out = tmp_path / "completions"
+        r = swarm(env={"_ARGCOMPLETE": "1", "COMP_LINE": line, "COMP_POINT": str(len(line)),
+                       "_ARGCOMPLETE_STDOUT_FILENAME": str(out), "_ARGCOMPLETE_IFS": "\n"})
+        assert r.returncode == 0, r.stderr
+        return {w.strip() for w in out.read_text().split("\n")} - {""}
+
+    assert complete("swarm-tui ru") == {"run", "runs"}
+    assert "--sim-profile" in complete("swarm-tui run --sim-pr")
+    assert complete("swarm-tui completion ") >= {"bash", "zsh", "fish"}
