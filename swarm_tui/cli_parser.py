@@ -203,7 +203,8 @@ def build_parser() -> argparse.ArgumentParser:
         "completion", help="print the shell completion script: "
         "eval \"$(swarm-tui completion bash)\" (zsh: the same; fish: "
         "swarm-tui completion fish | source)")
-    completion.add_argument("shell", choices=["bash", "zsh", "fish"])
+    completion.add_argument("shell", choices=["bash", "zsh", "fish"],
+                            help="the shell to print the completion script for")
 
     db = sub.add_parser("db", help="the database: create it (and PostgreSQL roles), copy runs "
                         "between databases")
