@@ -239,6 +239,7 @@ def iter_demo(n: int, seed: int = 7, max_tokens: int = 1200) -> Iterator[Task]:
         long_doc = rng.random() < 0.15
         tokens = rng.randint(1000, 1500) if long_doc else rng.randint(450, 850)
         start = rng.randrange(len(corpus) // 2)
+        start = corpus.find(" ", start) + 1  # at a word: "Task 0: ummarise" read as a typo
         size = round(tokens * chars_per_token)
         body = (corpus[start:] + " " + corpus)[:size]
         # user ids spread over the hash space so canary buckets are realistic

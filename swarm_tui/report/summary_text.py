@@ -29,7 +29,7 @@ def summary_text(s: RunSummary) -> str:
     rate = "-" if s.success_rate is None else f"{s.success_rate:.1%}"
     mean = "" if s.latency_ms.mean is None else f" (mean {s.latency_ms.mean:,.1f})"
     lines = [
-        f"{label} run {s.run_id} [{s.status}]: {s.total} agents, wall {s.wall_ms:,.0f} ms, "
+        f"{label} run {s.run_id} [{s.status}]: {s.total} tasks, wall {s.wall_ms:,.0f} ms, "
         f"{s.succeeded}/{s.total} succeeded ({rate}), {s.calls:,} calls "
         f"({fmt.pct(s.call_success_rate)} ok per call), latency {_pcts(s.latency_ms)}{mean}, "
         f"TTFT {_pcts(s.ttft_ms, False)}, tokens {s.tokens.input:,} in / {s.tokens.output:,} out, "
