@@ -228,6 +228,49 @@ async def test_a_worker_whose_batch_was_leased_again_stops_writing(sim_factory, 
     assert _count(db_target, "SELECT COUNT(*) FROM results") < 100
 
 
+
+async def test_a_holder_stuck_mid_statement_is_cut_off_and_its_batch_leased_again(
+        sim_factory, pg_server):
+    """A worker stopped in the middle of a pipelined write keeps its batch's row locked
+    with no server timeout to end it (no Sync yet: its session is not idle in a
+    transaction), so SKIP LOCKED skipped that batch for good (the one-core suite's hang).
+    Once the lease has been out a whole lease more, the next worker that finds nothing to
+    lease ends the holder's session (named by its heartbeat) and leases the batch."""
+    target = new_pg_database(pg_server)
+    conn = await open_db(target)
+    gw = make_client(sim_factory(profile="fixed:30"))
+    work = tasks(100, prefix="s")
+    claim = take_lock(target, "s")
+    holder = psycopg.connect(target.url, autocommit=True, application_name="swarm-tui")
+    try:
+        await create_run(conn, "s", make_runner(gw, work).agents, work, name=None,
+                         simulated=True, config={}, claim=claim)
+        await split_run(conn, "s", 100, size=100)
+        await join_run(conn, "s", "stuck", claim.token, claim.host, claim.pid)
+        lease = await lease_batch(conn, "s", "stuck", claim.token, lease_s=0.5)
+        assert lease is not None
+        # the stuck holder's session: the batch row locked, its pid in its heartbeat
+        holder.execute("BEGIN")
+        holder.execute("SELECT 1 FROM batches WHERE run_id = 's' FOR UPDATE")
+        raw_rows(target, "UPDATE workers SET live_json = ? WHERE worker = 'stuck'",
+                 (json.dumps({"db_pid": holder.info.backend_pid}),))
+        await asyncio.sleep(0.6)  # out of lease, not yet a whole lease more: left alone
+        assert await lease_batch(conn, "s", "other", "t2", lease_s=0.5) is None
+        assert holder.execute("SELECT 1").fetchone() == (1,)
+        await asyncio.sleep(0.6)
+        assert await lease_batch(conn, "s", "other", "t2", lease_s=0.5) is None  # cut off
+        async with asyncio.timeout(30):  # its locks go with its backend's exit
+            while (taken := await lease_batch(conn, "s", "other", "t2", lease_s=0.5)) is None:
+                await asyncio.sleep(0.05)
+        assert taken.batch == lease.batch
+        with pytest.raises(psycopg.OperationalError):
+            holder.execute("SELECT 1")
+    finally:
+        holder.close()
+        claim.release()
+        await gw.aclose()
+        await conn.close()
+
 @pytest.mark.slow
 async def test_a_watcher_sees_every_worker_and_its_pause_and_cancel_reach_them_all(
         tmp_path, slow_sim, any_db):

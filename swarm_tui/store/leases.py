@@ -10,6 +10,7 @@ without a stored result are sent again.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import time
@@ -111,7 +112,35 @@ async def lease_batch(conn: StoreConnection, run_id: str, worker: str, token: st
     except BaseException:
         await conn.execute("ROLLBACK")
         raise
+    if row is None and pg:
+        await _cut_off_stuck_holders(conn, run_id, worker, expiry, lease_s, now)
     return Lease(*row) if row is not None else None
+
+
+async def _cut_off_stuck_holders(conn: StoreConnection, run_id: str, worker: str,
+                                 expiry: str, lease_s: float, now: float) -> None:
+    """A batch whose lease ran out a whole lease ago yet cannot be leased (SKIP LOCKED
+    skips it) is locked by a holder stopped in the middle of a statement: a pipelined
+    write has no Sync yet, so no server timeout ends it (idle-in-transaction covers only
+    a session between statements), and its locks would hold the batch for good. The
+    holder's session (its heartbeat names it) is ended; the holder, if it wakes, finds
+    the lease gone and stores what it has unfenced."""
+    async with conn.execute(
+            "SELECT DISTINCT w.live_json FROM batches b JOIN workers w ON w.run_id = b.run_id "
+            "AND w.worker = b.worker WHERE b.run_id=? AND b.done_at IS NULL AND b.worker <> ? "
+            f"AND {expiry.replace('expires_at', 'b.expires_at')} < ?",
+            (run_id, worker, lease_s, now - lease_s)) as cur:
+        beats = [r[0] for r in await cur.fetchall()]
+    for beat in beats:
+        try:
+            pid = json.loads(beat or "{}").get("db_pid")
+        except ValueError:
+            continue
+        if isinstance(pid, int):
+            await conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = ? AND "
+                "pid <> pg_backend_pid() AND usename = current_user AND application_name "
+                "LIKE 'swarm-tui%'", (pid,))
 
 
 async def _book_holders_lost_sends(conn: StoreConnection, run_id: str, holder: str,

@@ -237,6 +237,11 @@ class PgConnection:
         return raw
 
     @property
+    def backend_pid(self) -> int | None:
+        """The server process of this connection now (changes with a reconnect)."""
+        return None if self.lost else self.raw.info.backend_pid
+
+    @property
     def lost(self) -> bool:
         return bool(self.raw.closed or self.raw.broken)
 

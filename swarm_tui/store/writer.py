@@ -343,6 +343,9 @@ class StoreWriter:
             self._last_live = figures
             live = json.dumps({**figures, "lag_p95_ms": lag.recent_p95_ms(),
                                "client_bound": lag.client_bound(),
+                               # this session, for a worker that finds it stuck holding
+                               # an expired batch's locks (store/leases.py)
+                               "db_pid": getattr(self.conn, "backend_pid", None),
                                "canary_lag_ms": lag.judged_ms,
                                "run_lag_p95_ms": lag.run_p95_ms(),
                                "run_lag_max_ms": lag.run_max_ms()})
