@@ -189,6 +189,14 @@ def test_kill_9_of_the_starter_leaves_the_workers_to_finish_the_run(tmp_path, sl
                           "outcome='ok' GROUP BY seq) per_seq") == 1
     assert _count(any_db, "SELECT COUNT(*) FROM attempts") == _served(port)
 
+async def _split_and_join(conn, run_id: str, gw, work, claim, worker: str) -> None:
+    """A stored run split in batches of 100, and `worker` joined to it."""
+    await create_run(conn, run_id, make_runner(gw, work).agents, work, name=None,
+                     simulated=True, config={}, claim=claim)
+    await split_run(conn, run_id, len(work), size=100)
+    await join_run(conn, run_id, worker, claim.token, claim.host, claim.pid)
+
+
 async def test_a_worker_whose_batch_was_leased_again_stops_writing(sim_factory, db_target):
     """The lease is the fence: once another worker holds the batch (this one was silent
     past its lease), this one's next flush writes nothing and it stops sending."""
@@ -198,10 +206,7 @@ async def test_a_worker_whose_batch_was_leased_again_stops_writing(sim_factory, 
     work = tasks(200, prefix="f")
     claim = take_lock(db_target, "f")
     try:
-        await create_run(conn, "f", make_runner(gw, work).agents, work, name=None,
-                         simulated=True, config={}, claim=claim)
-        await split_run(conn, "f", 200, size=100)
-        await join_run(conn, "f", "me", claim.token, claim.host, claim.pid)
+        await _split_and_join(conn, "f", gw, work, claim, "me")
         lease = await lease_batch(leases, "f", "me", claim.token, lease_s=60)
         assert lease is not None and (lease.first_seq, lease.last_seq) == (0, 99)
         fence = LeaseFence("f", "me", claim.token, lease_s=60)
@@ -243,10 +248,7 @@ async def test_a_holder_stuck_mid_statement_is_cut_off_and_its_batch_leased_agai
     claim = take_lock(target, "s")
     holder = psycopg.connect(target.url, autocommit=True, application_name="swarm-tui")
     try:
-        await create_run(conn, "s", make_runner(gw, work).agents, work, name=None,
-                         simulated=True, config={}, claim=claim)
-        await split_run(conn, "s", 100, size=100)
-        await join_run(conn, "s", "stuck", claim.token, claim.host, claim.pid)
+        await _split_and_join(conn, "s", gw, work, claim, "stuck")
         lease = await lease_batch(conn, "s", "stuck", claim.token, lease_s=0.5)
         assert lease is not None
         # the stuck holder's session: the batch row locked, its pid in its heartbeat
