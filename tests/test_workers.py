@@ -249,6 +249,7 @@ async def test_a_holder_stuck_mid_statement_is_cut_off_and_its_batch_leased_agai
     holder = psycopg.connect(target.url, autocommit=True, application_name="swarm-tui")
     try:
         await _split_and_join(conn, "s", gw, work, claim, "stuck")
+        leased_at = time.monotonic()
         lease = await lease_batch(conn, "s", "stuck", claim.token, lease_s=0.5)
         assert lease is not None
         # the stuck holder's session: the batch row locked, its pid in its heartbeat
@@ -256,12 +257,17 @@ async def test_a_holder_stuck_mid_statement_is_cut_off_and_its_batch_leased_agai
         holder.execute("SELECT 1 FROM batches WHERE run_id = 's' FOR UPDATE")
         raw_rows(target, "UPDATE workers SET live_json = ? WHERE worker = 'stuck'",
                  (json.dumps({"db_pid": holder.info.backend_pid}),))
-        await asyncio.sleep(0.6)  # out of lease, not yet a whole lease more: left alone
+        while time.monotonic() - leased_at < 0.55:  # out of lease
+            await asyncio.sleep(0.02)
         assert await lease_batch(conn, "s", "other", "t2", lease_s=0.5) is None
-        assert holder.execute("SELECT 1").fetchone() == (1,)
-        await asyncio.sleep(0.6)
-        assert await lease_batch(conn, "s", "other", "t2", lease_s=0.5) is None  # cut off
-        async with asyncio.timeout(30):  # its locks go with its backend's exit
+        if time.monotonic() - leased_at < 0.95:  # not yet a whole lease more: left alone
+            # (a machine too slow to ask within that window skips this check)
+            assert holder.execute("SELECT 1").fetchone() == (1,)
+        while time.monotonic() - leased_at < 1.1:  # a whole lease more
+            await asyncio.sleep(0.02)
+        # the next asks cut the holder off (on a slow machine the first ask already may
+        # have), then lease its batch once its locks went with its backend's exit
+        async with asyncio.timeout(30):
             while (taken := await lease_batch(conn, "s", "other", "t2", lease_s=0.5)) is None:
                 await asyncio.sleep(0.05)
         assert taken.batch == lease.batch
