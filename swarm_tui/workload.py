@@ -226,17 +226,23 @@ def demo_tasks(n: int, seed: int = 7, max_tokens: int = 1200) -> list[Task]:
     return list(iter_demo(n, seed, max_tokens))
 
 
+# One task in a thousand carries a document the demo's long-context model chokes on (the
+# simulator breaks its stream every time with --sim-incidents): it retries, then falls back.
+DEMO_POISON = "[scan: pages out of order]"
+
+
 def iter_demo(n: int, seed: int = 7, max_tokens: int = 1200) -> Iterator[Task]:
     """The team's shape: prompts of ~720 tokens on average, up to 1,200 output tokens.
 
     About one task in seven carries a long document (1,000-1,500 tokens) so the
     default dual-model routing sends it to the long-context model.
     """
+    poisoned = n // 3
     rng = random.Random(seed)
     corpus = " ".join(rng.choice(_WORDS) for _ in range(4000))  # sliced per task: cheap
     chars_per_token = len(corpus) / estimate_tokens(corpus)  # sized as routing counts it
     for i in range(n):
-        long_doc = rng.random() < 0.15
+        long_doc = rng.random() < 0.15 or i % 1000 == poisoned % 1000
         tokens = rng.randint(1000, 1500) if long_doc else rng.randint(450, 850)
         start = rng.randrange(len(corpus) // 2)
         start = corpus.find(" ", start) + 1  # at a word: "Task 0: ummarise" read as a typo
@@ -244,9 +250,10 @@ def iter_demo(n: int, seed: int = 7, max_tokens: int = 1200) -> Iterator[Task]:
         body = (corpus[start:] + " " + corpus)[:size]
         # user ids spread over the hash space so canary buckets are realistic
         uid = "user-" + hashlib.sha256(f"{seed}:{i % max(1, n // 3)}".encode()).hexdigest()[:10]
+        head = f"Task {i} {DEMO_POISON}: " if i % 1000 == poisoned % 1000 else f"Task {i}: "
         yield Task(
             id=f"demo-{i:05d}",
-            prompt=f"Task {i}: {body}"[:size],
+            prompt=(head + body)[:size],
             system="You are a careful sub-agent. Answer concisely.",
             user_id=uid,
             max_tokens=max_tokens,

@@ -34,21 +34,32 @@ async def test_a_paced_run_sends_no_faster_than_its_rate(sim_factory):
 @pytest.mark.slow
 def test_the_demo_incidents_show_a_retry_a_fallback_and_a_key_cooling(tmp_path):
     env = {"SWARM_TUI_DB": str(tmp_path / "runs.db"), "XDG_CONFIG_HOME": str(tmp_path / "x")}
-    r = swarm("run", "--demo", "1200", "--sim-incidents", "--headless", "--quiet", "--json",
-              "--sim-seed", "5", env=env, timeout=180)
+    # paced over ~12 s, as the console's demo is paced: demo-key-a's quota runs out 8 s in
+    r = swarm("run", "--demo", "1200", "--sim-incidents", "--rate", "100", "--headless",
+              "--quiet", "--json", "--sim-seed", "5", env=env, timeout=180)
     summary = json.loads(r.stdout)
     assert summary["succeeded"] == 1200, r.stderr  # handled: nothing lost to the incidents
+    # the demo's gateway keeps the SLA's success through its incidents (latency is the
+    # machine's to judge: a slow one may call it inconclusive, and exit 0 then too)
+    assert summary["call_success_rate"] >= 0.99 and r.returncode == 0, summary["sla"]
     db = sqlite3.connect(tmp_path / "runs.db")
     fallbacks = db.execute("SELECT detail_json FROM events WHERE kind='fallback'").fetchall()
     assert fallbacks and all("kimi-k2.5 → deepseek-v3.2" in d for (d,) in fallbacks)
+    poisoned = db.execute("SELECT COUNT(*) FROM tasks WHERE task_json LIKE "
+                          "'%pages out of order%'").fetchone()[0]
+    assert len(fallbacks) == poisoned >= 1  # the documents the long model chokes on
     retried = db.execute("SELECT COUNT(*) FROM attempts WHERE outcome='error' AND "
                          "error_class != 'rate_limited'").fetchone()[0]
     assert retried > 0
-    # a 429 with a 4 s Retry-After cools its key; the other demo key took the call
-    cooled = db.execute("SELECT COUNT(DISTINCT key_fp) FROM attempts WHERE "
-                        "error_class='rate_limited'").fetchone()[0]
+    # demo-key-a's quota ran out: its 429 said so, the key cooled, demo-key-b took the calls
+    cooled = db.execute("SELECT detail_json FROM events WHERE kind='control' AND "
+                        "detail_json LIKE '%quota spent: next call in%'").fetchall()
+    assert cooled, "no key cooled"
+    limited = db.execute("SELECT DISTINCT key_fp FROM attempts WHERE "
+                         "error_class='rate_limited'").fetchall()
+    assert len(limited) == 1 and limited[0][0] in cooled[0][0]
     keys_used = db.execute("SELECT COUNT(DISTINCT key_fp) FROM attempts").fetchone()[0]
-    assert cooled >= 1 and keys_used == 2
+    assert keys_used == 2
     # the replayed run's log is built from what was stored: its retries and fallbacks
     import asyncio
 

@@ -336,3 +336,26 @@ def test_a_read_only_console_offers_no_controls_and_no_color_sends_no_colour(env
         _quit_live_run(app)
     finally:
         app.kill()
+
+
+@pytest.mark.timeout(150)
+def test_the_console_demo_cools_a_key_and_keeps_its_sla(env):
+    """The demo does what the README says: demo-key-a's quota runs out 8 s in, the keys
+    panel counts its cooldown down while demo-key-b takes the traffic, and the demo's
+    gateway still meets the SLA — exit 0 (issue 36)."""
+    app = PtyApp("run", "--demo", env=env)
+    try:
+        app.wait_for(lambda t: "RUNNING" in t, what="the demo running")
+        app.send("k")
+        screen = app.wait_for(lambda t: re.search(r"cooling \d+s to \d\d:\d\d:\d\d", t)
+                              is not None, timeout=60, what="a key cooling, counting down")
+        cooled = [row for row in screen.splitlines() if "cooling" in row]
+        assert len(cooled) == 1 and "demo-key-a" in cooled[0], screen
+        app.send("\x1b")
+        app.wait_for("FINISHED", timeout=90, what="the demo's end")
+        app.send("q")
+        code = app.wait(30)
+        out = bytes(app.raw[-3000:]).decode(errors="replace")
+        assert code == 0 and ("SLA met" in out or "inconclusive" in out), out
+    finally:
+        app.kill()

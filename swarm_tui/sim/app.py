@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from swarm_tui.gateway.keys import fingerprint
 from swarm_tui.sim.profiles import get_profile
 from swarm_tui.sim.settings import SimSettings
 from swarm_tui.token_count import estimate_tokens
@@ -52,6 +53,7 @@ class SimApp:
         self.rng = random.Random(self.settings.seed)
         self.stats: Counter[str] = Counter()
         self._buckets: dict[str, tuple[float, float]] = {}  # key -> (level, updated)
+        self._first_call: dict[str, float] = {}  # key -> monotonic time of its first call
 
     # -- ASGI entry ---------------------------------------------------------------------
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -118,7 +120,7 @@ class SimApp:
                 send, 400, "invalid_request_error", "model and messages required"
             )
 
-        limit_headers, wait_s = self._rate_limit(key)
+        limit_headers, wait_s = self._outage(key) or self._rate_limit(key)
         if self.rng.random() < s.model_429.get(model, 0.0):
             self.stats["429"] += 1
             self.stats[f"429:{model}"] += 1
@@ -156,8 +158,12 @@ class SimApp:
         quirk = self.rng.random()
         if s.fault_models is not None and model not in s.fault_models:
             quirk = 1.0
-        malformed = quirk < s.rate_malformed
-        stream_error = not malformed and quirk < s.rate_malformed + s.rate_stream_error
+        poisoned = (quirk < 1.0 and bool(s.poison_text)
+                    and isinstance(messages[-1], dict)
+                    and s.poison_text in str(messages[-1].get("content") or ""))
+        malformed = not poisoned and quirk < s.rate_malformed
+        stream_error = poisoned or (not malformed
+                                    and quirk < s.rate_malformed + s.rate_stream_error)
 
         latency_s = profile.sample_ms(self.rng) / 1000.0
         count = _PROMPT_COUNTING[s.prompt_counting]
@@ -248,6 +254,19 @@ class SimApp:
         if s.usage_mode == "final" and want_usage:
             tail += f'{head}[],"usage":{json.dumps(usage)}}}\n\n'
         await send({"type": "http.response.body", "body": (tail + "data: [DONE]\n\n").encode()})
+
+    def _outage(self, key: str) -> tuple[list[tuple[bytes, bytes]], float] | None:
+        """The scripted quota outage of one key (None: not this key, or not now)."""
+        s = self.settings
+        if s.outage_key_fp is None or s.outage_s <= 0:
+            return None
+        now = time.monotonic()
+        first = self._first_call.setdefault(key, now)
+        left = first + s.outage_start_s + s.outage_s - now
+        if not 0 < left <= s.outage_s or fingerprint(key) != s.outage_key_fp:
+            return None
+        self.stats["outage"] += 1
+        return _limit_headers(s.rpm_per_key or 6000, 0, left), left
 
     def _rate_limit(self, key: str) -> tuple[list[tuple[bytes, bytes]], float | None]:
         """Per-key request quota as a continuously refilling bucket, the way OpenAI and

@@ -32,6 +32,15 @@ class SimSettings(BaseModel):
     rate_stream_error: Rate = 0.0   # an `error` event inside the stream after some chunks
     stream_error_code: int = 503
     fault_models: list[str] | None = None  # stream errors / malformed only on these models
+    # a prompt containing this text breaks the stream every time on fault_models (a
+    # document the long-context model chokes on: its task retries, then falls back)
+    poison_text: str | None = None
+    # one key's quota runs out: from `outage_start_s` after that key's first call, for
+    # `outage_s`, every call on it is a 429 saying no request remains (x-ratelimit-*,
+    # Retry-After: the time left). The key is named by its fingerprint, never by itself.
+    outage_key_fp: str | None = None
+    outage_start_s: Annotated[float, Field(ge=0)] = 0.0
+    outage_s: Annotated[float, Field(ge=0)] = 0.0
     models_fail: Annotated[int, Field(ge=0)] = 0  # the first N GET /models answer 503
     rate_malformed: Rate = 0.0      # a chunk that is not JSON / a truncated JSON body
     ignore_stream: bool = False     # answer one JSON completion to `stream: true`

@@ -203,6 +203,7 @@ class SwarmApp(App[int]):
         self._worker: Worker[object] | None = None
         self._want_concurrency: int | None = None
         self._bindings_for: tuple[bool, bool] | None = None
+        self._said_client_bound = False  # the `?` after p95 explained once
 
     # -- lifecycle -----------------------------------------------------------------------
     def on_mount(self) -> None:
@@ -284,6 +285,11 @@ class SwarmApp(App[int]):
             return
         self.snapshot = snap
         self._shown_message, self._shown_size = self.message, self.size
+        if snap is not None and snap.client_bound and not self._said_client_bound:
+            self._said_client_bound = True  # once a run: the `?` after p95, in words
+            self.notify("p95 …? — this process runs its own work late (client-bound): the "
+                        "latency is partly ours, so the SLA draws no verdict from it (? help)",
+                        severity="warning", timeout=8)
         self.render_snapshot()
 
     def render_snapshot(self) -> None:

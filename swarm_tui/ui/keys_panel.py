@@ -3,6 +3,7 @@ retire and enable, each confirmed, refused in read-only consoles."""
 
 from __future__ import annotations
 
+import math
 import time
 
 from textual.app import ComposeResult
@@ -22,7 +23,10 @@ COLUMNS = (("gateway", 9), ("key", 15), ("label", 10), ("state", 24), ("fly", 3)
 
 def state_text(k: KeyRow) -> str:
     if k.state == "cooling" and k.cooling_until is not None:
-        return f"cooling until {time.strftime('%H:%M:%S', time.localtime(k.cooling_until))}"
+        until = time.strftime('%H:%M:%S', time.localtime(k.cooling_until))
+        left = math.ceil(k.cooling_until - time.time())
+        # counting down while it lasts (a replay's past cooldown shows only its end)
+        return f"cooling {left}s to {until}" if 0 < left < 1000 else f"cooling until {until}"
     if k.state == "disabled":
         return f"disabled: {k.reason or '?'}"[:60]
     return k.state

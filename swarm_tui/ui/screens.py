@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.markup import escape
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, DataTable, Footer, Input, Label, Static
 
@@ -65,10 +66,19 @@ class HelpScreen(ModalScreen[None]):
         self.rows = rows
 
     def compose(self) -> ComposeResult:
-        lines = ["[b]swarm-tui keys[/]  (rebind in the config: [ui.keys] id = \"key\")", ""]
-        lines += [f"[b]{k:>12}[/]  {d}" for k, d in self.rows]
+        lines = ["[b]swarm-tui keys[/]  (rebind in the config: \\[ui.keys] id = \"key\")", ""]
+        width = max((len(k) for k, _ in self.rows), default=0)  # one column, aligned
+        lines += [f"[b]{escape(k):>{width}}[/]  {escape(d)}" for k, d in self.rows]
         lines += ["", "Filter (/): state:failed model:kimi bucket:candidate error:rate, a",
-                  "regex on the task id; ! inverts a word.  Ctrl+P: command palette."]
+                  "regex on the task id; ! inverts a word.  Ctrl+P: command palette.",
+                  "", "[b]Status bar[/]",
+                  "  ok 99.4%/call  the success the SLA judges (per call, retries and 429s",
+                  "                 in; \\[sla] success_basis = \"task\" judges tasks)",
+                  "  p95 290ms!     past the SLA (! on the success rate too)",
+                  "  p95 290ms?     this process ran its own work late (client-bound):",
+                  "                 the latency is partly ours, so no SLA verdict from it",
+                  "  keys 1/2       keys ready / all (k: which one cools, and for how long)",
+                  "  $1.23+? / ~    some tasks unpriced / usage estimated (none reported)"]
         with VerticalScroll(id="help"):
             yield Static("\n".join(lines), id="help-text")
 
