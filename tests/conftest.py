@@ -240,13 +240,15 @@ def stored_runs_db(tmp_path):
     for script in MIGRATIONS:
         raw.executescript(script)
     raw.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-    for i, (name, p95, ok) in enumerate((("gateway-a", 278.0, 1.0), ("direct", 720.0, 0.968),
-                                         (None, 301.0, 0.995))):
+    # long names and a four-figure cost: the 80-column table keeps its figures whole
+    for i, (name, p95, ok) in enumerate((("gateway-a-nightly-reindex", 278.0, 1.0),
+                                         ("direct", 720.0, 0.968), (None, 301.0, 0.995))):
         run_id = f"20261201-1{i}0000-000{i}"
         summary = {"run_id": run_id, "total": 100, "succeeded": round(100 * ok),
                    "failed": 100 - round(100 * ok), "cancelled": 0, "success_rate": ok,
                    "latency_ms": {"p50": p95 * 0.65, "p95": p95, "p99": p95 * 1.5},
-                   "cost_usd": 0.06 + i / 100, "wall_ms": 2340.0}
+                   "cost_usd": 0.06 + i / 100 + (1234.5 if i == 1 else 0.0),
+                   "wall_ms": 2340.0}
         raw.execute("INSERT INTO runs (id, name, status, simulated, started_at, heartbeat_at, "
                     "wall_ms, total, workload_hash, config_json, summary_json) "
                     "VALUES (?, ?, 'finished', 1, ?, ?, 2340, 100, 'h', '{}', ?)",

@@ -72,6 +72,29 @@ async def test_panel_actions_confirm_and_follow_state_rules(tmp_path):
                                ("abort", "console", "p99 regression", 0)]
 
 
+async def test_the_panel_offers_only_what_its_state_allows_and_asks_when_no_run_uses_it(
+        tmp_path):
+    """`g` with no run here: the footer offers the moves a progressing canary allows (no
+    Resume, no Retry), and a move asks, saying that no run here routes by it (issue 36)."""
+    db = tmp_path / "runs.db"
+    app = SwarmApp(db_path=db, refresh_s=0.1, canary=CFG)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("g")
+        await wait_for(lambda: isinstance(app.screen, CanaryScreen) and app.screen.view)
+        await wait_for(lambda: "Promote" in screen_text(app).splitlines()[-1])
+        footer = screen_text(app).splitlines()[-1]
+        assert "Abort" in footer and "Resume" not in footer and "Retry" not in footer, footer
+        assert "no run in this console routes by this canary" in screen_text(app)
+        await pilot.press("a")
+        await wait_for(lambda: isinstance(app.screen, FormScreen))
+        question = screen_text(app)
+        assert "No run in this console routes by this canary" in question, question
+        await pilot.press("escape")
+        await wait_for(lambda: isinstance(app.screen, CanaryScreen))
+        await pilot.press("r")  # a hidden key still says why
+        await wait_for(lambda: notes(app, "cannot resume while progressing") == 1)
+
+
 @pytest.mark.slow
 async def test_readonly_console_cannot_act_on_the_canary(tmp_path):
     db = tmp_path / "runs.db"
@@ -83,6 +106,8 @@ async def test_readonly_console_cannot_act_on_the_canary(tmp_path):
             await pilot.press(key)
             await wait_for(lambda n=n: notes(app, "read-only console") == n)  # refused
             assert isinstance(app.screen, CanaryScreen)
+        footer = screen_text(app).splitlines()[-1]
+        assert "Promote" not in footer and "Abort" not in footer, footer  # nothing offered
     with sqlite3.connect(db) as c:  # viewing wrote nothing either
         assert c.execute("SELECT count(*) FROM canary").fetchone()[0] == 0
 

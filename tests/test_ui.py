@@ -569,3 +569,25 @@ def test_the_command_line_parses_k9s_commands():
                       (":", "empty command")):
         with pytest.raises(CommandError, match=says):
             parse(bad)
+
+
+async def test_history_at_80_columns_keeps_its_figures_whole(stored_runs_db):
+    """The history's cost read `$0.` at 80 columns: columns now go by priority (the name
+    first), and what is shown fits, whole; at 160 columns every column is back."""
+    from textual.widgets import DataTable
+
+    app = SwarmApp(db_path=stored_runs_db, refresh_s=10)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("h")
+        await wait_for(lambda: isinstance(app.screen, RunsScreen) and app.screen.items)
+        table = app.screen.query_one(DataTable)
+        await wait_for(lambda: table.columns, what="the history's columns")
+        labels = [str(c.label) for c in table.columns.values()]
+        assert {"run", "status", "tasks", "cost", "call ok"} <= set(labels), labels
+        assert "name" not in labels
+        widths = sum(c.get_render_width(table) for c in table.columns.values())
+        assert widths <= 80, (labels, widths)
+        cost = labels.index("cost")
+        assert table.get_row_at(1)[cost] == "$1,235"  # fmt.usd: whole dollars past $1,000
+        await pilot.resize_terminal(160, 40)
+        await wait_for(lambda: len(table.columns) == 8, what="every column at 160")

@@ -128,3 +128,37 @@ def test_confirm_dialog_over_the_dashboard(snap_compare):
 def test_agents_view(snap_compare, size):
     """The default view: one cell per concurrency slot (100), the call each makes now."""
     assert snap_compare(app(view="agents"), terminal_size=size, run_before=settle)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_keys_panel_with_long_labels_and_a_cooldown(snap_compare, size, monkeypatch):
+    """80 columns keep the key, its label, its state (the cooldown counting down) and its
+    429s; 160 columns show every column (issue 36)."""
+    import dataclasses
+
+    from swarm_tui.engine.snapshot import KeyRow
+    from swarm_tui.ui import keys_panel
+
+    now = 1_796_000_000.0
+    import time
+    import types
+
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    monkeypatch.setattr(keys_panel, "time", types.SimpleNamespace(
+        time=lambda: now, strftime=time.strftime, localtime=time.localtime))
+    keys = (
+        KeyRow("gateway-production-eu", "sk-…a1b2#3f9c1e", "team-batch-nightly-reindex",
+               "env:K", "cooling", now + 7.2, None, 3, 1200, 41, 2, 10_000, 20_000, now - 1),
+        KeyRow("gateway-production-eu", "sk-…c3d4#77aa01", "spare", "file", "active", None,
+               None, 5, 1300, 0, 0, 12_000, 21_000, now),
+    )
+    snap = dataclasses.replace(mid_run_snapshot(), keys=keys)
+
+    async def open_keys(pilot):
+        await settle(pilot)
+        await pilot.press("k")
+        await pilot.pause(0.4)
+
+    assert snap_compare(SwarmApp(FixedSource(snap), refresh_s=10, view="tasks"),
+                        terminal_size=size, run_before=open_keys)

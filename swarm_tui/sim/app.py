@@ -158,9 +158,9 @@ class SimApp:
         quirk = self.rng.random()
         if s.fault_models is not None and model not in s.fault_models:
             quirk = 1.0
-        poisoned = (quirk < 1.0 and bool(s.poison_text)
-                    and isinstance(messages[-1], dict)
-                    and s.poison_text in str(messages[-1].get("content") or ""))
+        poison = s.poison_text
+        poisoned = (quirk < 1.0 and bool(poison) and isinstance(messages[-1], dict)
+                    and poison is not None and poison in str(messages[-1].get("content") or ""))
         malformed = not poisoned and quirk < s.rate_malformed
         stream_error = poisoned or (not malformed
                                     and quirk < s.rate_malformed + s.rate_stream_error)

@@ -687,7 +687,13 @@ class SwarmApp(App[int]):
                         severity="warning")
             return
         readonly = self.readonly or (self.source is not None and self.source.readonly)
-        self.push_screen(CanaryScreen(self._canary_view, self._canary_act, readonly))
+
+        def in_use() -> bool:
+            live = self.source.canary_live() if self.source is not None else None
+            return live is not None and live[1] is not None and bool(self.run_active)
+
+        self.push_screen(CanaryScreen(self._canary_view, self._canary_act, readonly,
+                                      in_use=in_use))
 
     async def _canary_view(self) -> CanaryView | None:
         from swarm_tui.canary.controller import read_view

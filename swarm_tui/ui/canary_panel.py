@@ -118,10 +118,12 @@ class CanaryScreen(Screen[None]):
 
     def __init__(self, fetch: Callable[[], Awaitable[CanaryView | None]],
                  act: Callable[[str, str | None, str | None], Awaitable[None]],
-                 readonly: bool, refresh_s: float = 1.0) -> None:
+                 readonly: bool, refresh_s: float = 1.0,
+                 in_use: Callable[[], bool] = lambda: True) -> None:
         super().__init__()
         self.fetch = fetch
         self.act = act
+        self.in_use = in_use  # a run in this console routes by this canary now
         self.readonly = readonly
         self.refresh_s = refresh_s
         self.view: CanaryView | None = None
@@ -154,8 +156,38 @@ class CanaryScreen(Screen[None]):
     def render_view(self, now: float | None = None) -> None:
         if self.view is None:
             return
-        self.query_one("#canary-text", Static).update(
-            panel_text(self.view, window=self.window, now=now, styles=self._styles()))
+        text = panel_text(self.view, window=self.window, now=now, styles=self._styles())
+        if not self.in_use():
+            text.append("\nno run in this console routes by this canary: what you see is "
+                        "its stored state (a run elsewhere may use it)\n", style="dim")
+        self.query_one("#canary-text", Static).update(text)
+        if self._offered != self._offer():
+            self._offered = self._offer()
+            self.refresh_bindings()  # the footer offers what this state allows
+
+    _offered: tuple[bool, str | None] | None = None
+
+    def _offer(self) -> tuple[bool, str | None]:
+        return self.readonly, None if self.view is None else self.view.state.status
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Footer and palette offer only the moves this console may make in this state
+        (a read-only console offers none); a hidden key still answers why, in words."""
+        if action != "act":
+            return True
+        if self.readonly or self.view is None:
+            return False
+        return self.view.state.status in st.ALLOWED[str(parameters[0])]
+
+    def on_key(self, event) -> None:
+        for b in self.BINDINGS:
+            if isinstance(b, Binding) and b.action.startswith("act(") and \
+                    event.key in b.key.split(","):
+                action = b.action[5:-2]
+                if self.check_action("act", (action,)) is False:
+                    event.stop()
+                    self.action_act(action)  # says why it cannot
+                return
 
     def action_toggle_window(self) -> None:
         self.window = not self.window
@@ -176,6 +208,10 @@ class CanaryScreen(Screen[None]):
             return
         question = QUESTIONS[action].format(pct=s.pct, next=s.next_pct(view.cfg.stages) or 100,
                                             first=view.cfg.stages[0])
+        if not self.in_use():
+            question += ("\nNo run in this console routes by this canary: this changes its "
+                         "stored state, which the next run using it starts from (a run "
+                         "elsewhere picks it up within a second).")
 
         async def answer(result: dict[str, str] | None) -> None:
             if result is None:

@@ -14,11 +14,14 @@ from textual.widgets import DataTable, Footer, Label
 
 from swarm_tui.engine.snapshot import KeyRow
 from swarm_tui.errors import UserError
-from swarm_tui.ui.screens import ConfirmScreen, Field, FormScreen
+from swarm_tui.ui.screens import ConfirmScreen, Field, FormScreen, fit_columns
 
 # fixed widths: a key's state changes length (active → cooling until 12:00:00) in place
 COLUMNS = (("gateway", 9), ("key", 15), ("label", 10), ("state", 24), ("fly", 3),
            ("calls", 7), ("429s", 5), ("errors", 6), ("tokens", 8), ("last used", 9))
+# which go first when the terminal is narrow (highest first): at 80 columns the key, its
+# label, its state and its 429s stay whole
+PRIORITY = (6, 0, 2, 1, 4, 5, 3, 7, 9, 8)
 
 
 def state_text(k: KeyRow) -> str:
@@ -72,10 +75,32 @@ class KeysScreen(Screen[None]):
         yield Label("", id="keys-note")
         yield Footer()
 
-    def on_mount(self) -> None:
+    _keep: list[int] = []
+
+    def _columns(self) -> None:
+        """The columns this width shows; all of them again when it grows."""
+        keep = fit_columns([(label, prio, ["x" * width])
+                            for (label, width), prio in zip(COLUMNS, PRIORITY, strict=True)],
+                           self.size.width - 2)
+        if keep == self._keep:
+            return
+        self._keep = keep
         table = self.query_one(DataTable)
-        for label, width in COLUMNS:
-            table.add_column(label, width=width)
+        table.clear(columns=True)
+        for i in keep:
+            table.add_column(COLUMNS[i][0], width=COLUMNS[i][1])
+        self.rows = ()  # every row is added again by the next reload
+
+    def on_resize(self) -> None:
+        self._columns()
+        self.call_later(self.reload)
+
+    def _cells(self, k: KeyRow) -> tuple[str, ...]:
+        cells = row_cells(k)
+        return tuple(cells[i] for i in self._keep)
+
+    def on_mount(self) -> None:
+        self._columns()
         self.set_interval(self.refresh_s, self.reload)
         self.call_later(self.reload)
         self.query_one(DataTable).focus()
@@ -88,13 +113,13 @@ class KeysScreen(Screen[None]):
             cursor = table.cursor_row
             table.clear()
             for r in rows:
-                table.add_row(*row_cells(r), key=f"{r.gateway}:{r.fingerprint}")
+                table.add_row(*self._cells(r), key=f"{r.gateway}:{r.fingerprint}")
             if rows:
                 table.move_cursor(row=min(cursor, len(rows) - 1))
         else:  # same keys: update cells in place (a handful of rows, once per refresh)
             for r, old in zip(rows, self.rows, strict=True):
                 if r != old:
-                    for col, (new_v, old_v) in enumerate(zip(row_cells(r), row_cells(old),
+                    for col, (new_v, old_v) in enumerate(zip(self._cells(r), self._cells(old),
                                                              strict=True)):
                         if new_v != old_v:
                             table.update_cell_at(Coordinate(rows.index(r), col), new_v)

@@ -159,6 +159,19 @@ class FormScreen(ModalScreen[dict[str, str] | None]):
         self.dismiss(None)
 
 
+def fit_columns(columns: list[tuple[str, int, list[str]]], width: int,
+                pad: int = 2) -> list[int]:
+    """The indexes of the columns to show, in order: each column as wide as its widest
+    cell, the highest priority numbers dropped first until the rest fit `width`."""
+    need = [max([len(label), *map(len, cells)]) + pad for label, _, cells in columns]
+    keep = list(range(len(columns)))
+    for i in sorted(keep, key=lambda i: -columns[i][1]):
+        if sum(need[j] for j in keep) <= width or len(keep) == 1:
+            break
+        keep.remove(i)
+    return keep
+
+
 class RunsScreen(Screen[None]):
     """Stored runs (DataTable is fine here: it changes only when reloaded)."""
 
@@ -182,17 +195,43 @@ class RunsScreen(Screen[None]):
         yield DataTable(id="runs-table", cursor_type="row", zebra_stripes=True)
         yield Footer()
 
+    # (label, priority): at a narrow width the highest numbers go first, and what is
+    # shown stays whole (the cost column read `$0.` at 80 columns)
+    COLUMNS = (("run", 0), ("name", 7), ("status", 1), ("tasks", 2), ("task ok", 6),
+               ("call ok", 4), ("p95 ms", 5), ("cost", 3))
+
     def on_mount(self) -> None:
+        self._rows = [self._cells(r) for r in self.items]
+        self._shown_for = -1
+        self._fill()
+        self.query_one(DataTable).focus()
+
+    @staticmethod
+    def _cells(r) -> tuple[str, ...]:
+        p95 = "-" if r.p95_ms is None else f"{r.p95_ms:.0f}"
+        cost = fmt.usd(r.cost_usd) + ("+?" if r.unpriced_tasks else "")
+        return (r.id, (r.name or ("sim" if r.simulated else ""))[:12], r.status,
+                f"{r.done}/{r.total}", fmt.pct(r.success_rate), fmt.pct(r.call_success_rate),
+                p95, cost)
+
+    def on_resize(self) -> None:
+        self._fill()
+
+    def _fill(self) -> None:
+        width = self.size.width
+        if width == self._shown_for or not width:
+            return
+        self._shown_for = width
+        keep = fit_columns([(label, prio, [row[i] for row in self._rows])
+                            for i, (label, prio) in enumerate(self.COLUMNS)], width - 2)
         table = self.query_one(DataTable)
-        table.add_columns("run", "name", "status", "tasks", "task ok", "call ok", "p95 ms",
-                          "cost")
-        for r in self.items:
-            p95 = "-" if r.p95_ms is None else f"{r.p95_ms:.0f}"
-            cost = fmt.usd(r.cost_usd) + ("+?" if r.unpriced_tasks else "")
-            table.add_row(r.id, (r.name or ("sim" if r.simulated else ""))[:12], r.status,
-                          f"{r.done}/{r.total}", fmt.pct(r.success_rate),
-                          fmt.pct(r.call_success_rate), p95, cost, key=r.id)
-        table.focus()
+        row = table.cursor_row
+        table.clear(columns=True)
+        table.add_columns(*(self.COLUMNS[i][0] for i in keep))
+        for r, cells in zip(self.items, self._rows, strict=True):
+            table.add_row(*(cells[i] for i in keep), key=r.id)
+        if self._rows:
+            table.move_cursor(row=min(row, len(self._rows) - 1))
 
     def _current(self) -> str | None:
         table = self.query_one(DataTable)

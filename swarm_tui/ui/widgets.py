@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import deque
+
 from textual.content import Content
 from textual.events import Resize
 from textual.markup import escape
@@ -10,6 +12,7 @@ from textual.widgets import RichLog, Static
 from swarm_tui.engine.snapshot import HIST_EDGES_MS, Snapshot
 from swarm_tui.engine.state import RunStatus, TaskState
 from swarm_tui.report import fmt
+from swarm_tui.ui.log_fit import fit_line
 
 Part = tuple[int, str] | tuple[int, str, str]  # (priority, markup[, shorter markup])
 
@@ -153,15 +156,24 @@ class EventLog(RichLog, can_focus=True):
     """Append-only: each refresh writes just the lines that are new. Focused (`l`) it
     holds still so it can be read back; `G` follows the newest lines again."""
 
+    MAX_LINES = 500
+
     def __init__(self, **kw) -> None:
-        super().__init__(max_lines=500, wrap=False, markup=False, highlight=False, **kw)
+        super().__init__(max_lines=self.MAX_LINES, wrap=False, markup=False, highlight=False,
+                         **kw)
         self._last: str | None = None
+        self._lines: deque[str] = deque(maxlen=self.MAX_LINES)  # as written, unfitted
+        self._fitted_to = 0
 
     def reset(self) -> None:
         """A new source: forget the previous run's lines."""
         self.clear()
+        self._lines.clear()
         self._last = None
         self.auto_scroll = True
+
+    def _width(self) -> int:
+        return self.scrollable_content_region.width
 
     def hold(self) -> None:
         self.auto_scroll = False
@@ -171,6 +183,12 @@ class EventLog(RichLog, can_focus=True):
         # following: a shorter log (the terminal or the layout around it changed) still
         # shows the newest line — RichLog scrolls only on a write, so a height that
         # settled after the last write hid it (seen in a snapshot under a CPU hog)
+        if self._width() != self._fitted_to and self._lines:
+            # each line is fitted to the width it is shown at: write them again
+            self.clear()
+            self._fitted_to = width = self._width()
+            for line in self._lines:
+                self.write(fit_line(line, width))
         if self.auto_scroll:
             self.scroll_end(animate=False)
 
@@ -184,6 +202,8 @@ class EventLog(RichLog, can_focus=True):
         new = lines
         if self._last is not None and self._last in lines:
             new = lines[lines.index(self._last) + 1:]
+        self._fitted_to = width = self._width()
         for line in new:
-            self.write(line)
+            self._lines.append(line)
+            self.write(fit_line(line, width))
         self._last = lines[-1]
