@@ -465,13 +465,30 @@ async def _worker(conn, path, cfg, opts, args) -> int:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    return run_async(_with_db(args, _resume, args, create=False))
+    console = not args.headless and not args.json and _interactive()
+    result = run_async(_with_db(args, _resume, args, console, create=False))
+    if isinstance(result, int):
+        return result
+    # on a terminal the resumed run is watched live, as `run` is; the claim taken before
+    # reading what to re-send stays held until the console has ended it
+    from swarm_tui.run_sources import LiveSource
+    from swarm_tui.store.db import resolve_db_path
+
+    cfg, opts, tasks, resumed = result
+    try:
+        db = resolve_db_path(args.db)
+        source = LiveSource(cfg, opts, tasks, db, readonly=args.readonly, resume=resumed)
+        return _console(args, cfg, source=source, db_path=db)
+    finally:
+        resumed.claim.release()
 
 
-async def _resume(conn, path, args: argparse.Namespace) -> int:
-    from swarm_tui.execution.stored_run import Outcome, execute, pinned_gateway
+async def _resume(conn, path, args: argparse.Namespace, console: bool = False):
+    """Resume headless and return the exit code; with `console`, hand back what the
+    console needs to execute it (the claim still held)."""
+    from swarm_tui.execution.stored_run import Outcome, Resumed, execute, pinned_gateway
     from swarm_tui.sim.settings import SimSettings
-    from swarm_tui.store.ownership import take_lock
+    from swarm_tui.store.ownership import Claim, take_lock
     from swarm_tui.store.runs import (
         claim_run,
         get_run,
@@ -490,6 +507,7 @@ async def _resume(conn, path, args: argparse.Namespace) -> int:
                         "process has ended")
     # Own the run before reading what to re-send: of two resumes, exactly one gets here.
     claim = take_lock(path, run.id)
+    held: Claim | None = claim  # None once handed to the console
     try:
         await claim_run(conn, await get_run(conn, run.id, path), claim, path)
         seqs, heads, prior = await resumable_tasks(conn, run.id)
@@ -517,11 +535,15 @@ async def _resume(conn, path, args: argparse.Namespace) -> int:
                                concurrency=concurrency)
         print(f"swarm-tui: resuming run {run.id} ({status}): {len(tasks)} of {run.total} tasks "
               "have no stored result", file=sys.stderr)
+        if console:
+            held = None  # released by the console's caller
+            return cfg, opts, tasks, Resumed(run.id, seqs, prior, claim)
         outcome = await execute(conn, path, cfg, opts, tasks, run.id,
                                 show_progress=not args.quiet, seqs=seqs, prior_attempts=prior,
                                 claim=claim)
     finally:
-        claim.release()
+        if held is not None:
+            held.release()
     return await _finish_stored(conn, path, cfg, outcome, args.json)
 
 

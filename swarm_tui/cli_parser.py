@@ -178,8 +178,10 @@ def build_parser() -> argparse.ArgumentParser:
     _console_flags(serve)
 
     resume = sub.add_parser("resume", help="finish an interrupted run: re-send only tasks "
-                            "without a stored result, under the same run id")
+                            "without a stored result, under the same run id (on a terminal "
+                            "in the console, as run; otherwise headless)")
     _common(resume)
+    _console_flags(resume)
     resume.add_argument("run_id", help="the interrupted run (see `swarm-tui runs`), or `last`")
     resume.add_argument("--concurrency", type=int, metavar="N",
                         help="calls in flight (default: the run's own)")

@@ -359,3 +359,34 @@ def test_the_console_demo_cools_a_key_and_keeps_its_sla(env):
         assert code == 0 and ("SLA met" in out or "inconclusive" in out), out
     finally:
         app.kill()
+
+
+@pytest.mark.timeout(150)
+def test_resume_on_a_terminal_opens_the_console_on_the_same_run(env):
+    """`resume` on a terminal is watched live as `run` is (it had no console flags and no
+    console): the cancelled run goes on under its own id to every task (issue 36)."""
+    import json
+
+    from tests.conftest import swarm
+
+    first = PtyApp("run", "--demo", "1500", "--concurrency", "20", "--rate", "0",
+                   "--no-sim-incidents", env=env)
+    try:
+        first.wait_for(lambda t: (m := re.search(r"(\d+)/1500", t)) is not None
+                       and int(m.group(1)) >= 50, what="some finished tasks")
+        _quit_live_run(first)
+    finally:
+        first.kill()
+    run_id = json.loads(swarm("runs", "--json", env=env).stdout)[0]["id"]
+    app = PtyApp("resume", "last", "--theme", "swarm-ansi", env=env, cols=160, rows=40)
+    try:
+        app.wait_for(lambda t: "RUNNING" in t or "FINISHED" in t,
+                     what="the resumed run in the console")
+        assert f"resuming run {run_id}".encode() in app.raw  # under its own id
+        app.wait_for("FINISHED", timeout=120, what="the resumed run's end")
+        app.send("q")
+        assert app.wait(30) in (0, 3)  # 3: the SLA verdict of a slow machine's latency
+    finally:
+        app.kill()
+    report = json.loads(swarm("report", run_id, "--json", env=env).stdout)
+    assert report["succeeded"] == 1500 and report["status"] == "finished", report

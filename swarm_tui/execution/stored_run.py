@@ -58,6 +58,17 @@ def config_snapshot(session: RunSession, opts: RunOptions) -> dict[str, Any]:
     return snap
 
 
+@dataclass(frozen=True)
+class Resumed:
+    """A stored run taken up again: its id, the tasks still to send (by seq), their
+    earlier attempts, and the claim taken before they were read."""
+
+    run_id: str
+    seqs: list[int]
+    prior_attempts: list[int]
+    claim: Claim
+
+
 def pinned_gateway(snap: dict[str, Any]) -> str | None:
     """The gateway a stored run's tasks all went to; None for a canary run, whose later
     sessions (a resume, a worker) split by the stored canary as its first did."""

@@ -24,7 +24,7 @@ from swarm_tui.engine.snapshot import (
 )
 from swarm_tui.engine.state import RunStatus
 from swarm_tui.errors import UserError
-from swarm_tui.execution.stored_run import Outcome
+from swarm_tui.execution.stored_run import Outcome, Resumed
 from swarm_tui.execution.wiring import RunOptions, RunSession
 from swarm_tui.run_sources.base import AgentDetail
 from swarm_tui.store import reads
@@ -50,13 +50,15 @@ class LiveSource:
     kind = "live"
 
     def __init__(self, cfg: LoadedConfig, opts: RunOptions, tasks: Workload | Sequence[Task],
-                 db_path: DbTarget, readonly: bool = False) -> None:
+                 db_path: DbTarget, readonly: bool = False,
+                 resume: Resumed | None = None) -> None:
         self.cfg = cfg
+        self.resume = resume  # a stored run taken up again (its id, what is left to send)
         self.opts = opts
         self.tasks = tasks
         self.db_path = db_path
         self.readonly = readonly
-        self.run_id = new_run_id()
+        self.run_id = resume.run_id if resume is not None else new_run_id()
         self.metrics = LiveMetrics()
         self.runner: SwarmRunner | None = None
         self.session: RunSession | None = None
@@ -110,9 +112,12 @@ class LiveSource:
         try:
             conn = await open_db(self.db_path)
             try:
-                self.outcome = await execute(conn, self.db_path, self.cfg, self.opts, self.tasks,
-                                             self.run_id, show_progress=False,
-                                             consumers=[self.metrics], on_start=attach)
+                r = self.resume
+                self.outcome = await execute(
+                    conn, self.db_path, self.cfg, self.opts, self.tasks, self.run_id,
+                    show_progress=False, consumers=[self.metrics], on_start=attach,
+                    seqs=r.seqs if r else None, prior_attempts=r.prior_attempts if r else None,
+                    claim=r.claim if r else None)
             finally:
                 await conn.close()
         except UserError as e:
