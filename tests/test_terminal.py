@@ -390,3 +390,26 @@ def test_resume_on_a_terminal_opens_the_console_on_the_same_run(env):
         app.kill()
     report = json.loads(swarm("report", run_id, "--json", env=env).stdout)
     assert report["succeeded"] == 1500 and report["status"] == "finished", report
+
+
+def test_a_key_typed_fast_into_the_add_form_lands_in_its_fields(env):
+    """Key, enter and label sent in one write, as a fast typist or a paste does: the
+    label went into the secret field when focus moved after the keys (issue 36)."""
+    app = PtyApp("run", "--demo", "8000", "--concurrency", "20", env=env, cols=120, rows=30)
+    try:
+        app.wait_for(lambda t: "RUNNING" in t, what="a running swarm")
+        app.send("k")
+        app.wait_for("API keys (fingerprints only)", what="the keys panel")
+        app.send("a")
+        app.wait_for("Add an API key", what="the add form")
+        # the form starts on the key (the gateway is filled in); all of it in one write
+        app.send("sk-fasttyped-0123456789abcdef\rfastlabel\r")
+        screen = app.wait_for("fastlabel", what="the new key's label in the panel")
+        assert "fasttyped" not in screen and "0123456789abcdef" not in screen
+        row = next(line for line in screen.splitlines() if "fastlabel" in line)
+        assert "sk-…cdef#" in row, row  # the key went to the secret field: its fingerprint
+        app.send("\x1b")
+        app.wait_for(lambda t: "API keys (fingerprints only)" not in t, what="the dashboard")
+        _quit_live_run(app)
+    finally:
+        app.kill()

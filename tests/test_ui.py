@@ -262,6 +262,15 @@ async def test_watch_follows_another_process_and_obeys_write(cfg, tmp_path):
             await pilot.press("p")  # resume
             await wait_for(lambda: raw.execute(
                 "SELECT COUNT(*) FROM events WHERE kind='control'").fetchone()[0] >= 2, 10)
+            await wait_for(lambda: any("resumed (by" in d for (d,) in raw.execute(
+                "SELECT detail_json FROM events WHERE kind='control'")), 10)
+            # each command once, in words, with who sent it (it was logged twice, once
+            # as raw JSON)
+            said = [d for (d,) in raw.execute("SELECT detail_json FROM events WHERE "
+                                              "kind='control' ORDER BY id")]
+            assert [d.split(" (by ")[0] for d in said if "by" in d] == [
+                "concurrency=30", "concurrency=40", "paused", "resumed"], said
+            assert not any("{" in d for d in said), said
             raw.close()
         await rw.close()
     finally:

@@ -118,6 +118,8 @@ class StoreWriter:
         self._last_poll = 0.0
         self._last_keys = 0.0
         self._control_seen: int | None = None  # workers: the last command applied
+        self._applying: str | None = None  # who sent the command being applied now
+        self._applying_said = False  # …and whether the runner logged its effect
         self._last_live: dict = {}  # the live figures last stored (same: no notification)
         self._stored = 0            # rows this writer committed …
         self._analyze_at = 1_000    # … and when PostgreSQL's statistics are refreshed next
@@ -148,9 +150,14 @@ class StoreWriter:
             return
         elif kind == ev.CONTROL:
             # a worker signs what it did (followed a canary move, applied a command), on the
-            # clock its attempts' sent_at is read from: "sent after it saw X" is decidable
+            # clock its attempts' sent_at is read from: "sent after it saw X" is decidable;
+            # a command from the control table says who sent it, on the same line
+            detail = e.detail
+            if self._applying is not None:
+                self._applying_said = True
+                detail = f"{detail} (by {self._applying})"
             self._events.append((self.run_id, self._now(), "control", self._worker or None,
-                                 e.detail))
+                                 detail))
         elif kind == ev.FALLBACK and e.agent is not None:  # for a watched/replayed log
             self._events.append((self.run_id, self._now(), "fallback", None,
                                  f"{e.agent.task.id} {e.detail}"))
@@ -268,14 +275,24 @@ class StoreWriter:
             async with self.conn.execute(sql, (self.run_id, self._control_seen or 0)) as cur:
                 rows = list(await cur.fetchall())
             for cid, command, arg, actor in rows:
-                ok = apply_command(self.runner, command, arg)
+                self._applying, self._applying_said = actor or "?", False
+                try:
+                    ok = apply_command(self.runner, command, arg)
+                finally:
+                    self._applying = None
                 if broadcast:
                     self._control_seen = cid
                 else:
                     await self.conn.execute("UPDATE control SET done_at=? WHERE id=?",
                                             (time.time(), cid))
-                self.log_event("control" if ok else "control_rejected",
-                               f'{{"command": "{command}", "arg": "{arg or ""}"}}', actor)
+                if not ok or not self._applying_said:
+                    # what the runner said of it is the record (one line, with who sent
+                    # it: `watch --write` logged each command twice, once as raw JSON);
+                    # a refusal, or a command it applied silently, is said here
+                    what = f"{command} {arg or ''}".strip()
+                    self.log_event("control" if ok else "control_rejected",
+                                   f"{what} (by {actor or '?'})" if ok else
+                                   f"{what}: not applied (by {actor or '?'})", actor)
         except sqlite3.Error:
             pass  # a control poll that fails is tried again; the flush reports the store
 

@@ -458,8 +458,8 @@ class SwarmApp(App[int]):
     async def on_input_submitted(self, event: Input.Submitted) -> None:
         if event.input.id == "command":
             await self._run_command(event.value)
-            return
-        self._apply_filter(event.value)
+        elif event.input.id == "filter":  # a dialog's inputs answer their own dialog
+            self._apply_filter(event.value)
 
     def _apply_filter(self, text: str) -> None:
         box = self.screen.query_one("#filter", Input)

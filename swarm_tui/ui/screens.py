@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from textual.actions import SkipAction
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -118,7 +119,12 @@ class FormScreen(ModalScreen[dict[str, str] | None]):
     """A question, a few inputs, confirm / cancel: enter moves to the next input and
     confirms on the last; escape cancels. Answers {field id: stripped value} or None."""
 
-    BINDINGS = [Binding("escape", "cancel", "Cancel", id="form.cancel")]
+    # enter moves focus here, before the next key is dispatched: as the Input's own
+    # Submitted message it arrived after keys typed fast behind it, which went on into
+    # the field just left (a label typed into the secret field)
+    BINDINGS = [Binding("escape", "cancel", "Cancel", id="form.cancel"),
+                Binding("enter", "next_field", "Next", id="form.next", show=False,
+                        priority=True)]
 
     def __init__(self, question: str, fields: list[Field], confirm: str) -> None:
         super().__init__()
@@ -138,7 +144,8 @@ class FormScreen(ModalScreen[dict[str, str] | None]):
 
     def on_mount(self) -> None:
         first_empty = next((f for f in self.fields if not f.value), self.fields[0])
-        self.query_one(f"#{first_empty.id}", Input).focus()
+        # focused now, not on a later turn: keys typed as the form appears are its own
+        self.set_focus(self.query_one(f"#{first_empty.id}", Input))
 
     def _answer(self) -> dict[str, str]:
         return {f.id: self.query_one(f"#{f.id}", Input).value.strip() for f in self.fields}
@@ -146,9 +153,24 @@ class FormScreen(ModalScreen[dict[str, str] | None]):
     def on_input_submitted(self, event: Input.Submitted) -> None:
         event.stop()
         ids = [f.id for f in self.fields]
-        i = ids.index(event.input.id or ids[-1])
+        if event.input.id == ids[-1]:
+            self.dismiss(self._answer())
+        else:  # (the binding above moves on first; this only if it ever does not)
+            self.action_next_field()
+
+    def action_next_field(self) -> None:
+        focused = self.focused
+        if isinstance(focused, Button):
+            focused.press()
+            return
+        ids = [f.id for f in self.fields]
+        i = ids.index(focused.id) if focused is not None and focused.id in ids else len(ids) - 1
         if i < len(ids) - 1:
-            self.query_one(f"#{ids[i + 1]}", Input).focus()
+            self.set_focus(self.query_one(f"#{ids[i + 1]}", Input))  # now, not later
+        elif isinstance(focused, Input):
+            # the last field answers through its own Submitted, behind the keys typed
+            # before this enter (in its queue still: read here, a fast label lost two)
+            raise SkipAction()
         else:
             self.dismiss(self._answer())
 
