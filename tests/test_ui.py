@@ -600,3 +600,38 @@ async def test_history_at_80_columns_keeps_its_figures_whole(stored_runs_db):
         assert table.get_row_at(1)[cost] == "$1,235"  # fmt.usd: whole dollars past $1,000
         await pilot.resize_terminal(160, 40)
         await wait_for(lambda: len(table.columns) == 8, what="every column at 160")
+
+
+async def test_arrows_move_over_the_agents_in_the_default_view():
+    """The agents view (the default) had no focus: arrows moved nothing visible. Now they
+    move a cursor over the agents and d / enter describe the selected agent's task
+    (issue 36)."""
+    from swarm_tui.ui.agents import AgentsView
+
+    asked: list[int] = []
+
+    class Source(FixedSource):
+        async def detail(self, seq: int):
+            asked.append(seq)  # which task the console asked about
+            return await super().detail(seq)
+
+    app = SwarmApp(Source(mid_run_snapshot()), refresh_s=10, view="agents")
+    async with app.run_test(size=(80, 24)) as pilot:
+        view = app.screen.query_one(AgentsView)
+        await wait_for(lambda: view.slots and app.focused is view, what="the agents, focused")
+        await pilot.press("right", "right")
+        assert view.cursor == 2
+        await pilot.press("down")
+        assert view.cursor == 2 + view._columns()
+        await pilot.press("home")
+        assert view.cursor == 0
+        busy = next(i for i, s in enumerate(view.slots) if s.cell is not None)
+        await pilot.press(*["right"] * busy)
+        chosen = view.selected
+        assert chosen is not None
+        await pilot.press("d")
+        await wait_for(lambda: isinstance(app.screen, DetailScreen))
+        assert asked == [chosen.seq]
+        await pilot.press("escape")
+        await wait_for(lambda: not isinstance(app.screen, DetailScreen))
+        assert app.view == "agents"  # describing did not switch the view

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from rich.segment import Segment
 from rich.style import Style
+from textual.binding import Binding
 from textual.strip import Strip
 from textual.widget import Widget
 
-from swarm_tui.engine.snapshot import SlotCell, Snapshot
-from swarm_tui.ui.grid import GLYPHS
+from swarm_tui.engine.snapshot import AgentCell, SlotCell, Snapshot
+from swarm_tui.ui.grid import GLYPHS, AgentGrid
 
 WIDTHS = (28, 20, 14, 9, 7, 6, 3, 2)  # a cell's width, widest first (with its gap)
 IDLE = "·"
@@ -68,16 +69,58 @@ def cell_text(slot: SlotCell, now_s: float, w: int) -> str:
     return text.ljust(w)[:w]
 
 
-class AgentsView(Widget):
+class AgentsView(Widget, can_focus=True):
+    """Arrows move a cursor over the agents (as in the tasks grid, as k9s hands expect):
+    enter / d describe the call the selected agent makes now, c cancels its task."""
+
     DEFAULT_CSS = "AgentsView { height: 1fr; }"
     COMPONENT_CLASSES = {f"agentgrid--{s}" for s in GLYPHS} | {"agents--idle",
-                                                               "agents--header"}
+                                                               "agents--header",
+                                                               "agentgrid--cursor"}
+    BINDINGS = [
+        Binding("up", "move(0, -1)", "Up", show=False),
+        Binding("down", "move(0, 1)", "Down", show=False),
+        Binding("left", "move(-1, 0)", "Left", show=False),
+        Binding("right", "move(1, 0)", "Right", show=False),
+        Binding("home", "jump(0)", "First", show=False),
+        Binding("end", "jump(-1)", "Last", show=False),
+        Binding("enter", "select", "Detail", id="agent.detail"),  # one id: one rebinding
+    ]
 
     def __init__(self, **kw) -> None:
         super().__init__(**kw)
         self.slots: tuple[SlotCell, ...] = ()
         self.now_s = 0.0
         self.working = 0
+        self.cursor = 0
+
+    @property
+    def selected(self) -> AgentCell | None:
+        """The task the selected agent works on now (None: it is idle)."""
+        if not self.slots:
+            return None
+        return self.slots[min(self.cursor, len(self.slots) - 1)].cell
+
+    def _columns(self) -> int:
+        return fit(len(self.slots), self.size.width, max(1, self.size.height - 1))[1]
+
+    def action_move(self, dx: int, dy: int) -> None:
+        if self.slots:
+            self.cursor = max(0, min(len(self.slots) - 1,
+                                     self.cursor + dx + dy * self._columns()))
+            self.refresh()
+
+    def action_jump(self, to: int) -> None:
+        if self.slots:
+            self.cursor = to % len(self.slots)
+            self.refresh()
+
+    def action_select(self) -> None:
+        cell = self.selected
+        if cell is None:
+            self.notify("that agent is idle: no call to describe", severity="information")
+            return
+        self.post_message(AgentGrid.Selected(cell))
 
     def show(self, snap: Snapshot) -> None:
         self.slots = snap.slots
@@ -109,9 +152,12 @@ class AgentsView(Widget):
             s: base + self.get_component_rich_style(f"agentgrid--{s}", partial=True)
             for s in GLYPHS}
         idle = base + self.get_component_rich_style("agents--idle", partial=True)
+        cursor = (base + self.get_component_rich_style("agentgrid--cursor", partial=True)
+                  if self.has_focus else None)
         segments = [Segment(cell_text(s, self.now_s, w),
+                            cursor if cursor is not None and start + i == self.cursor else
                             styles.get(s.cell.state, base) if s.cell is not None else idle)
-                    for s in row]
+                    for i, s in enumerate(row)]
         if more:
             segments.append(Segment(more, base))
         return Strip(segments).simplify().extend_cell_length(width, base).crop(0, width)

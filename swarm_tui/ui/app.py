@@ -435,8 +435,7 @@ class SwarmApp(App[int]):
                          answer)
 
     def action_cancel_agent(self) -> None:
-        grid = self._dashboard_grid()
-        cell = grid.selected if grid is not None else None
+        cell = self._selected_cell()
         source = self._guard("cancel agent") if cell is not None else None
         if cell is None or source is None:
             return
@@ -543,14 +542,22 @@ class SwarmApp(App[int]):
         if isinstance(self.screen, Dashboard):
             if self.view == "tasks":
                 self.screen.query_one(AgentGrid).focus()
-            else:
-                self.set_focus(None)
+            else:  # arrows move over the agents here too
+                self.screen.query_one(AgentsView).focus()
 
     def action_sort(self) -> None:
         self._dashboard_grid()  # sorting is the tasks grid's
         self.sort_order = SORTS[(SORTS.index(self.sort_order) + 1) % len(SORTS)]
         self.notify(f"sort: {self.sort_order}")
         self.render_snapshot()
+
+    def _selected_cell(self) -> AgentCell | None:
+        """The selected task: in the agents view, the one its selected agent works on."""
+        if not isinstance(self.screen, Dashboard):
+            return None
+        if self.view == "agents":
+            return self.screen.query_one(AgentsView).selected
+        return self.screen.query_one(AgentGrid).selected
 
     def _dashboard_grid(self) -> AgentGrid | None:
         """The all-tasks grid (shown first, if the agents view was up)."""
@@ -569,8 +576,7 @@ class SwarmApp(App[int]):
         screen.query_one(AgentsView).set_class(not agents, "hidden")
         grid = screen.query_one(AgentGrid)
         grid.set_class(agents, "hidden")
-        if not agents:
-            grid.focus()
+        (screen.query_one(AgentsView) if agents else grid).focus()
         self.render_snapshot()
 
     def action_toggle_view(self) -> None:
@@ -593,8 +599,7 @@ class SwarmApp(App[int]):
             self.notify("no failed agent in view", severity="information")
 
     def action_copy_task_id(self) -> None:
-        grid = self._dashboard_grid()
-        cell = grid.selected if grid is not None else None
+        cell = self._selected_cell()
         if cell is None:
             self.notify("no agent selected", severity="warning")
             return
@@ -635,10 +640,9 @@ class SwarmApp(App[int]):
         await self._describe(message.cell)
 
     async def action_describe(self) -> None:
-        grid = self._dashboard_grid()
-        cell = grid.selected if grid is not None else None
+        cell = self._selected_cell()
         if cell is None:
-            self.notify("no agent selected (v: the tasks view, arrows to choose)",
+            self.notify("no agent selected (arrows choose; an idle agent has no call)",
                         severity="warning")
             return
         await self._describe(cell)
