@@ -10,12 +10,11 @@ from __future__ import annotations
 
 from rich.segment import Segment
 from rich.style import Style
-from textual.binding import Binding
 from textual.strip import Strip
 from textual.widget import Widget
 
 from swarm_tui.engine.snapshot import AgentCell, SlotCell, Snapshot
-from swarm_tui.ui.grid import GLYPHS, AgentGrid
+from swarm_tui.ui.grid import CURSOR_BINDINGS, GLYPHS, AgentGrid
 
 WIDTHS = (28, 20, 14, 9, 7, 6, 3, 2)  # a cell's width, widest first (with its gap)
 IDLE = "·"
@@ -77,15 +76,7 @@ class AgentsView(Widget, can_focus=True):
     COMPONENT_CLASSES = {f"agentgrid--{s}" for s in GLYPHS} | {"agents--idle",
                                                                "agents--header",
                                                                "agentgrid--cursor"}
-    BINDINGS = [
-        Binding("up", "move(0, -1)", "Up", show=False),
-        Binding("down", "move(0, 1)", "Down", show=False),
-        Binding("left", "move(-1, 0)", "Left", show=False),
-        Binding("right", "move(1, 0)", "Right", show=False),
-        Binding("home", "jump(0)", "First", show=False),
-        Binding("end", "jump(-1)", "Last", show=False),
-        Binding("enter", "select", "Detail", id="agent.detail"),  # one id: one rebinding
-    ]
+    BINDINGS = CURSOR_BINDINGS
 
     def __init__(self, **kw) -> None:
         super().__init__(**kw)

@@ -26,21 +26,25 @@ GLYPHS: dict[str, str] = {
     TaskState.CANCELLED: "−",
 }
 CELL_W = 2
+# a cursor over cells, in the tasks grid and the agents view alike (one id: one rebinding)
+CURSOR_BINDINGS = [
+    Binding("up", "move(0, -1)", "Up", show=False),
+    Binding("down", "move(0, 1)", "Down", show=False),
+    Binding("left", "move(-1, 0)", "Left", show=False),
+    Binding("right", "move(1, 0)", "Right", show=False),
+    Binding("home", "jump(0)", "First", show=False),
+    Binding("end", "jump(-1)", "Last", show=False),
+    Binding("enter", "select", "Detail", id="agent.detail"),
+]
 
 
 class AgentGrid(ScrollView, can_focus=True):
     COMPONENT_CLASSES: ClassVar[set[str]] = {f"agentgrid--{s}" for s in GLYPHS} | {
         "agentgrid--cursor"}
     BINDINGS = [
-        Binding("up", "move(0, -1)", "Up", show=False),
-        Binding("down", "move(0, 1)", "Down", show=False),
-        Binding("left", "move(-1, 0)", "Left", show=False),
-        Binding("right", "move(1, 0)", "Right", show=False),
+        *CURSOR_BINDINGS,
         Binding("pageup", "page(-1)", "Page up", show=False),
         Binding("pagedown", "page(1)", "Page down", show=False),
-        Binding("home", "jump(0)", "First", show=False),
-        Binding("end", "jump(-1)", "Last", show=False),
-        Binding("enter", "select", "Detail", id="agent.detail"),
     ]
 
     class Selected(Message):
