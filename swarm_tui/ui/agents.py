@@ -76,7 +76,7 @@ class AgentsView(Widget, can_focus=True):
     COMPONENT_CLASSES = {f"agentgrid--{s}" for s in GLYPHS} | {"agents--idle",
                                                                "agents--header",
                                                                "agentgrid--cursor"}
-    BINDINGS = CURSOR_BINDINGS
+    BINDINGS = [*CURSOR_BINDINGS]
 
     def __init__(self, **kw) -> None:
         super().__init__(**kw)
