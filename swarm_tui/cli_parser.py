@@ -125,8 +125,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--no-stream", action="store_true", help="non-streaming calls")
     run.add_argument("--skip-bad-lines", action="store_true",
                      help="run the valid lines of a workload that has bad ones")
-    run.add_argument("--transport", choices=["aiohttp", "httpx2"], default="aiohttp",
-                     help="HTTP transport under the SDK (default aiohttp: less CPU per call)")
+    run.add_argument("--transport", choices=["wire", "aiohttp", "httpx2"], default="wire",
+                     help="wire (default): the chat-completions protocol straight on aiohttp, "
+                     "the least CPU per call; aiohttp / httpx2: through the openai SDK on "
+                     "that transport (the reference path)")
     run.add_argument("--seed", type=int, help="seed for retry jitter")
     run.add_argument("--canary-demo", action="store_true",
                      help="simulated canary: baseline on the 'direct' profile, candidate on "
@@ -197,8 +199,8 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--concurrency", type=int, metavar="N",
                         help="this worker's calls in flight (default: its share of the "
                         "run's, among the workers alive)")
-    worker.add_argument("--transport", choices=["aiohttp", "httpx2"], default="aiohttp",
-                        help="HTTP transport under the SDK")
+    worker.add_argument("--transport", choices=["wire", "aiohttp", "httpx2"],
+                        default="wire", help="as run's --transport")
     _execution_flags(worker)
 
     completion = sub.add_parser(

@@ -43,7 +43,7 @@ class RunOptions:
     sim: SimSettings = field(default_factory=SimSettings)
     preflight: bool = True
     insecure_key_file: bool = False
-    transport: Transport = "aiohttp"
+    transport: Transport = "wire"
     seed: int | None = None
     name: str | None = None
     budget_usd: float | None = None     # overrides the config's budget_usd

@@ -6,14 +6,13 @@ The SDK's own retries are off (`max_retries=0`): the engine is the one retry lay
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import functools
 import json
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-import aiohttp
 import httpx2
 import openai
 
@@ -21,10 +20,6 @@ try:  # the SDK's own aiohttp transport; we only add a trace hook to its session
     from openai._vendor.httpx_aiohttp import AiohttpTransport
 except ImportError:  # pragma: no cover - a future SDK moved it: fall back, no wire timestamp
     AiohttpTransport = None  # type: ignore[assignment,misc]
-try:  # the connection protocol whose data_received sees bytes as the loop reads them
-    from aiohttp.client_proto import ResponseHandler
-except ImportError:  # pragma: no cover - moved: latency ends where the engine handles it
-    ResponseHandler = None  # type: ignore[assignment,misc]
 
 from swarm_tui.errors import UserError
 from swarm_tui.gateway.errors import (
@@ -38,9 +33,20 @@ from swarm_tui.gateway.errors import (
 )
 from swarm_tui.gateway.keypool import KeyPool, KeySlot, Strategy
 from swarm_tui.gateway.tokens import TokenEstimator
+from swarm_tui.gateway.wire import (
+    CURRENT_CALL,
+    WireClient,
+    checked,
+    lower_headers,
+    raise_for_status,
+    sse_data,
+    timed_session,
+)
 from swarm_tui.redact import without_userinfo
 
-Transport = Literal["aiohttp", "httpx2"]
+# wire: the protocol straight on aiohttp (the hot path); aiohttp / httpx2: through the
+# openai SDK on that transport (the reference path, and always preflight's)
+Transport = Literal["wire", "aiohttp", "httpx2"]
 _INCLUDE_USAGE = {"include_usage": True}
 
 
@@ -98,39 +104,6 @@ class CallResult:
             self.ended_at = self.wire_end
 
 
-_CURRENT_CALL: contextvars.ContextVar[CallResult | None] = contextvars.ContextVar(
-    "swarm_tui_call", default=None)
-
-
-if ResponseHandler is not None:
-    class _WireTimedHandler(ResponseHandler):
-        """aiohttp's connection protocol, noting when bytes come off the socket for the
-        call the connection serves: the event loop calls data_received as it reads, before
-        any of our code (or the SDK's parsing) runs for them."""
-
-        timed: CallResult | None = None
-
-        def set_response_params(self, **kw: Any) -> None:
-            # called in the task that sends the request, just before it does: our call
-            self.timed = _CURRENT_CALL.get()
-            super().set_response_params(**kw)
-
-        def data_received(self, data: bytes) -> None:
-            timed = self.timed
-            if timed is not None and not timed.ended_at:
-                timed.wire_end = time.perf_counter()
-            super().data_received(data)
-
-
-async def _on_headers_sent(_session: Any, _ctx: Any, _params: Any) -> None:
-    # Runs in the task that made the request, so the contextvar is that call's result.
-    res = _CURRENT_CALL.get()
-    if res is not None and not res.send_delay_ms:
-        now = time.perf_counter()
-        res.send_delay_ms = (now - res.sent_at) * 1000.0
-        res.sent_at = now
-
-
 def build_http_client(transport: Transport, pool: int, timeout_s: float) -> httpx2.AsyncClient:
     limits = httpx2.Limits(max_connections=pool, max_keepalive_connections=pool)
     timeout = httpx2.Timeout(timeout_s, connect=min(10.0, timeout_s))
@@ -138,20 +111,9 @@ def build_http_client(transport: Transport, pool: int, timeout_s: float) -> http
         return openai.DefaultAsyncHttpxClient(limits=limits, timeout=timeout)
     if AiohttpTransport is None:  # pragma: no cover
         return openai.DefaultAioHttpClient(limits=limits, timeout=timeout)
-    trace = aiohttp.TraceConfig()
-    trace.on_request_headers_sent.append(_on_headers_sent)
     wire = AiohttpTransport(limits=limits)
-
-    def session() -> aiohttp.ClientSession:
-        connector = aiohttp.TCPConnector(limit=pool, keepalive_timeout=limits.keepalive_expiry,
-                                         ssl=wire.ssl_context)
-        if ResponseHandler is not None and hasattr(connector, "_factory"):
-            # aiohttp builds each connection's protocol from this factory
-            connector._factory = functools.partial(  # type: ignore[assignment]
-                _WireTimedHandler, loop=asyncio.get_running_loop())
-        return aiohttp.ClientSession(connector=connector, trace_configs=[trace])
-
-    wire.client = session
+    wire.client = functools.partial(timed_session, pool, min(10.0, timeout_s),
+                                    limits.keepalive_expiry or 5.0, wire.ssl_context)
     return openai.DefaultAioHttpClient(limits=limits, timeout=timeout, transport=wire)
 
 
@@ -167,7 +129,7 @@ class GatewayClient:
         stream: bool = True,
         pinned_model: str | None = None,
         simulated: bool = False,
-        transport: Transport = "aiohttp",
+        transport: Transport = "wire",
         strategy: Strategy = "least-in-flight",
         retry_after_cap_s: float = 30.0,
     ) -> None:
@@ -183,6 +145,7 @@ class GatewayClient:
         self.pool_size = pool
         self.pool = KeyPool(strategy, retry_after_cap_s)
         self.tokens = TokenEstimator()  # for calls the gateway reports no usage for
+        self.wire = WireClient(base_url, pool, timeout_s) if transport == "wire" else None
         for entry in keys:
             self.add_key(*entry)
 
@@ -192,9 +155,11 @@ class GatewayClient:
         if found is not None:
             return found
         # The SDK timeout is a backstop; the engine's total deadline is `timeout_s`.
+        # (the wire path's calls go through self.wire; the SDK client is preflight's)
+        sdk = "aiohttp" if self.transport == "wire" else self.transport
         client = openai.AsyncOpenAI(
             api_key=secret, base_url=self.base_url, max_retries=0, timeout=self.timeout_s + 5,
-            http_client=build_http_client(self.transport, self.pool_size, self.timeout_s + 5),
+            http_client=build_http_client(sdk, self.pool_size, self.timeout_s + 5),
         )
         slot = KeySlot(secret, label, client, source)
         self.pool.add(slot)
@@ -239,10 +204,12 @@ class GatewayClient:
             kwargs["temperature"] = temperature
         res = CallResult(sent_at=time.perf_counter())
         sent_mono = time.monotonic()
-        token = _CURRENT_CALL.set(res)
+        token = CURRENT_CALL.set(res)
         try:
             async with asyncio.timeout(self.timeout_s):
-                if self.stream:
+                if self.wire is not None:
+                    await self._wire(slot.secret, kwargs, res, sink)
+                elif self.stream:
                     await self._streamed(slot.client, kwargs, res, sink)
                 else:
                     await self._plain(slot.client, kwargs, res)
@@ -253,7 +220,7 @@ class GatewayClient:
         except Exception as exc:  # every gateway failure is classified, none escapes
             res.error = classify(exc, self._secrets)
         finally:
-            _CURRENT_CALL.reset(token)
+            CURRENT_CALL.reset(token)
         if not res.ended_at or res.error is not None:
             res.end_at_wire(time.perf_counter())
         if res.ttft_ms is not None and res.ttft_ms > res.latency_ms:
@@ -297,33 +264,24 @@ class GatewayClient:
             _take_completion(res, json.loads(await stream.response.aread()))
             await stream.response.aclose()
             return
-        parts: list[str] = []
-        chars = 0
-        async for chunk in stream:
-            if not isinstance(chunk, dict):
-                raise ProtocolError(f"stream chunk is {type(chunk).__name__}, not an object")
-            if res.response_id is None:
-                res.response_id, res.response_model = chunk.get("id"), chunk.get("model")
-            usage = chunk.get("usage")
-            if usage:  # accepted on any chunk, not only the last
-                _take_usage(res, usage)
-            for choice in chunk.get("choices") or ():
-                delta = choice.get("delta")
-                content = delta.get("content") if delta else None
-                if content:
-                    now = time.perf_counter()
-                    if res.ttft_ms is None:
-                        # read off the socket no later than the newest bytes the loop read
-                        # (those hold this token, or came after it), never after now
-                        wire = res.wire_end if res.sent_at < res.wire_end < now else now
-                        res.ttft_ms = (wire - res.sent_at) * 1000.0
-                        sink.on_first_token(now)
-                    parts.append(content)
-                    chars += len(content)
-                    sink.on_progress(chars, now)
-                if choice.get("finish_reason") is not None:
-                    res.finish_reason = choice["finish_reason"]
-        res.text = "".join(parts)
+        await _read_chunks(stream, res, sink)
+
+    async def _wire(self, secret: str, body: dict[str, Any], res: CallResult,
+                    sink: AttemptSink) -> None:
+        assert self.wire is not None
+        if self.stream:
+            body = {**body, "stream": True, "stream_options": _INCLUDE_USAGE}
+        async with self.wire.post(secret, body) as resp:
+            headers = lower_headers(resp)
+            res.status_code = resp.status
+            await raise_for_status(resp, headers)
+            res.headers = kept_headers(headers) or None
+            if not self.stream or "json" in headers.get("content-type", ""):
+                # (a gateway that ignores `stream: true` answers one JSON completion: that
+                # is the answer, usage included, not a stream that ended early)
+                _take_completion(res, checked(json.loads(await resp.read())))
+                return
+            await _read_chunks(sse_data(resp.content), res, sink)
 
     async def _plain(
         self, client: openai.AsyncOpenAI, body: dict[str, Any], res: CallResult
@@ -384,8 +342,43 @@ class GatewayClient:
         return warnings
 
     async def aclose(self) -> None:
+        if self.wire is not None:
+            await self.wire.aclose()
         for slot in self.keys:
             await slot.client.close()
+
+
+async def _read_chunks(chunks: AsyncIterator[object], res: CallResult,
+                       sink: AttemptSink) -> None:
+    """A streamed answer's chunks into the result: text, usage (on any chunk), the finish
+    reason, the first token's time (as read off the socket) and live progress."""
+    parts: list[str] = []
+    chars = 0
+    async for chunk in chunks:
+        if not isinstance(chunk, dict):
+            raise ProtocolError(f"stream chunk is {type(chunk).__name__}, not an object")
+        if res.response_id is None:
+            res.response_id, res.response_model = chunk.get("id"), chunk.get("model")
+        usage = chunk.get("usage")
+        if usage:  # accepted on any chunk, not only the last
+            _take_usage(res, usage)
+        for choice in chunk.get("choices") or ():
+            delta = choice.get("delta")
+            content = delta.get("content") if delta else None
+            if content:
+                now = time.perf_counter()
+                if res.ttft_ms is None:
+                    # read off the socket no later than the newest bytes the loop read
+                    # (those hold this token, or came after it), never after now
+                    wire = res.wire_end if res.sent_at < res.wire_end < now else now
+                    res.ttft_ms = (wire - res.sent_at) * 1000.0
+                    sink.on_first_token(now)
+                parts.append(content)
+                chars += len(content)
+                sink.on_progress(chars, now)
+            if choice.get("finish_reason") is not None:
+                res.finish_reason = choice["finish_reason"]
+    res.text = "".join(parts)
 
 
 def _take_completion(res: CallResult, completion: Any) -> None:

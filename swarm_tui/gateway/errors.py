@@ -143,7 +143,25 @@ def _body_class(body: object) -> tuple[str, int | None] | None:
 
 
 def classify(exc: BaseException, keys: tuple[str, ...] = ()) -> CallError:
-    """Map an exception from the SDK or its transport to a CallError; never keep a key."""
+    """Map an exception from the wire client, the SDK or its transport to a CallError;
+    never keep a key."""
+    import aiohttp
+
+    from swarm_tui.gateway.wire import InStreamError, WireStatusError
+
+    if isinstance(exc, WireStatusError):  # the wire path's non-2xx: as the SDK's below
+        headers = kept_headers(exc.headers)
+        inner = exc.body.get("error", exc.body) if isinstance(exc.body, dict) else None
+        msg = (inner["message"] if isinstance(inner, dict)
+               and isinstance(inner.get("message"), str) else exc.text or f"HTTP {exc.status}")
+        return CallError(_status_class(exc.status), exc.status, _clean(msg, keys),
+                         retry_after_seconds(headers), headers or None)
+    if isinstance(exc, InStreamError):
+        found = _body_class(exc.body)
+        cls, status = found if found is not None else (OTHER, None)
+        return CallError(cls, status, _clean(f"in-stream error: {exc.message}", keys))
+    if isinstance(exc, aiohttp.ClientPayloadError):  # the body stopped short: a cut stream
+        return CallError(CONNECTION, None, _clean(f"{type(exc).__name__}: {exc}", keys))
     if isinstance(exc, openai.APIStatusError):
         headers = kept_headers(exc.response.headers)
         msg = exc.message

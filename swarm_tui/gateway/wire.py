@@ -1,0 +1,212 @@
+"""The chat-completions wire protocol straight on aiohttp: the swarm's hot path.
+
+Measured (issue 34): the openai SDK's per-call machinery — request build, pydantic
+options, its httpx2-on-aiohttp shim, SSE decoding — cost 3-4x what aiohttp itself costs
+per call, so one process could not keep more than ~100 calls of 200 ms in flight. Here
+everything that can be built once is: one session per gateway, one URL, one header dict
+per key; a call is one JSON dump, one POST and an SSE decoder reading bytes.
+
+The SDK stays where it earns its place (preflight, model listing) and as the reference
+path (`transport = "aiohttp" | "httpx2"`); tests/test_wire_conformance.py holds the two
+paths to the same stored results for every fault the simulator can script.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+
+try:  # the connection protocol whose data_received sees bytes as the loop reads them
+    from aiohttp.client_proto import ResponseHandler
+except ImportError:  # pragma: no cover - moved: latency ends where the engine handles it
+    ResponseHandler = None  # type: ignore[assignment,misc]
+
+ERROR_BODY_MAX = 65_536  # an error answer's body read for its message, at most
+
+
+class WireStatusError(Exception):
+    """A non-2xx answer: its status, the headers that steer retries, its body."""
+
+    def __init__(self, status: int, headers: dict[str, str], body: object, text: str) -> None:
+        super().__init__(f"HTTP {status}")
+        self.status = status
+        self.headers = headers
+        self.body = body
+        self.text = text
+
+
+class InStreamError(Exception):
+    """An error object where an answer should be (an SSE `error` event, or `{"error":
+    …}` in a 200 stream or body): LiteLLM and others carry the upstream status in it."""
+
+    def __init__(self, body: object) -> None:
+        message = body.get("message") if isinstance(body, dict) else None
+        super().__init__(str(message or "error"))
+        self.body = body
+        self.message = str(message or "error")
+
+
+# The call being made in this task: the connection's protocol notes when its bytes come
+# off the socket, the trace hook when its headers went out.
+CURRENT_CALL: contextvars.ContextVar[Any] = contextvars.ContextVar("swarm_tui_call",
+                                                                   default=None)
+
+
+if ResponseHandler is not None:
+    class WireTimedHandler(ResponseHandler):
+        """aiohttp's connection protocol, noting when bytes come off the socket for the
+        call the connection serves: the event loop calls data_received as it reads, before
+        any of our code (or a parser) runs for them."""
+
+        timed: Any = None
+
+        def set_response_params(self, **kw: Any) -> None:
+            # called in the task that sends the request, just before it does: our call
+            self.timed = CURRENT_CALL.get()
+            super().set_response_params(**kw)
+
+        def data_received(self, data: bytes) -> None:
+            timed = self.timed
+            if timed is not None and not timed.ended_at:
+                timed.wire_end = time.perf_counter()
+            super().data_received(data)
+
+
+async def on_headers_sent(_session: Any, _ctx: Any, _params: Any) -> None:
+    # Runs in the task that made the request, so the contextvar is that call's result.
+    res = CURRENT_CALL.get()
+    if res is not None and not res.send_delay_ms:
+        now = time.perf_counter()
+        res.send_delay_ms = (now - res.sent_at) * 1000.0
+        res.sent_at = now
+
+
+def timed_session(pool: int, connect_timeout_s: float, keepalive_s: float = 5.0,
+                  ssl: Any = True) -> aiohttp.ClientSession:
+    """A session whose connections report when headers go out and bytes come in (built
+    on the running loop: a session belongs to the loop it was made on)."""
+    connector = aiohttp.TCPConnector(limit=pool, keepalive_timeout=keepalive_s, ssl=ssl)
+    if ResponseHandler is not None and hasattr(connector, "_factory"):
+        # aiohttp builds each connection's protocol from this factory
+        connector._factory = functools.partial(  # type: ignore[assignment]
+            WireTimedHandler, loop=asyncio.get_running_loop())
+    trace = aiohttp.TraceConfig()
+    trace.on_request_headers_sent.append(on_headers_sent)
+    return aiohttp.ClientSession(
+        connector=connector, trace_configs=[trace], auto_decompress=True,
+        timeout=aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout_s))
+
+
+class WireClient:
+    """One gateway's chat-completions endpoint: one session, one URL, a header dict per
+    key — built once, used by every call."""
+
+    def __init__(self, base_url: str, pool: int, timeout_s: float) -> None:
+        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.pool = pool
+        self.connect_timeout_s = min(10.0, timeout_s)
+        self._session: aiohttp.ClientSession | None = None
+        self._headers: dict[str, dict[str, str]] = {}
+
+    def _headers_for(self, secret: str) -> dict[str, str]:
+        h = self._headers.get(secret)
+        if h is None:
+            h = self._headers[secret] = {"Authorization": f"Bearer {secret}",
+                                         "Content-Type": "application/json",
+                                         "Accept": "application/json, text/event-stream"}
+        return h
+
+    def forget(self, secret: str) -> None:
+        self._headers.pop(secret, None)
+
+    def session(self) -> aiohttp.ClientSession:
+        s = self._session
+        if s is None or s.closed:
+            s = self._session = timed_session(self.pool, self.connect_timeout_s)
+        return s
+
+    def post(self, secret: str, body: dict[str, Any]) -> Any:
+        """The POST as an async context manager (the response)."""
+        data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+        return self.session().post(self.url, data=data, headers=self._headers_for(secret))
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+def lower_headers(resp: aiohttp.ClientResponse) -> dict[str, str]:
+    return {k.lower(): v for k, v in resp.headers.items()}
+
+
+async def raise_for_status(resp: aiohttp.ClientResponse, headers: dict[str, str]) -> None:
+    if resp.status < 400:
+        return
+    raw = await resp.content.read(ERROR_BODY_MAX)
+    text = raw.decode("utf-8", "replace")
+    try:
+        body: object = json.loads(text)
+    except ValueError:
+        body = None
+    raise WireStatusError(resp.status, headers, body, text)
+
+
+def checked(payload: object) -> object:
+    """A decoded answer or chunk; an error object in its place raises."""
+    if isinstance(payload, dict) and payload.get("error"):
+        raise InStreamError(payload["error"])
+    return payload
+
+
+async def sse_data(content: aiohttp.StreamReader) -> AsyncIterator[object]:
+    """Each SSE event's data, decoded from JSON, up to `[DONE]` (the rest of the body is
+    read but not decoded, so the connection goes back to the pool). An `error` event, or
+    an error object as the data, raises InStreamError."""
+    buf = b""
+    data: list[bytes] = []
+    event: bytes | None = None
+    done = False
+    async for piece in content.iter_any():
+        if done:
+            continue
+        buf += piece
+        *lines, buf = buf.split(b"\n")
+        for line in lines:
+            if line.endswith(b"\r"):
+                line = line[:-1]
+            if line:
+                if line[0] == 58:  # ":" a comment (keep-alive)
+                    continue
+                name, _, value = line.partition(b":")
+                if value[:1] == b" ":
+                    value = value[1:]
+                if name == b"data":
+                    data.append(value)
+                elif name == b"event":
+                    event = value
+                continue
+            if not data:  # a blank line ends an event
+                event = None
+                continue
+            raw, data = b"\n".join(data), []
+            if raw == b"[DONE]":
+                done = True
+                break
+            payload = json.loads(raw)
+            if event == b"error":
+                raise InStreamError(payload.get("error", payload)
+                                    if isinstance(payload, dict) else payload)
+            event = None
+            yield checked(payload)
+    if data and not done:  # the last event, with no blank line after it
+        raw = b"\n".join(data)
+        if raw != b"[DONE]":
+            yield checked(json.loads(raw))
