@@ -419,7 +419,14 @@ async def _run_workers(conn, path, cfg, opts, tasks, args) -> int:
     procs = [await asyncio.create_subprocess_exec(*argv, stdin=subprocess.DEVNULL,
                                                   stdout=subprocess.DEVNULL)
              for _ in range(args.workers)]
-    codes = [await p.wait() for p in procs]
+    # the starter and its workers are one unit: a signal to the starter reaches every
+    # worker (each cancels cleanly, its tasks resumable) and the starter waits for them
+    # (a SIGINT to the starter alone exited it and left both workers running)
+    signalled = _forward_signals(procs)
+    try:
+        codes = [await p.wait() for p in procs]
+    finally:
+        signalled.close()
     from swarm_tui.store.reconcile import import_worker_journals
 
     async def read_back():
@@ -436,8 +443,46 @@ async def _run_workers(conn, path, cfg, opts, tasks, args) -> int:
               file=sys.stderr)
     # a worker that died is no failure of a run the others finished (its batches were
     # leased again): exit as the run ended
-    interrupted = bool(failed) and summary.status != RunStatus.FINISHED
+    interrupted = (bool(failed) or signalled.got) and summary.status != RunStatus.FINISHED
     return await _finish_stored(conn, path, cfg, Outcome(summary, interrupted), args.json)
+
+
+class _Forwarded:
+    """Signal handlers that pass SIGINT / SIGTERM / SIGHUP on to worker processes."""
+
+    def __init__(self, loop, sigs: tuple[int, ...]) -> None:
+        self.loop, self.sigs, self.got = loop, sigs, False
+
+    def close(self) -> None:
+        import contextlib
+
+        for sig in self.sigs:
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                self.loop.remove_signal_handler(sig)
+
+
+def _forward_signals(procs) -> _Forwarded:
+    import asyncio
+    import contextlib
+    import signal
+
+    loop = asyncio.get_running_loop()
+    sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    fwd = _Forwarded(loop, sigs)
+
+    def forward(sig: int) -> None:
+        fwd.got = True
+        # a hang-up ends a worker as a SIGTERM does (its default would kill it mid-write)
+        to = signal.SIGTERM if sig == signal.SIGHUP else sig
+        for p in procs:
+            if p.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    p.send_signal(to)
+
+    for sig in sigs:
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(sig, forward, sig)
+    return fwd
 
 
 def cmd_db(args: argparse.Namespace) -> int:

@@ -189,6 +189,48 @@ def test_kill_9_of_the_starter_leaves_the_workers_to_finish_the_run(tmp_path, sl
                           "outcome='ok' GROUP BY seq) per_seq") == 1
     assert _count(any_db, "SELECT COUNT(*) FROM attempts") == _served(port)
 
+def _alive(pid: int) -> bool:  # a zombie (exited, its parent gone) is not
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(") ", 1)[1][0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGHUP], ids=["INT", "HUP"])
+def test_a_signal_to_the_starter_reaches_its_workers(tmp_path, slow_sim, sig, monkeypatch):
+    """`run --workers 2` is one unit: a SIGINT (TERM, HUP) to the starter alone — not its
+    process group — stops both workers cleanly and the starter exits 130 once they have;
+    what was paid for is stored and the rest resumes (the starter exited, and both workers
+    ran on)."""
+    port, cfg = slow_sim
+    db = tmp_path / "runs.db"
+    monkeypatch.setenv("SWARM_TUI_DB", str(db))
+    n = 900
+    proc = _run(_workload(tmp_path, n), cfg, 2)
+    try:
+        wait_until(lambda: _count(db, "SELECT COUNT(*) FROM workers") == 2
+                   and _count(db, "SELECT COUNT(*) FROM results") >= 100,
+                   "two busy workers", 90)
+        pids = [pid for (pid,) in raw_rows(db, "SELECT pid FROM workers")]
+        os.kill(proc.pid, sig)
+        _out, err = proc.communicate(timeout=90)
+        assert proc.returncode == 130, err
+        assert not any(_alive(p) for p in pids), "a worker outlived its starter"
+    finally:
+        proc.kill()
+        for pid in [p for (p,) in raw_rows(db, "SELECT pid FROM workers")]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    done = _count(db, "SELECT COUNT(*) FROM results WHERE state='succeeded'")
+    assert 100 <= done < n
+    assert _count(db, "SELECT COUNT(*) FROM attempts") == _served(port)  # all on record
+    r = swarm("resume", "last", "--config", str(cfg), "--headless", "--quiet", "--json",
+              env={"GW_KEY": TEST_KEY, "SWARM_TUI_DB": str(db)}, timeout=120)
+    assert json.loads(r.stdout)["succeeded"] == n, r.stderr
+
+
 async def _split_and_join(conn, run_id: str, gw, work, claim, worker: str) -> None:
     """A stored run split in batches of 100, and `worker` joined to it."""
     await create_run(conn, run_id, make_runner(gw, work).agents, work, name=None,
