@@ -172,14 +172,7 @@ def test_kill_9_of_the_starter_leaves_the_workers_to_finish_the_run(tmp_path, sl
         wait_until(lambda: _count(any_db, "SELECT COUNT(*) FROM runs WHERE status = "
                                           "'finished'") == 1, "the workers' finished run",
                    150, seen=lambda: raw_rows(any_db, "SELECT status FROM runs"))
-
-        def alive(pid: int) -> bool:  # a zombie (exited, its parent gone) is not
-            try:
-                with open(f"/proc/{pid}/stat") as f:
-                    return f.read().rsplit(") ", 1)[1][0] != "Z"
-            except FileNotFoundError:
-                return False
-        wait_until(lambda: not any(alive(p) for p in pids), "the workers' exit", 30)
+        wait_until(lambda: not any(_alive(p) for p in pids), "the workers' exit", 30)
     finally:
         for pid in [p for (p,) in raw_rows(any_db, "SELECT pid FROM workers")]:
             with contextlib.suppress(ProcessLookupError):
