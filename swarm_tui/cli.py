@@ -17,18 +17,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pydantic import ValidationError
-
-from swarm_tui.aio import run_async
 from swarm_tui.cli_parser import (
     DEMO_CONSOLE_S,
     DEMO_CONSOLE_TASKS,
     DEMO_HEADLESS_TASKS,
     build_parser,
 )
-from swarm_tui.commands import history
-from swarm_tui.config_sections import format_validation_error
-from swarm_tui.engine.state import RunStatus
 from swarm_tui.errors import (
     EXIT_BUDGET_STOPPED,
     EXIT_HANGUP,
@@ -44,11 +38,23 @@ if TYPE_CHECKING:
     from swarm_tui.config import LoadedConfig
     from swarm_tui.execution.stored_run import Outcome
 
+# Imported by every command, so it imports almost nothing itself: each handler brings
+# what it uses (`--help` and the stored-run verbs paid for the engine, pydantic and a
+# database driver they never touched — issue 34).
+
+
+def run_async(coro):
+    from swarm_tui.aio import run_async as run
+
+    return run(coro)
+
 
 
 def exit_code(outcome: Outcome, console_code: int | None = None) -> int:
     """The one exit-code table (README, Exit codes) for every way a run ends: headless,
     or a console that was quit, hung up on, or left after the run ended."""
+    from swarm_tui.engine.state import RunStatus
+
     if console_code == EXIT_HANGUP:
         return EXIT_HANGUP
     summary = outcome.summary
@@ -63,6 +69,9 @@ def exit_code(outcome: Outcome, console_code: int | None = None) -> int:
 
 
 def _sim_settings(args: argparse.Namespace, prefix: str = ""):
+    from pydantic import ValidationError
+
+    from swarm_tui.config_sections import format_validation_error
     from swarm_tui.sim.settings import SimSettings
 
     def get(name: str):
@@ -183,6 +192,8 @@ async def _retrying(read, grace_s: float):
 
 
 async def _finish_stored(conn, path, cfg, outcome, as_json: bool) -> int:
+    from swarm_tui.commands import history
+
     text = await history.summary_json(conn, path, outcome.summary, cfg) if as_json else None
     return _finish(outcome, as_json, text)
 
@@ -399,6 +410,7 @@ async def _run_workers(conn, path, cfg, opts, tasks, args) -> int:
     import asyncio
     import subprocess
 
+    from swarm_tui.engine.state import RunStatus
     from swarm_tui.execution.stored_run import Outcome
     from swarm_tui.execution.workers import prepare
     from swarm_tui.store.runs import get_run, load_summary, new_run_id
@@ -531,6 +543,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 async def _resume(conn, path, args: argparse.Namespace, console: bool = False):
     """Resume headless and return the exit code; with `console`, hand back what the
     console needs to execute it (the claim still held)."""
+    from swarm_tui.engine.state import RunStatus
     from swarm_tui.execution.stored_run import Outcome, Resumed, execute, pinned_gateway
     from swarm_tui.sim.settings import SimSettings
     from swarm_tui.store.ownership import Claim, take_lock
@@ -603,18 +616,26 @@ def cmd_runs(args: argparse.Namespace) -> int:
             raise UserError(f"database {db}: does not exist (check --db / SWARM_TUI_DB)")
         print("[]" if args.json else "no runs recorded yet")
         return EXIT_OK
+    from swarm_tui.commands import history
+
     return run_async(_with_db(args, history.runs, args, create=False))
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from swarm_tui.commands import history
+
     return run_async(_with_db(args, history.report, args, create=False))
 
 
 def cmd_cost(args: argparse.Namespace) -> int:
+    from swarm_tui.commands import history
+
     return run_async(_with_db(args, history.cost, args, create=False))
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    from swarm_tui.commands import history
+
     return run_async(_with_db(args, history.export, args, create=False))
 
 

@@ -63,7 +63,8 @@ def test_core_modules_do_not_load_textual_at_runtime():
     assert r.returncode == 0, r.stdout + r.stderr
 
 
-@pytest.mark.parametrize("argv", [["runs"], ["runs", "--json"], ["canary", "--help"]])
+@pytest.mark.parametrize("argv", [["runs"], ["runs", "--json"], ["canary", "--help"],
+                                  ["--help"], ["run", "--help"]])
 def test_reading_commands_import_no_console_and_no_http_client(tmp_path, argv):
     """`runs` (and the parser of every command) starts without Textual, the openai SDK, an
     HTTP transport or the on-call exporters: they are most of the console's import time
@@ -72,6 +73,10 @@ def test_reading_commands_import_no_console_and_no_http_client(tmp_path, argv):
              "opentelemetry"}
     if argv[0] == "runs":
         heavy.add("pydantic_settings")  # `runs` reads the store; it loads no config
+        heavy.add("psycopg")  # a SQLite store: no PostgreSQL driver (~45 ms)
+    if "--help" in argv:  # the grammar alone: no engine, no models, no loop (issue 34)
+        heavy |= {"pydantic", "asyncio", "aiosqlite", "psycopg", "swarm_tui.engine",
+                  "swarm_tui.store", "swarm_tui.workload"}
     code = ("import sys, contextlib, io\n"
             "from swarm_tui.cli import main\n"
             "with contextlib.redirect_stdout(io.StringIO()):\n"
@@ -80,7 +85,9 @@ def test_reading_commands_import_no_console_and_no_http_client(tmp_path, argv):
             "    except SystemExit:\n"
             "        pass\n"
             f"heavy = {sorted(heavy)!r}\n"
-            "print(sorted({m.split('.')[0] for m in sys.modules} & set(heavy)))\n")
+            "names = {m.split('.')[0] for m in sys.modules}\n"
+            "names |= {'.'.join(m.split('.')[:2]) for m in sys.modules}\n"
+            "print(sorted(names & set(heavy)))\n")
     env = {**os.environ, "SWARM_TUI_DB": str(tmp_path / "runs.db"),
            "XDG_CONFIG_HOME": str(tmp_path / "xdg")}
     env.pop("SWARM_TUI_CONFIG", None)

@@ -8,14 +8,14 @@ import json
 import sys
 from typing import TYPE_CHECKING
 
-from swarm_tui.engine.cost import CostReport
-from swarm_tui.engine.summary import RunSummary
 from swarm_tui.errors import EXIT_OK, UserError
-from swarm_tui.store.conn import StoreConnection
-from swarm_tui.store.target import DbTarget
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # (each verb imports what it uses: `runs` reads no cost model)
     from swarm_tui.config import LoadedConfig
+    from swarm_tui.engine.cost import CostReport
+    from swarm_tui.engine.summary import RunSummary
+    from swarm_tui.store.conn import StoreConnection
+    from swarm_tui.store.target import DbTarget
 
 
 async def summary_json(conn: StoreConnection, path: DbTarget, summary: RunSummary,

@@ -4,44 +4,14 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any, ClassVar
 
+# the states live in core (a floor importing nothing of ours: the store and the reports
+# read them without importing the engine); named here too for the engine's own code
+from swarm_tui.core.states import AttemptOutcome, RunStatus, TaskState
 from swarm_tui.workload import Task, TaskHead
 
-
-class TaskState(StrEnum):
-    """A task's state: the grid's cells, the store's `results.state`."""
-
-    QUEUED = "queued"
-    RUNNING = "running"      # request sent, no token yet
-    STREAMING = "streaming"  # tokens arriving
-    RETRYING = "retrying"    # waiting out a backoff / Retry-After
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-
-class AttemptOutcome(StrEnum):
-    """One call's outcome (`attempts.outcome`)."""
-
-    RUNNING = "running"
-    OK = "ok"
-    ERROR = "error"
-    CANCELLED = "cancelled"
-
-
-class RunStatus(StrEnum):
-    """A run's status (`runs.status`), plus the states only ever shown: `interrupted`
-    (marked running, its executor gone), `paused`, `unsaved` (the store failed)."""
-
-    RUNNING = "running"
-    FINISHED = "finished"
-    CANCELLED = "cancelled"
-    BUDGET_STOPPED = "budget_stopped"
-    INTERRUPTED = "interrupted"
-    PAUSED = "paused"
-    UNSAVED = "unsaved"
+__all__ = ["AttemptOutcome", "RunStatus", "TaskState"]
 
 
 QUEUED, RUNNING, STREAMING, RETRYING = (TaskState.QUEUED, TaskState.RUNNING,

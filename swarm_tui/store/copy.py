@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from swarm_tui.engine.state import RunStatus
+from swarm_tui.core.states import RunStatus
 from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.runs import list_runs
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from swarm_tui.engine.state import TaskState
+from swarm_tui.core.states import TaskState
 from swarm_tui.store.conn import StoreConnection, dialect_of
 
 

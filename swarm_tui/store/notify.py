@@ -13,12 +13,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable, Iterable
-
-import psycopg
+from typing import TYPE_CHECKING
 
 from swarm_tui.store.conn import StoreConnection, dialect_of
-from swarm_tui.store.pg import RECONNECT_BACKOFF_S, connect_kwargs
 from swarm_tui.store.target import DbTarget, PgTarget
+
+if TYPE_CHECKING:  # imported where a server is listened to: a SQLite command never pays
+    import psycopg  # its ~45 ms import
 
 ROWS = "swarm_tui_rows"        # a run's rows, live figures, heartbeat: payload run id
 CONTROL = "swarm_tui_control"  # a command queued for a run: payload run id
@@ -56,6 +57,8 @@ class Listener:
         """None on SQLite, or when the server cannot be listened to (readers poll)."""
         if not isinstance(target, PgTarget):
             return None
+        import psycopg
+
         names = tuple(channels)
         try:
             raw = await cls._connect(target, names)
@@ -65,6 +68,10 @@ class Listener:
 
     @staticmethod
     async def _connect(target: PgTarget, channels: tuple[str, ...]) -> psycopg.AsyncConnection:
+        import psycopg
+
+        from swarm_tui.store.pg import connect_kwargs
+
         raw = await psycopg.AsyncConnection.connect(
             target.url, **connect_kwargs("swarm-tui listen", target.url))
         try:
@@ -76,6 +83,10 @@ class Listener:
         return raw
 
     async def _listen(self) -> None:
+        import psycopg
+
+        from swarm_tui.store.pg import RECONNECT_BACKOFF_S
+
         backoff = RECONNECT_BACKOFF_S[0]
         while True:
             try:
@@ -113,6 +124,8 @@ class Listener:
         return False
 
     async def close(self) -> None:
+        import psycopg
+
         self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError, psycopg.Error):
             await self._task

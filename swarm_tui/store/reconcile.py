@@ -15,7 +15,7 @@ import sqlite3
 import time
 from pathlib import Path
 
-from swarm_tui.engine.state import RunStatus
+from swarm_tui.core.states import RunStatus
 from swarm_tui.errors import UserError
 from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.lost_sends import supersede_lost

@@ -10,12 +10,12 @@ import sqlite3
 import time
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel
 
 from swarm_tui.config_sections import SlaConfig
-from swarm_tui.engine.state import Agent, RunStatus
+from swarm_tui.core.states import RunStatus
 from swarm_tui.engine.summary import RunSummary, SummaryBuilder
 from swarm_tui.errors import UserError
 from swarm_tui.store.conn import StoreConnection, dialect_of
@@ -23,6 +23,9 @@ from swarm_tui.store.lost_sends import book_lost_sends, lost_sends
 from swarm_tui.store.ownership import Claim, owner_alive, pid_alive
 from swarm_tui.store.reads import live_figures
 from swarm_tui.store.target import DbTarget
+
+if TYPE_CHECKING:
+    from swarm_tui.engine.state import Agent
 from swarm_tui.workload import Task, TaskHead
 
 ENDED = ("finished", "cancelled", "budget_stopped")

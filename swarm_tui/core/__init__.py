@@ -1,0 +1,1 @@
+"""The floor every layer may stand on: it imports nothing of swarm_tui's own."""

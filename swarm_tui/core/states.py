@@ -1,0 +1,41 @@
+"""The states of a task, an attempt and a run: what the engine sets, the store keeps
+and every screen and report reads — so they import nothing (issue 33's floor; the
+stored-run commands no longer import the engine and pydantic's models to read them)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class TaskState(StrEnum):
+    """A task's state: the grid's cells, the store's `results.state`."""
+
+    QUEUED = "queued"
+    RUNNING = "running"      # request sent, no token yet
+    STREAMING = "streaming"  # tokens arriving
+    RETRYING = "retrying"    # waiting out a backoff / Retry-After
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class AttemptOutcome(StrEnum):
+    """One call's outcome (`attempts.outcome`)."""
+
+    RUNNING = "running"
+    OK = "ok"
+    ERROR = "error"
+    CANCELLED = "cancelled"
+
+
+class RunStatus(StrEnum):
+    """A run's status (`runs.status`), plus the states only ever shown: `interrupted`
+    (marked running, its executor gone), `paused`, `unsaved` (the store failed)."""
+
+    RUNNING = "running"
+    FINISHED = "finished"
+    CANCELLED = "cancelled"
+    BUDGET_STOPPED = "budget_stopped"
+    INTERRUPTED = "interrupted"
+    PAUSED = "paused"
+    UNSAVED = "unsaved"
