@@ -70,6 +70,7 @@ _EVENT_TEXT = {"session_started": "an executor took the run (a new session)"}
 _FINAL = frozenset({TaskState.SUCCEEDED, TaskState.FAILED, TaskState.CANCELLED})
 TICK_ROWS = 1_000  # results per watch tick while a run executes (attempts: twice that)
 QUIET_READ_S = 2.0  # PostgreSQL, nothing notified: a watcher still reads this often
+FINAL_POLL_S = 1.0  # a watched run that ended: whether it was resumed, read this often
 
 
 def _show_working(f: _Follow, agents: list[list]) -> None:
@@ -171,6 +172,9 @@ class StoreSource:
         f = self._follow
         if f is not None and f.final and self.kind == "replay":
             return f.snapshot  # a finished run read to its end does not change
+        if f is not None and f.final and time.monotonic() - self._read_at < FINAL_POLL_S:
+            return f.snapshot  # a watched run that ended: looked at again now and then
+            # (a resume is a new session, seen within FINAL_POLL_S)
         if self._quiet(f):  # nothing written since the last read: only time moved on
             assert f is not None and self._seen is not None and self.record is not None
             return self._build(f, self.record, *self._seen)
@@ -181,6 +185,7 @@ class StoreSource:
             # it re-queued the cancelled tasks): read the run afresh
             f = self._follow = _Follow(run, await reads.task_list(self.conn, run.id))
         elif f.final and status != RunStatus.RUNNING:
+            self._read_at = time.monotonic()
             return f.snapshot
         f.status = status
         self.active = status == RunStatus.RUNNING

@@ -278,10 +278,10 @@ class SwarmApp(App[int]):
                 self.message = str(e) if isinstance(e, UserError) else self.message
         if (snap is not None and snap is self.snapshot and self.message == self._shown_message
                 and self.size == self._shown_size and self.source is not None
-                and self.source.kind == "replay"):
-            # a finished replay read to its end hands back the same snapshot: nothing to
-            # redraw (only for replays: a first frame drawn before the layout settled is
-            # redrawn by the next tick — skipping that left stale pictures under load)
+                and self.source.kind in ("replay", "watch") and not self.source.active):
+            # a finished replay (or a watched run that ended) hands back the same snapshot:
+            # nothing to redraw (not for a live run: a first frame drawn before the layout
+            # settled is redrawn by the next tick — skipping that left stale pictures)
             return
         self.snapshot = snap
         self._shown_message, self._shown_size = self.message, self.size
