@@ -559,6 +559,9 @@ async def _resume(conn, path, args: argparse.Namespace, console: bool = False):
 
     run = await get_run(conn, args.run_id, path)
     status = run.effective_status()
+    if not run.workload_hash and status != RunStatus.RUNNING:
+        raise UserError(f"run {run.id}: its creation stopped before all its tasks were "
+                        "stored, so nothing was sent for it; start it again with `run`")
     if status == RunStatus.RUNNING:
         raise UserError(f"run {run.id}: still being executed by pid {run.pid} on {run.host} "
                         "(stopped or busy processes keep their run); resume it once that "

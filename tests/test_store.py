@@ -222,3 +222,34 @@ def test_a_keys_rows_from_several_workers_read_as_one():
         ("gw", "fp1", "main", "env:K", "disabled", 70.0, "401 from the gateway", 5, 19, 1, 1,
          190, 320, 60.0),
         other[:-1]]
+
+
+async def test_a_big_run_is_created_without_a_wal_the_size_of_its_workload(tmp_path):
+    """12,000 tasks of ~4 KB: as one transaction the WAL held all ~50 MB of them before the
+    first call (a 100,000-task run: ~400 MB, past the 64 MiB `journal_size_limit`, which
+    applies only after a checkpoint completes). Written in chunks, checkpointed between,
+    it holds about one chunk (issue 34)."""
+    from swarm_tui.gateway.client import GatewayClient
+    from swarm_tui.store.runs import CREATE_CHUNK
+
+    path = tmp_path / "runs.db"
+    conn = await open_db(path)
+    gw = GatewayClient("sim", "http://127.0.0.1:9/v1", [("sk-unused-0000000000000000", None)],
+                       pool=1)
+    body = "lorem ipsum dolor " * 230  # ~4 KB
+    work = [t.model_copy(update={"prompt": f"{t.prompt} {body}"})
+            for t in tasks(12_000, prefix="w")]
+    runner = make_runner(gw, work)
+    try:
+        await create_run(conn, "w", runner.agents, work, name=None, simulated=True,
+                         config={}, claim=take_lock(path, "w"))
+        wal = (tmp_path / "runs.db-wal").stat().st_size
+        workload = sum(len(t.prompt) for t in work)
+        assert wal < 0.6 * workload, (wal, workload)  # one chunk of 5,000, not 12,000
+        assert len(work) > CREATE_CHUNK
+        assert raw_rows(path, "SELECT COUNT(*) FROM tasks")[0][0] == 12_000
+        hashed = raw_rows(path, "SELECT workload_hash FROM runs")[0][0]
+        assert hashed  # written last: the run's creation finished
+    finally:
+        await conn.close()
+        await gw.aclose()

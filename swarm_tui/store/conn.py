@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Generator, Iterable
 from typing import Any, Protocol
 
+BUSY_TIMEOUT_MS = 5000
+
 
 class StoreCursor(Protocol):
     @property

@@ -13,12 +13,10 @@ import aiosqlite
 
 from swarm_tui.errors import UserError
 from swarm_tui.paths import default_db_path
-from swarm_tui.store.conn import StoreConnection
+from swarm_tui.store.conn import BUSY_TIMEOUT_MS, StoreConnection
 from swarm_tui.store.schema import MIGRATIONS, SCHEMA_VERSION
 from swarm_tui.store.scrub import run_data_step
 from swarm_tui.store.target import DbTarget, PgTarget, is_pg_url
-
-BUSY_TIMEOUT_MS = 5000
 
 
 def resolve_db_path(cli_path: str | None, flag: str = "--db") -> DbTarget:

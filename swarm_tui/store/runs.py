@@ -18,7 +18,7 @@ from swarm_tui.config_sections import SlaConfig
 from swarm_tui.core.states import RunStatus
 from swarm_tui.engine.summary import RunSummary, SummaryBuilder
 from swarm_tui.errors import UserError
-from swarm_tui.store.conn import StoreConnection, dialect_of
+from swarm_tui.store.conn import BUSY_TIMEOUT_MS, StoreConnection, dialect_of
 from swarm_tui.store.lost_sends import book_lost_sends, lost_sends
 from swarm_tui.store.ownership import Claim, owner_alive, pid_alive
 from swarm_tui.store.reads import live_figures
@@ -103,6 +103,13 @@ async def create_run(conn: StoreConnection, run_id: str, agents: Sequence[Agent]
             digest.update(b"\n")
             yield run_id, a.seq, a.id, line, a.model, a.gateway, a.bucket
 
+    # The task rows go in CREATE_CHUNK at a time, each its own transaction, the WAL
+    # checkpointed between them: as one transaction a 100,000-task run took the WAL to
+    # ~400 MB before its first call (`journal_size_limit` applies only after a checkpoint
+    # completes). The run's workload_hash is written last: until then the run is one whose
+    # creation did not finish — nothing was sent for it, and `resume` says so.
+    chunks = _chunks(rows(), CREATE_CHUNK)
+    first = next(chunks, [])
     await conn.execute("BEGIN IMMEDIATE")
     try:
         await conn.execute(
@@ -110,18 +117,58 @@ async def create_run(conn: StoreConnection, run_id: str, agents: Sequence[Agent]
             (run_id, name, "running", int(simulated), now, None, now, claim.pid,
              claim.host, 0.0, len(agents), "", json.dumps(config),
              None, claim.token, claim.started, str(claim.lock_path)))
-        await conn.executemany(
-            "INSERT INTO tasks (run_id, seq, task_id, task_json, model, gateway, bucket) "
-            "VALUES (?,?,?,?,?,?,?)", rows())
+        await _insert_tasks(conn, first)
+        await conn.execute("COMMIT")
+        for chunk in chunks:
+            await checkpoint_wal(conn)
+            await conn.execute("BEGIN IMMEDIATE")
+            await _insert_tasks(conn, chunk)
+            await conn.execute("COMMIT")
         await conn.execute("UPDATE runs SET workload_hash=? WHERE id=?",
                            (digest.hexdigest()[:16], run_id))
-        await conn.execute("COMMIT")
         await refresh_stats(conn, "tasks")
     except BaseException:
         # SQLite rolls back by itself on a full disk; a second ROLLBACK would hide the cause
         with contextlib.suppress(sqlite3.Error):
             await conn.execute("ROLLBACK")
+        with contextlib.suppress(sqlite3.Error):  # nothing was sent: no half-made run kept
+            await conn.execute("DELETE FROM tasks WHERE run_id=?", (run_id,))
+            await conn.execute("DELETE FROM runs WHERE id=?", (run_id,))
         raise
+
+
+CREATE_CHUNK = 5_000  # task rows per transaction when a run is created
+
+
+def _chunks(it: Iterator[tuple], size: int) -> Iterator[list[tuple]]:
+    chunk: list[tuple] = []
+    for row in it:
+        chunk.append(row)
+        if len(chunk) >= size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+async def _insert_tasks(conn: StoreConnection, rows: list[tuple]) -> None:
+    if rows:
+        await conn.executemany(
+            "INSERT INTO tasks (run_id, seq, task_id, task_json, model, gateway, bucket) "
+            "VALUES (?,?,?,?,?,?,?)", rows)
+
+
+async def checkpoint_wal(conn: StoreConnection) -> None:
+    """SQLite: write the WAL back into the database and truncate it, if no reader holds
+    it right now (then the next call does: never waits more than a moment for them)."""
+    if dialect_of(conn) == "postgresql":
+        return
+    with contextlib.suppress(sqlite3.Error):
+        await conn.execute("PRAGMA busy_timeout = 50")
+        try:
+            await conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        finally:
+            await conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
 
 
 async def refresh_stats(conn: StoreConnection, *tables: str) -> None:
