@@ -521,6 +521,49 @@ async def _worker(conn, path, cfg, opts, args) -> int:
     return await _finish_stored(conn, path, cfg, outcome, args.json)
 
 
+def cmd_replay(args: argparse.Namespace) -> int:
+    """A stored run at one moment: the console there, or an SVG and a status block."""
+    from swarm_tui.run_sources import StoreSource
+    from swarm_tui.store.db import resolve_db_path
+    from swarm_tui.store.target import missing_file
+
+    cfg = _config(args)
+    db = resolve_db_path(args.db)
+    if missing_file(db):
+        raise UserError(f"database {db}: does not exist (no runs recorded yet)")
+    run_id, at, started = run_async(_with_db(args, _moment, args, create=False))
+    source = StoreSource(db, run_id, at=at, cfg=cfg)
+    if args.screenshot is None:
+        args.readonly = True
+        return _console(args, cfg, source=source, db_path=db)
+    from swarm_tui.commands.replay import status_block
+    from swarm_tui.ui.screenshot import screenshot
+
+    try:
+        cols, rows = (int(x) for x in args.size.lower().split("x"))
+    except ValueError:
+        raise UserError(f"--size {args.size}: COLSxROWS, e.g. 120x40") from None
+    target = Path(args.screenshot)
+    if not target.parent.is_dir():
+        raise UserError(f"--screenshot {target}: no such directory {target.parent}")
+    ui = cfg.settings.ui
+    shot, snap = screenshot(target, (cols, rows), source=source, refresh_s=0.1, db_path=db,
+                            readonly=True, theme=args.theme or ui.theme, view=ui.view)
+    if shot is None or snap is None:
+        raise UserError(f"replay {run_id}: the console drew nothing to save", EXIT_INTERNAL)
+    print(status_block(snap, at, started))
+    print(f"screenshot: {shot}")
+    return EXIT_OK
+
+
+async def _moment(conn, path, args: argparse.Namespace) -> tuple[str, float, float]:
+    from swarm_tui.commands.replay import resolve_moment
+    from swarm_tui.store.runs import get_run
+
+    run = await get_run(conn, args.run_id, path)
+    return run.id, await resolve_moment(conn, run, args.at), run.started_at
+
+
 def cmd_resume(args: argparse.Namespace) -> int:
     console = not args.headless and not args.json and _interactive()
     result = run_async(_with_db(args, _resume, args, console, create=False))
@@ -688,6 +731,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "report": cmd_report, "export": cmd_export, "watch": cmd_watch,
                 "canary": cmd_canary, "keys": cmd_keys, "cost": cmd_cost, "serve": cmd_serve,
                 "worker": cmd_worker, "db": cmd_db, "completion": cmd_completion,
+                "replay": cmd_replay,
                 None: cmd_console}
     try:
         return handlers[args.command](args)

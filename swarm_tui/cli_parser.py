@@ -191,6 +191,20 @@ def build_parser() -> argparse.ArgumentParser:
     resume.add_argument("--budget", type=float, metavar="USD",
                         help="cost cap for the whole run (what it already cost counts)")
 
+    replay = sub.add_parser("replay", help="a stored run as it was at one moment: the "
+                            "console, or with --screenshot an SVG and a status block")
+    _common(replay)
+    _console_flags(replay)
+    replay.add_argument("run_id", help="a stored run (see `swarm-tui runs`), or `last`")
+    replay.add_argument("--at", metavar="TIME", default="end",
+                        help="14:03:20 / 2026-12-05T14:03:20Z, +2m30s, start, end (default), "
+                        "first-failure, alert:KIND (e.g. alert:sla_breach), canary:ACTION")
+    replay.add_argument("--screenshot", metavar="FILE.svg",
+                        help="write the console at that moment to FILE.svg and print a "
+                        "plain-text status block; headless, no terminal needed")
+    replay.add_argument("--size", default="120x40", metavar="COLSxROWS",
+                        help="the screenshot's terminal size (default 120x40)")
+
     worker = sub.add_parser("worker", help="join a run started with --workers: lease its "
                             "batches and execute them, until every batch is done")
     _common(worker)

@@ -101,3 +101,16 @@ def test_a_breach_pages_and_resolves_in_pagerduty_and_alertmanager(tmp_path, rec
     events = swarm("report", "last", "--json").stdout
     assert "R" * 32 not in events
     assert json.loads(events)["status"] == "finished"
+    # from the pager to the moment: the page carries the command, and pasted it opens
+    # the console as it was when the breach was paged (issue 35)
+    command = breach[0]["payload"]["custom_details"]["replay"]
+    assert command == am_breach[0]["annotations"]["replay"]
+    argv = command.split()
+    assert argv[:2] == ["swarm-tui", "replay"] and argv[3] == "--at"
+    shot = tmp_path / "breach.svg"
+    opened = swarm(*argv[1:], "--screenshot", str(shot), "--size", "80x24")
+    assert opened.returncode == 0, opened.stderr
+    assert shot.read_text().startswith("<svg") and ": running" in opened.stdout
+    by_event = swarm("replay", "last", "--at", "alert:sla_breach", "--screenshot",
+                     str(tmp_path / "b2.svg"))
+    assert by_event.returncode == 0, by_event.stderr

@@ -54,6 +54,14 @@ class Alert:
         return SEVERITY[self.kind]
 
     @property
+    def replay(self) -> str:
+        """The command that opens the console at this alert's moment (pasted from a page).
+        A resolve opens the moment the condition was first paged."""
+        from swarm_tui.core.moments import replay_command
+
+        return replay_command(self.run_id, self.started_at or self.at)
+
+    @property
     def key(self) -> str:
         """The same for a condition's trigger and its resolve (PagerDuty's dedup_key,
         Alertmanager's label set): one incident per run, condition and scope."""

@@ -39,7 +39,7 @@ def payload(hook: WebhookConfig, alert: Alert) -> dict[str, Any] | list[dict[str
     if hook.format == "slack":
         mark = ":white_check_mark: RESOLVED" if alert.resolved else ICON[alert.severity]
         return {"text": f"{mark} *swarm-tui* [{alert.severity}] run "
-                        f"`{alert.run_id}`: {alert.summary}"}
+                        f"`{alert.run_id}`: {alert.summary} — `{alert.replay}`"}
     if hook.format == "pagerduty":
         return _pagerduty(hook, alert, at)
     if hook.format == "alertmanager":
@@ -47,7 +47,7 @@ def payload(hook: WebhookConfig, alert: Alert) -> dict[str, Any] | list[dict[str
     return {"source": "swarm-tui", "kind": str(alert.kind), "severity": alert.severity,
             "status": "resolved" if alert.resolved else "firing", "key": alert.key,
             "summary": alert.summary, "run_id": alert.run_id, "at": at,
-            "host": socket.gethostname(), "details": alert.details}
+            "host": socket.gethostname(), "details": alert.details, "replay": alert.replay}
 
 
 def _pagerduty(hook: WebhookConfig, alert: Alert, at: str) -> dict[str, Any]:
@@ -60,7 +60,8 @@ def _pagerduty(hook: WebhookConfig, alert: Alert, at: str) -> dict[str, Any]:
             "summary": alert.summary[:1024], "source": socket.gethostname(),
             "severity": alert.severity, "timestamp": at, "component": "swarm-tui",
             "group": alert.run_id, "class": str(alert.kind),
-            "custom_details": {"run_id": alert.run_id, **alert.details}}
+            "custom_details": {"run_id": alert.run_id, "replay": alert.replay,
+                               **alert.details}}
     return body
 
 
@@ -71,7 +72,7 @@ def _alertmanager(alert: Alert) -> dict[str, Any]:
               "run_id": alert.run_id, "source": "swarm-tui"}
     if alert.scope:
         labels["scope"] = alert.scope
-    annotations = {"summary": alert.summary,
+    annotations = {"summary": alert.summary, "replay": alert.replay,
                    **{k: json.dumps(v) if not isinstance(v, str) else v
                       for k, v in alert.details.items()}}
     out: dict[str, Any] = {"labels": labels, "annotations": annotations,

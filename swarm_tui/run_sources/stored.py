@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 import sqlite3
 import time
 
@@ -107,14 +108,16 @@ class StoreSource:
 
     def __init__(self, db_path: DbTarget, run_id: str | None, *, write: bool = False,
                  replay: bool = False, cfg: LoadedConfig | None = None,
-                 observer: RowObserver | None = None) -> None:
+                 observer: RowObserver | None = None, at: float | None = None) -> None:
         self.db_path = db_path
+        # a replay at a moment (unix seconds): only what had happened by then is read
+        self.at = at
         self.observer = observer  # e.g. `watch --metrics-port`: fed each stored row once
         self._observed = (0, 0)  # (result rowid, attempt id) the observer has had
         self.cfg = cfg  # for the cost panel's price table (shipped table without it)
         self.run_id = run_id
         self.readonly = not write
-        self.kind = "replay" if replay else "watch"
+        self.kind = "replay" if replay or at is not None else "watch"
         self.conn: StoreConnection | None = None
         self.record: RunRecord | None = None
         self.error: str | None = None
@@ -187,15 +190,19 @@ class StoreSource:
         elif f.final and status != RunStatus.RUNNING:
             self._read_at = time.monotonic()
             return f.snapshot
+        if self.at is not None and self.at < (run.finished_at or run.heartbeat_at or 0):
+            status = RunStatus.RUNNING  # as it was then (a replay: nothing acts on it)
         f.status = status
-        self.active = status == RunStatus.RUNNING
+        self.active = status == RunStatus.RUNNING and self.at is None
         f.final = False  # set once this tick's snapshot is built (a failed read retries)
         f.ended_at = None if self.active else (run.finished_at or time.time())
         await self._read_new_rows(f, run.started_at)
         self.paused = await reads.last_pause_command(self.conn, self.run_id) == "pause"
         live = await reads.live_figures(self.conn, self.run_id) if self.active else {}
         _show_working(f, live.get("agents") or [])
-        keys, _ = await self.keys()
+        if self.at is not None:
+            await self._working_at(f, self.at)
+        keys, _ = await self.keys() if self.at is None else ((), None)  # (no key history)
         canary = "canary: off"
         canary_pct: float | None = None
         c = self._canary_name()
@@ -234,14 +241,16 @@ class StoreSource:
         status = f.status
         if self.active and self.paused:
             status = RunStatus.PAUSED
-        elapsed = (time.time() - run.started_at) if self.active else run.wall_ms / 1000
+        elapsed = ((time.time() - run.started_at) if self.active else
+                   min(self.at - run.started_at, run.wall_ms / 1000 or math.inf)
+                   if self.at is not None else run.wall_ms / 1000)
         m = f.metrics
         ended = m.succeeded + m.failed
         f.snapshot = metrics_snapshot(
             m, run_id=run.id, simulated=run.simulated,
             gateways=tuple(run.config.get("gateways", {}) or (run.config.get("gateway", "?"),)),
             status=status, elapsed_s=elapsed, total=run.total,
-            in_flight=int(live.get("in_flight", 0)),
+            in_flight=len(f.working) if self.at is not None else int(live.get("in_flight", 0)),
             concurrency=int(live.get("concurrency") or run.config.get("concurrency", 0)),
             # a finished run: its average rate (the last seconds' rate is its tail)
             calls_per_s=None if self.active else (ended / elapsed if elapsed > 0 else 0.0),
@@ -261,7 +270,7 @@ class StoreSource:
         assert self.observer is not None
         lag = live.get("lag_p95_ms")
         self.observer.set_gauges(
-            in_flight=int(live.get("in_flight", 0)),
+            in_flight=len(f.working) if self.at is not None else int(live.get("in_flight", 0)),
             concurrency=int(live.get("concurrency") or run.config.get("concurrency", 0)),
             remaining=run.total - f.ended,
             paused=self.paused or bool(live.get("paused")), keys=keys,
@@ -277,7 +286,8 @@ class StoreSource:
         # (1,000 calls ending at once) is spread over a few ticks instead of one 100 ms
         # tick; the first read and the read after the run ended take everything there is.
         cap = TICK_ROWS if self.active and f.results_at else None
-        results = await reads.results_after(self.conn, self.run_id, f.results_at, cap)
+        results = await reads.results_after(self.conn, self.run_id, f.results_at, cap,
+                                            until=self.at)
         obs = self.observer
         for (rowid, seq, state, model, bucket, latency, ttft, t_in, t_out, cost, estimated,
              attempts, error_class, finished_at, gateway) in results:
@@ -299,7 +309,8 @@ class StoreSource:
             f.ended += len(results)
         lines: list[tuple[float, str]] = []
         attempts = await reads.attempts_after(self.conn, self.run_id, f.attempts_at,
-                                              2 * cap if cap and f.attempts_at else None)
+                                              2 * cap if cap and f.attempts_at else None,
+                                              until=self.at)
         for (id_, seq, n, outcome, sent_at, c, sc, wait, msg, model, gateway, latency,
              ttft) in attempts:
             if obs is not None and id_ > self._observed[1]:
@@ -322,7 +333,7 @@ class StoreSource:
         # take each stored row once
         self._observed = (max(self._observed[0], f.results_at),
                           max(self._observed[1], f.attempts_at))
-        events = await reads.events_after(self.conn, self.run_id, f.events_at)
+        events = await reads.events_after(self.conn, self.run_id, f.events_at, until=self.at)
         lines += [(at, f"{_EVENT_TAGS.get(kind, kind.upper()[:6]):6} "
                        f"{detail or _EVENT_TEXT.get(kind, '')}")
                   for _id, at, kind, detail in events]
@@ -330,6 +341,22 @@ class StoreSource:
             f.events_at = events[-1][0]
         for at, text in sorted(lines, key=lambda x: x[0])[-LOG_LINES:]:
             m.line(at - started_at, text)
+
+    async def _working_at(self, f: _Follow, at: float) -> None:
+        """The calls out at the replayed moment, as working cells (their answers came
+        later: no result row is read for them)."""
+        assert self.conn is not None and self.run_id is not None
+        m = f.metrics
+        out = await reads.in_flight_at(self.conn, self.run_id, at)
+        f.working = set()
+        for seq, model, _gateway, sent_at in out:
+            i = f.index.get(seq)
+            if i is None or i in f.working:
+                continue
+            f.working.add(i)
+            m.put_cell(i, AgentCell(seq, f.task_ids[i], TaskState.RUNNING, model,
+                                    f.buckets[i], None, None, 0, None))
+            m.slot_on(i, sent_at - f.started_at, int)  # (streamed so far: not stored)
 
     async def detail(self, seq: int) -> AgentDetail | None:
         assert self.conn is not None and self.run_id is not None

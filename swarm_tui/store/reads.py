@@ -210,33 +210,55 @@ def _limited(sql: str, params: tuple, limit: int | None) -> tuple[str, tuple]:
 
 
 async def results_after(conn: StoreConnection, run_id: str, after: int,
-                        limit: int | None = None) -> list[tuple]:
+                        limit: int | None = None, until: float | None = None) -> list[tuple]:
     """Results stored after rowid `after` (0: all of the run's), oldest first; at most
-    `limit` of them."""
+    `limit` of them; with `until`, only those finished by then (a replay at a moment)."""
     cols = ", ".join(RESULT_FIELDS)
-    sql = (f"SELECT {cols} FROM results WHERE run_id=? ORDER BY rowid" if not after else
-           f"SELECT {cols} FROM results WHERE rowid > ? AND +run_id=? ORDER BY rowid")
-    async with conn.execute(*_limited(sql, (run_id,) if not after else (after, run_id),
-                                      limit)) as cur:
+    sql = (f"SELECT {cols} FROM results WHERE run_id=?" if not after else
+           f"SELECT {cols} FROM results WHERE rowid > ? AND +run_id=?")
+    params: tuple = (run_id,) if not after else (after, run_id)
+    if until is not None:
+        sql, params = sql + " AND finished_at <= ?", (*params, until)
+    async with conn.execute(*_limited(sql + " ORDER BY rowid", params, limit)) as cur:
         return [tuple(r) for r in await cur.fetchall()]
 
 
 async def attempts_after(conn: StoreConnection, run_id: str, after: int,
-                         limit: int | None = None) -> list[tuple]:
+                         limit: int | None = None, until: float | None = None) -> list[tuple]:
     """(id, seq, number, outcome, sent_at, error_class, status_code, retry_wait_s,
     error_message, model, gateway, latency_ms, ttft_ms) of attempts stored after id
     `after`, oldest first; at most `limit` of them."""
     cols = ("id, seq, number, outcome, sent_at, error_class, status_code, retry_wait_s, "
             "error_message, model, gateway, latency_ms, ttft_ms")
-    sql = (f"SELECT {cols} FROM attempts WHERE run_id=? ORDER BY id" if not after else
-           f"SELECT {cols} FROM attempts WHERE id > ? AND +run_id=? ORDER BY id")
-    async with conn.execute(*_limited(sql, (run_id,) if not after else (after, run_id),
-                                      limit)) as cur:
+    sql = (f"SELECT {cols} FROM attempts WHERE run_id=?" if not after else
+           f"SELECT {cols} FROM attempts WHERE id > ? AND +run_id=?")
+    params: tuple = (run_id,) if not after else (after, run_id)
+    if until is not None:  # answered by then
+        sql, params = sql + f" AND {ATTEMPT_END} <= ?", (*params, until)
+    async with conn.execute(*_limited(sql + " ORDER BY id", params, limit)) as cur:
         return [tuple(r) for r in await cur.fetchall()]
 
 
-async def events_after(conn: StoreConnection, run_id: str, after: int) -> list[tuple]:
-    """(id, at, kind, detail) of the run's events stored after id `after`."""
-    async with conn.execute("SELECT id, at, kind, detail_json FROM events WHERE id > ? "
-                            "AND run_id=? ORDER BY id", (after, run_id)) as cur:
+# when an attempt's answer (or failure) came: its send plus its latency
+ATTEMPT_END = "(sent_at + COALESCE(latency_ms, 0) / 1000.0)"
+
+
+async def in_flight_at(conn: StoreConnection, run_id: str, at: float) -> list[tuple]:
+    """(seq, model, gateway, sent_at) of the calls out at `at`: sent by then, answered
+    after (a replay's working cells at that moment)."""
+    async with conn.execute(
+            f"SELECT seq, model, gateway, sent_at FROM attempts WHERE run_id=? AND "
+            f"sent_at <= ? AND {ATTEMPT_END} > ? ORDER BY sent_at",
+            (run_id, at, at)) as cur:
+        return [tuple(r) for r in await cur.fetchall()]
+
+
+async def events_after(conn: StoreConnection, run_id: str, after: int,
+                       until: float | None = None) -> list[tuple]:
+    """(id, at, kind, detail) of the run's events stored after id `after` (by `until`)."""
+    sql = "SELECT id, at, kind, detail_json FROM events WHERE id > ? AND run_id=?"
+    params: tuple = (after, run_id)
+    if until is not None:
+        sql, params = sql + " AND at <= ?", (*params, until)
+    async with conn.execute(sql + " ORDER BY id", params) as cur:
         return [tuple(r) for r in await cur.fetchall()]

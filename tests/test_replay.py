@@ -1,0 +1,98 @@
+"""A stored run replayed at a moment (issue 35): what the console shows at T is what the
+store says had happened by T — at every one of 24 moments — and TIME takes every form
+the on-call pastes."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import pytest
+
+from swarm_tui.run_sources import StoreSource
+from tests.conftest import assert_one_line_error, swarm
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def stored(tmp_path_factory):
+    """One real run of 500 tasks paced over ~5 s, 3 % of calls failing (retries)."""
+    tmp = tmp_path_factory.mktemp("replay")
+    env = {"SWARM_TUI_DB": str(tmp / "runs.db"), "XDG_CONFIG_HOME": str(tmp / "x")}
+    r = swarm("run", "--demo", "500", "--rate", "100", "--sim-rate-503", "0.03",
+              "--sim-rate-429", "0", "--headless", "--quiet", "--json", env=env, timeout=120)
+    assert r.returncode in (0, 3), r.stderr
+    return tmp / "runs.db", json.loads(r.stdout)["run_id"], env
+
+
+def _truth(db, run_id: str, at: float) -> dict:
+    c = sqlite3.connect(db)
+    try:
+        q = lambda sql: c.execute(sql, (run_id, at)).fetchone()[0]  # noqa: E731
+        return {
+            "succeeded": q("SELECT COUNT(*) FROM results WHERE run_id=? AND "
+                           "finished_at <= ? AND state='succeeded'"),
+            "failed": q("SELECT COUNT(*) FROM results WHERE run_id=? AND finished_at <= ? "
+                        "AND state='failed'"),
+            "calls": q("SELECT COUNT(*) FROM attempts WHERE run_id=? AND outcome IN "
+                       "('ok', 'error') AND sent_at + COALESCE(latency_ms, 0) / 1000.0 <= ?"),
+            "in_flight": c.execute(
+                "SELECT COUNT(DISTINCT seq) FROM attempts WHERE run_id=? AND sent_at <= ? AND "
+                "sent_at + COALESCE(latency_ms, 0) / 1000.0 > ?", (run_id, at, at)).fetchone()[0],
+        }
+    finally:
+        c.close()
+
+
+async def test_the_replay_at_each_moment_is_what_had_happened_by_then(stored):
+    db, run_id, _env = stored
+    c = sqlite3.connect(db)
+    start, end = c.execute("SELECT started_at, finished_at FROM runs").fetchone()
+    c.close()
+    moments = [start + (end - start) * i / 23 for i in range(24)]
+    done_before = -1
+    for at in moments:
+        source = StoreSource(db, run_id, at=at)
+        await source.open()
+        try:
+            snap = await source.snapshot()
+        finally:
+            await source.close()
+        assert snap is not None
+        truth = _truth(db, run_id, at)
+        got = {"succeeded": snap.counts.get("succeeded", 0),
+               "failed": snap.counts.get("failed", 0), "calls": snap.calls,
+               "in_flight": snap.in_flight}
+        assert got == truth, (at - start, got, truth)
+        working = sum(1 for cell in snap.agents if cell is not None and cell.state == "running")
+        assert working == truth["in_flight"]
+        assert snap.status == ("running" if at < end else "finished")
+        assert snap.done >= done_before  # a moment later never shows less done
+        done_before = snap.done
+        assert all(not line.startswith(" ") or float(line.split("s ")[0]) <= at - start + 0.05
+                   for line in snap.log)  # nothing logged after the moment
+    assert done_before == 500  # the last moment is the end
+
+
+def test_every_form_of_time_opens_its_moment_and_a_bad_one_is_one_line(stored, tmp_path):
+    db, run_id, env = stored
+    c = sqlite3.connect(db)
+    start = c.execute("SELECT started_at FROM runs").fetchone()[0]
+    c.close()
+    import time
+
+    clock = time.strftime("%H:%M:%S", time.localtime(start + 2))
+    iso = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(start + 2))
+    for at in ("+2s", clock, iso, "start", "end", "first-failure"):
+        shot = tmp_path / "m.svg"
+        r = swarm("replay", run_id, "--at", at, "--screenshot", str(shot), "--size", "80x24",
+                  env=env)
+        assert r.returncode == 0, (at, r.stderr)
+        assert shot.read_text().startswith("<svg") and f"run {run_id} at " in r.stdout
+        if at in (clock, iso):  # a wall-clock time names that second, in UTC
+            assert f"run {run_id} at {iso} " in r.stdout, r.stdout
+    for bad, says in (("+1h", "outside run"), ("yesterday", "not a moment"),
+                      ("canary:abort", "no canary abort"), ("alert:sla_breach", "no sla_breach")):
+        r = swarm("replay", run_id, "--at", bad, "--screenshot", str(shot), env=env)
+        assert_one_line_error(r, 2, says)
