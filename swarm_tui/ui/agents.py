@@ -14,7 +14,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from swarm_tui.engine.snapshot import AgentCell, SlotCell, Snapshot
-from swarm_tui.ui.grid import CURSOR_BINDINGS, GLYPHS, AgentGrid
+from swarm_tui.ui.grid import CURSOR_BINDINGS, GLYPHS
 
 WIDTHS = (28, 20, 14, 9, 7, 6, 3, 2)  # a cell's width, widest first (with its gap)
 IDLE = "·"
@@ -106,12 +106,9 @@ class AgentsView(Widget, can_focus=True):
             self.cursor = to % len(self.slots)
             self.refresh()
 
-    def action_select(self) -> None:
-        cell = self.selected
-        if cell is None:
-            self.notify("that agent is idle: no call to describe", severity="information")
-            return
-        self.post_message(AgentGrid.Selected(cell))
+    async def action_select(self) -> None:
+        # the app describes the selected agent's call (an idle one: the tasks grid's task)
+        await self.run_action("app.describe")
 
     def show(self, snap: Snapshot) -> None:
         self.slots = snap.slots

@@ -556,8 +556,13 @@ class SwarmApp(App[int]):
         if not isinstance(self.screen, Dashboard):
             return None
         if self.view == "agents":
-            return self.screen.query_one(AgentsView).selected
-        return self.screen.query_one(AgentGrid).selected
+            cell = self.screen.query_one(AgentsView).selected
+            if cell is not None:
+                return cell
+            # an idle agent: the tasks grid's selected task, as before the agents view
+            # took the arrows (enter on the dashboard always describes something)
+        grid = self._dashboard_grid()
+        return grid.selected if grid is not None else None
 
     def _dashboard_grid(self) -> AgentGrid | None:
         """The all-tasks grid (shown first, if the agents view was up)."""
