@@ -96,3 +96,15 @@ def test_every_form_of_time_opens_its_moment_and_a_bad_one_is_one_line(stored, t
                       ("canary:abort", "no canary abort"), ("alert:sla_breach", "no sla_breach")):
         r = swarm("replay", run_id, "--at", bad, "--screenshot", str(shot), env=env)
         assert_one_line_error(r, 2, says)
+
+
+def test_the_report_lists_the_runs_notable_moments_each_with_its_command(stored, tmp_path):
+    _db, run_id, env = stored
+    r = swarm("report", run_id, env=env)
+    assert r.returncode in (0, 3), r.stderr
+    lines = r.stdout.split("notable moments")[1].strip().splitlines()[1:]
+    first = next(line for line in lines if "first failed call" in line)
+    command = first[first.index("swarm-tui replay"):].split()
+    opened = swarm(*command[1:], "--screenshot", str(tmp_path / "f.svg"), env=env)
+    assert opened.returncode == 0, opened.stderr
+    assert "failed" in opened.stdout or "errors" in opened.stdout

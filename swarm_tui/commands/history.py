@@ -67,7 +67,11 @@ async def report(conn: StoreConnection, path: DbTarget, args: argparse.Namespace
     if args.json:
         print(await summary_json(conn, path, a, cfg, cost))
     else:
-        print(summary_text(a) + "\n\n" + cost_text(cost))
+        from swarm_tui.commands.replay import moments_text, notable_moments
+
+        moments = moments_text(run, await notable_moments(conn, run))
+        print(summary_text(a) + ("\n\n" + moments if moments else "") + "\n\n"
+              + cost_text(cost))
     return EXIT_OK
 
 
