@@ -108,3 +108,40 @@ def test_the_report_lists_the_runs_notable_moments_each_with_its_command(stored,
     opened = swarm(*command[1:], "--screenshot", str(tmp_path / "f.svg"), env=env)
     assert opened.returncode == 0, opened.stderr
     assert "failed" in opened.stdout or "errors" in opened.stdout
+
+
+async def test_scrubbing_moves_the_console_through_the_run(stored):
+    """In a replay , . step a second, < > ten, [ ] jump between notable moments; every
+    step shows what had happened by then (issue 35)."""
+    from swarm_tui.ui.app import SwarmApp
+    from tests.test_ui import wait_for
+
+    db, run_id, _env = stored
+    c = sqlite3.connect(db)
+    start, end = c.execute("SELECT started_at, finished_at FROM runs").fetchone()
+    first_failure = c.execute("SELECT MIN(sent_at + COALESCE(latency_ms, 0) / 1000.0) FROM "
+                              "attempts WHERE outcome='error'").fetchone()[0]
+    c.close()
+    source = StoreSource(db, run_id, at=start + 1.0)
+    app = SwarmApp(source, db_path=db, refresh_s=0.2)
+
+    def shows(at: float) -> bool:
+        snap = app.snapshot
+        truth = _truth(db, run_id, at)
+        return (snap is not None and abs((source.at or 0) - at) < 1e-6
+                and snap.counts.get("succeeded", 0) == truth["succeeded"]
+                and snap.calls == truth["calls"])
+
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_for(lambda: shows(start + 1.0), what="the first moment")
+        await pilot.press("full_stop")
+        await wait_for(lambda: shows(start + 2.0), what="a second later")
+        await pilot.press("greater_than_sign")
+        await wait_for(lambda: shows(min(start + 12.0, end)), what="ten seconds later")
+        await pilot.press("less_than_sign", "less_than_sign")
+        await wait_for(lambda: shows(start), what="back to the start (clamped)")
+        await pilot.press("right_square_bracket")  # the next notable moment
+        await wait_for(lambda: source.at is not None and abs(source.at - first_failure) < 1e-6,
+                       what="the first failed call")
+        await wait_for(lambda: shows(first_failure), what="the run at its first failure")
+        assert "first failed call" in app.message

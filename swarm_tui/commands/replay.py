@@ -15,6 +15,10 @@ from typing import TYPE_CHECKING
 
 from swarm_tui.core.moments import iso
 from swarm_tui.errors import UserError
+from swarm_tui.store.moments import first_value as _one
+from swarm_tui.store.moments import notable_moments
+
+__all__ = ["moments_text", "notable_moments", "resolve_moment", "status_block"]
 
 if TYPE_CHECKING:
     from swarm_tui.engine.snapshot import Snapshot
@@ -82,12 +86,6 @@ def _wall_clock(spec: str, start: float) -> float:
                         "alert:KIND, canary:ACTION)") from None
 
 
-async def _one(conn: StoreConnection, sql: str, params: tuple) -> float | None:
-    async with conn.execute(sql, params) as cur:
-        row = await cur.fetchone()
-    return None if row is None or row[0] is None else float(row[0])
-
-
 def status_block(snap: Snapshot, at: float, started_at: float) -> str:
     """The moment as plain text, for an incident ticket."""
     from swarm_tui.report import fmt
@@ -108,47 +106,6 @@ def status_block(snap: Snapshot, at: float, started_at: float) -> str:
         lines.append("errors " + ", ".join(f"{k} {v}" for k, v in sorted(snap.errors.items())))
     lines += [f"log    {line}" for line in snap.log[-8:]]
     return "\n".join(lines)
-
-
-# events worth a moment of their own, by what their stored line says
-_NOTABLE = (("quota spent", "key out of quota"), ("429 storm", "429 storm: key cooling"),
-            ("(aborted)", "canary aborted"), ("paused", "paused"),
-            ("→", "alert delivered"))
-
-
-async def notable_moments(conn: StoreConnection, run: RunRecord,
-                          limit: int = 12) -> list[tuple[float, str]]:
-    """(when, what) of the run's notable moments, oldest first: its first failed call and
-    first fallback, key cooldowns, alerts, pauses and canary moves (each kind at most
-    thrice: a storm of one kind is one line, not forty)."""
-    found: list[tuple[float, str]] = []
-    first = await _one(conn, "SELECT MIN(sent_at + COALESCE(latency_ms, 0) / 1000.0) FROM "
-                             "attempts WHERE run_id=? AND outcome='error'", (run.id,))
-    if first is not None:
-        found.append((first, "first failed call"))
-    fallback = await _one(conn, "SELECT MIN(at) FROM events WHERE run_id=? AND "
-                                "kind='fallback'", (run.id,))
-    if fallback is not None:
-        found.append((fallback, "first fallback"))
-    seen: dict[str, int] = {}
-    async with conn.execute("SELECT at, detail_json FROM events WHERE run_id=? AND "
-                            "kind='control' ORDER BY id", (run.id,)) as cur:
-        rows = await cur.fetchall()
-    for at, detail in rows:
-        text = str(detail or "")
-        for needle, what in _NOTABLE:
-            if needle in text and (needle != "→" or text.startswith("alert ")):
-                label = text.split(":", 1)[0] if needle == "→" else what
-                if seen.get(label, 0) < 3:
-                    seen[label] = seen.get(label, 0) + 1
-                    found.append((float(at), label))
-                break
-    end = run.finished_at or run.heartbeat_at or time.time()
-    async with conn.execute("SELECT at, action, to_pct FROM canary_actions WHERE at >= ? "
-                            "AND at <= ? ORDER BY at", (run.started_at, end)) as cur:
-        for at, action, pct in await cur.fetchall():
-            found.append((float(at), f"canary {action} → {pct}%"))
-    return sorted(found)[:limit]
 
 
 def moments_text(run: RunRecord, moments: list[tuple[float, str]]) -> str:

@@ -342,6 +342,32 @@ class StoreSource:
         for at, text in sorted(lines, key=lambda x: x[0])[-LOG_LINES:]:
             m.line(at - started_at, text)
 
+    # -- scrubbing a replay ----------------------------------------------------------------
+    def span(self) -> tuple[float, float] | None:
+        """(start, end) of the replayed run, unix seconds (None before it was read)."""
+        r = self.record
+        if r is None:
+            return None
+        return r.started_at, r.finished_at or r.heartbeat_at or r.started_at
+
+    def seek(self, at: float) -> float:
+        """Show the run as it was at `at` (clamped to its span) from the next snapshot:
+        built afresh from the stored rows up to then. Returns the moment shown."""
+        span = self.span()
+        if span is not None:
+            at = min(max(at, span[0]), span[1])
+        self.at = at
+        self.kind = "replay"
+        self._follow = None  # the next snapshot reads the run afresh up to the moment
+        return at
+
+    async def moments(self) -> list[tuple[float, str]]:
+        """The run's notable moments (first failure, cooldowns, alerts, canary moves)."""
+        from swarm_tui.store.moments import notable_moments
+
+        assert self.conn is not None and self.record is not None
+        return await notable_moments(self.conn, self.record, limit=50)
+
     async def _working_at(self, f: _Follow, at: float) -> None:
         """The calls out at the replayed moment, as working cells (their answers came
         later: no result row is read for them)."""

@@ -18,6 +18,7 @@ import signal
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from textual import events
 from textual.app import App, ComposeResult, ScreenStackError, SystemCommand
@@ -48,6 +49,9 @@ from swarm_tui.ui.keys_panel import KeysScreen
 from swarm_tui.ui.screens import ConfirmScreen, DetailScreen, HelpScreen, RunsScreen, TextScreen
 from swarm_tui.ui.themes import load_themes
 from swarm_tui.ui.widgets import EventLog, LatencyHistogram, StatusBar, sparkline_text
+
+if TYPE_CHECKING:
+    from swarm_tui.run_sources import StoreSource
 
 CONCURRENCY_STEP = 10
 RUN_CONTROLS = {"toggle_pause", "concurrency", "cancel_run", "cancel_agent"}
@@ -157,6 +161,13 @@ class SwarmApp(App[int]):
         # k9s and every shell: Ctrl-C asks on a live run, quits at once when idle
         Binding("ctrl+c", "request_quit", "Quit", show=False, priority=True),
         Binding("escape", "clear_filter", "Clear filter", show=False),
+        # a replay moves through time: a second, ten, or to the next notable moment
+        Binding("comma", "seek(-1)", "-1s", id="replay.back", show=False),
+        Binding("full_stop", "seek(1)", "+1s", id="replay.forward", show=False),
+        Binding("less_than_sign", "seek(-10)", "-10s", id="replay.back10", show=False),
+        Binding("greater_than_sign", "seek(10)", "+10s", id="replay.forward10", show=False),
+        Binding("left_square_bracket", "moment(-1)", "◀ moment", id="replay.prev"),
+        Binding("right_square_bracket", "moment(1)", "moment ▶", id="replay.next"),
     ]
 
     def __init__(
@@ -340,6 +351,8 @@ class SwarmApp(App[int]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in RUN_CONTROLS:
             return self.may_control()
+        if action in ("seek", "moment"):
+            return self._replayed() is not None
         if action == "demo":
             return self.source is None and self.start_source is not None
         return True
@@ -624,6 +637,48 @@ class SwarmApp(App[int]):
         if isinstance(self.screen, Dashboard):
             self.screen.query_one(EventLog).follow()
             self._focus_view()
+
+    def _replayed(self) -> StoreSource | None:
+        """The source when it is a replay (it can move through time), else None."""
+        from swarm_tui.run_sources import StoreSource
+
+        s = self.source
+        return s if isinstance(s, StoreSource) and s.kind == "replay" else None
+
+    def action_seek(self, seconds: float) -> None:
+        source = self._replayed()
+        span = source.span() if source is not None else None
+        if source is None or span is None:
+            return
+        now = source.at or span[1]
+        self._show_moment(source.seek(now + seconds), span)
+
+    async def action_moment(self, direction: int) -> None:
+        source = self._replayed()
+        span = source.span() if source is not None else None
+        if source is None or span is None:
+            return
+        now = source.at or span[1]
+        moments = await source.moments()
+        ahead = ([m for m in moments if m[0] > now + 0.001] if direction > 0
+                 else [m for m in moments if m[0] < now - 0.001][::-1])
+        if not ahead:
+            self.notify("no notable moment " + ("after" if direction > 0 else "before")
+                        + " this one", severity="information")
+            return
+        at, what = ahead[0]
+        self._show_moment(source.seek(at), span, what)
+
+    def _show_moment(self, at: float, span: tuple[float, float], what: str = "") -> None:
+        """Say which moment is shown, and redraw it now (not at the next tick)."""
+        from swarm_tui.core.moments import iso
+
+        self.message = (f"replay at {iso(at)} (+{at - span[0]:.1f}s{', ' + what if what else ''})"
+                        "  , . ±1 s  < > ±10 s  [ ] notable moments")
+        screen = self._shown_dashboard()
+        if screen is not None:
+            screen.query_one(EventLog).reset()  # the log up to the new moment, afresh
+        self.run_worker(self.tick(), exclusive=True, group="seek")
 
     def action_freeze(self) -> None:
         self.frozen = not self.frozen
