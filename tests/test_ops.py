@@ -166,12 +166,19 @@ def test_a_watcher_serves_the_run_it_follows_as_metrics(env):
     port = free_port()
     watch = None
     try:
+        seen: list[str] = []
+
         def running() -> str | None:
+            if run.poll() is not None:  # it ended before a poll saw it: say how
+                raise AssertionError(f"the run ended first ({run.returncode}): "
+                                     f"{run.stderr.read() if run.stderr else ''}; runs: {seen}")
             r = swarm("runs", "--json", env=env)
+            seen[:] = [f"{r.returncode} {r.stdout[:200]} {r.stderr[:300]}"]
             rows = json.loads(r.stdout) if r.returncode == 0 and r.stdout.strip() else []
             return next((x["id"] for x in rows if x["status"] == "running"), None)
 
-        run_id = wait_until(running, what="the run to be stored as running")
+        run_id = wait_until(running, what="the run to be stored as running (last `runs`: "
+                            f"{seen})")
         assert isinstance(run_id, str)
         watch = subprocess.Popen(
             [sys.executable, "-m", "swarm_tui", "watch", run_id, "--headless",
