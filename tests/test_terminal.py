@@ -343,7 +343,9 @@ def test_the_console_demo_cools_a_key_and_keeps_its_sla(env):
     """The demo does what the README says: demo-key-a's quota runs out 8 s in, the keys
     panel counts its cooldown down while demo-key-b takes the traffic, and the demo's
     gateway still meets the SLA — exit 0 (issue 36)."""
-    app = PtyApp("run", "--demo", env=env)
+    # the console demo with its incidents, paced at twice its rate (12.5 s instead of 25:
+    # the quota still runs out 8 s in)
+    app = PtyApp("run", "--demo", "--rate", "160", env=env)
     try:
         app.wait_for(lambda t: "RUNNING" in t, what="the demo running")
         app.send("k")
