@@ -156,9 +156,18 @@ def test_keys_panel_with_long_labels_and_a_cooldown(snap_compare, size, monkeypa
     snap = dataclasses.replace(mid_run_snapshot(), keys=keys)
 
     async def open_keys(pilot):
+        from textual.widgets import DataTable
+
+        from swarm_tui.ui.keys_panel import KeysScreen
+
         await settle(pilot)
         await pilot.press("k")
-        await pilot.pause(0.4)
+        for _ in range(500):  # the panel holds both keys (state, not a fixed pause)
+            screen = pilot.app.screen
+            if isinstance(screen, KeysScreen) and screen.query_one(DataTable).row_count == 2:
+                break
+            await pilot.pause(0.02)
+        await pilot.pause()  # then one frame
 
     assert snap_compare(SwarmApp(FixedSource(snap), refresh_s=10, view="tasks"),
                         terminal_size=size, run_before=open_keys)

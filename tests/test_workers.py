@@ -163,10 +163,7 @@ def test_kill_9_of_the_starter_leaves_the_workers_to_finish_the_run(tmp_path, sl
     n = 900
     proc = _run(_workload(tmp_path, n), cfg, 2)
     try:
-        wait_until(lambda: _count(any_db, "SELECT COUNT(*) FROM workers") == 2
-                   and _count(any_db, "SELECT COUNT(*) FROM results") >= 100,
-                   "two busy workers", 90)
-        pids = [pid for (pid,) in raw_rows(any_db, "SELECT pid FROM workers")]
+        pids = _two_busy_workers(any_db)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(10)
         wait_until(lambda: _count(any_db, "SELECT COUNT(*) FROM runs WHERE status = "
@@ -181,6 +178,16 @@ def test_kill_9_of_the_starter_leaves_the_workers_to_finish_the_run(tmp_path, sl
     assert _count(any_db, "SELECT MAX(c) FROM (SELECT COUNT(*) c FROM attempts WHERE "
                           "outcome='ok' GROUP BY seq) per_seq") == 1
     assert _count(any_db, "SELECT COUNT(*) FROM attempts") == _served(port)
+
+
+def _two_busy_workers(db) -> list[int]:
+    """Wait until both workers of a split run have joined and 100 results are stored;
+    their pids."""
+    wait_until(lambda: _count(db, "SELECT COUNT(*) FROM workers") == 2
+               and _count(db, "SELECT COUNT(*) FROM results") >= 100,
+               "two busy workers", 90)
+    return [pid for (pid,) in raw_rows(db, "SELECT pid FROM workers")]
+
 
 def _alive(pid: int) -> bool:  # a zombie (exited, its parent gone) is not
     try:
@@ -200,13 +207,12 @@ def test_a_signal_to_the_starter_reaches_its_workers(tmp_path, slow_sim, sig, mo
     port, cfg = slow_sim
     db = tmp_path / "runs.db"
     monkeypatch.setenv("SWARM_TUI_DB", str(db))
-    n = 900
+    # ~10 s of work: the signal must come while the run is live however late a loaded
+    # machine sees the workers busy (900 tasks, ~3 s, ended first once in the full suite)
+    n = 3000
     proc = _run(_workload(tmp_path, n), cfg, 2)
     try:
-        wait_until(lambda: _count(db, "SELECT COUNT(*) FROM workers") == 2
-                   and _count(db, "SELECT COUNT(*) FROM results") >= 100,
-                   "two busy workers", 90)
-        pids = [pid for (pid,) in raw_rows(db, "SELECT pid FROM workers")]
+        pids = _two_busy_workers(db)
         os.kill(proc.pid, sig)
         _out, err = proc.communicate(timeout=90)
         assert proc.returncode == 130, err

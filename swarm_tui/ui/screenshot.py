@@ -12,20 +12,19 @@ from swarm_tui.ui.app import SwarmApp
 class _Shot(SwarmApp):
     def __init__(self, target: Path, **kw: Any) -> None:
         super().__init__(**kw)
-        self._target = target
+        self._target: Path | None = target  # None once its saving is scheduled
         self.shot: str | None = None
 
     async def tick(self) -> None:
         await super().tick()
-        if self.shot is None and self.snapshot is not None:
-            await self._settle()  # the frame with the snapshot in it
-            self.shot = self.save_screenshot(self._target.name, str(self._target.parent))
-            self.exit()
+        if self._target is not None and self.snapshot is not None:
+            # saved after the refresh that paints this snapshot (not after a fixed wait)
+            target, self._target = self._target, None
+            self.call_after_refresh(self._save, target)
 
-    async def _settle(self) -> None:
-        import asyncio
-
-        await asyncio.sleep(0.3)  # the grid and log lay out over a frame or two
+    def _save(self, target: Path) -> None:
+        self.shot = self.save_screenshot(target.name, str(target.parent))
+        self.exit()
 
 
 def screenshot(target: Path, size: tuple[int, int], **kw: Any) -> tuple[str | None, Any]:
