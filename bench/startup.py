@@ -30,6 +30,11 @@ def main() -> None:
     for cmd in COMMANDS:
         ms = median_ms([sys.executable, "-m", "swarm_tui", *cmd])
         print(f"swarm-tui {' '.join(cmd):<14} {ms:6.0f} ms  {ms / base:5.1f}x  (target <= 5x)")
+    # what bounds the commands that read the validated config (report's prices, keys,
+    # canary): importing the config's libraries alone, before any of ours
+    for code in ("from pydantic import BaseModel", "import pydantic_settings"):
+        ms = median_ms([sys.executable, "-c", code])
+        print(f"floor: {code:<32} {ms:6.0f} ms  {ms / base:5.1f}x")
 
 
 if __name__ == "__main__":

@@ -19,15 +19,20 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    PlainSerializer,
     ValidationError,
     field_validator,
     model_validator,
 )
 
-from swarm_tui.redact import SecretStrField, UrlField
+from swarm_tui.redact import secret_tag, without_userinfo
 
 SIM_GATEWAY = "sim"  # reserved gateway name: the built-in simulator
 
+# a whole-value secret (a webhook URL is a credential): its tag in any JSON dump
+SecretStrField = Annotated[str, PlainSerializer(secret_tag, when_used="json")]
+# a URL that may carry userinfo: kept, less its userinfo, in any JSON dump
+UrlField = Annotated[str, PlainSerializer(without_userinfo, when_used="json")]
 PosFloat = Annotated[float, Field(gt=0)]
 
 

@@ -1,17 +1,16 @@
 """What a secret looks like wherever it is kept or shown: a tag, never the value.
 
-Config fields that carry a credential are typed with these (settings models): a model
-dumped as JSON — the run's stored config, `--json`, an export — writes the tag, so a new
-secret-bearing field is safe the moment it is typed so. In memory the value is whole.
+Config fields that carry a credential are serialized with these (config_sections.py's
+`SecretStrField`, `UrlField`): a model dumped as JSON — the run's stored config, `--json`,
+an export — writes the tag, so a new secret-bearing field is safe the moment it is typed
+so. In memory the value is whole.
 """
 
 from __future__ import annotations
 
 import hashlib
-from typing import Annotated, Any
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
-
-from pydantic import PlainSerializer
 
 
 def secret_tag(value: str) -> str:
@@ -31,11 +30,6 @@ def without_userinfo(url: str) -> str:
 def _tag_or_none(value: str | None) -> str | None:
     return None if value is None else secret_tag(value)
 
-
-# a whole-value secret (a webhook URL is a credential): its tag in any JSON dump
-SecretStrField = Annotated[str, PlainSerializer(secret_tag, when_used="json")]
-# a URL that may carry userinfo: kept, less its userinfo, in any JSON dump
-UrlField = Annotated[str, PlainSerializer(without_userinfo, when_used="json")]
 
 
 def scrub_settings(settings: dict[str, Any]) -> dict[str, Any]:

@@ -63,23 +63,39 @@ def test_core_modules_do_not_load_textual_at_runtime():
     assert r.returncode == 0, r.stdout + r.stderr
 
 
+@pytest.fixture(scope="module")
+def one_run_db(tmp_path_factory) -> pathlib.Path:
+    """A store holding one finished run (`runs` on a missing store imports nothing)."""
+    home = tmp_path_factory.mktemp("one_run")
+    env = {**os.environ, "SWARM_TUI_DB": str(home / "runs.db"),
+           "XDG_CONFIG_HOME": str(home / "xdg")}
+    env.pop("SWARM_TUI_CONFIG", None)
+    r = subprocess.run([sys.executable, "-m", "swarm_tui", "run", "--demo", "20", "--headless",
+                        "--sim-profile", "fixed:5"], capture_output=True, text=True, env=env,
+                       stdin=subprocess.DEVNULL, timeout=90)
+    assert r.returncode in (0, 3), r.stderr
+    return home
+
+
 @pytest.mark.parametrize("argv", [["runs"], ["runs", "--json"], ["canary", "--help"],
                                   ["--help"], ["run", "--help"]])
-def test_reading_commands_import_no_console_and_no_http_client(tmp_path, argv):
+def test_reading_commands_import_no_console_and_no_http_client(one_run_db, argv):
     """`runs` (and the parser of every command) starts without Textual, the openai SDK, an
     HTTP transport or the on-call exporters: they are most of the console's import time
     (and `runs` without pydantic-settings: the config's sections are plain pydantic)."""
     heavy = {"textual", "openai", "httpx2", "aiohttp", "uvicorn", "rich", "prometheus_client",
              "opentelemetry"}
-    if argv[0] == "runs":
-        heavy.add("pydantic_settings")  # `runs` reads the store; it loads no config
+    if argv[0] == "runs":  # rows to lines: no config, no models, no engine (issue 34: ≤ 5×)
+        heavy |= {"pydantic", "pydantic_settings", "swarm_tui.engine", "swarm_tui.workload",
+                  "swarm_tui.config_sections"}
         heavy.add("psycopg")  # a SQLite store: no PostgreSQL driver (~45 ms)
     if "--help" in argv:  # the grammar alone: no engine, no models, no loop (issue 34)
         heavy |= {"pydantic", "asyncio", "aiosqlite", "psycopg", "swarm_tui.engine",
                   "swarm_tui.store", "swarm_tui.workload"}
     code = ("import sys, contextlib, io\n"
             "from swarm_tui.cli import main\n"
-            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "out = io.StringIO()\n"
+            "with contextlib.redirect_stdout(out):\n"
             "    try:\n"
             f"        main({argv!r})\n"
             "    except SystemExit:\n"
@@ -87,11 +103,14 @@ def test_reading_commands_import_no_console_and_no_http_client(tmp_path, argv):
             f"heavy = {sorted(heavy)!r}\n"
             "names = {m.split('.')[0] for m in sys.modules}\n"
             "names |= {'.'.join(m.split('.')[:2]) for m in sys.modules}\n"
+            "print(out.getvalue())\n"
             "print(sorted(names & set(heavy)))\n")
-    env = {**os.environ, "SWARM_TUI_DB": str(tmp_path / "runs.db"),
-           "XDG_CONFIG_HOME": str(tmp_path / "xdg")}
+    env = {**os.environ, "SWARM_TUI_DB": str(one_run_db / "runs.db"),
+           "XDG_CONFIG_HOME": str(one_run_db / "xdg")}
     env.pop("SWARM_TUI_CONFIG", None)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                        timeout=60)
     assert r.returncode == 0, r.stderr
+    if argv[0] == "runs":  # it listed the stored run (not "no runs recorded yet")
+        assert "finished" in r.stdout, r.stdout
     assert r.stdout.strip().splitlines()[-1] == "[]"

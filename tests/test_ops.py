@@ -101,11 +101,12 @@ def promlint(text: str) -> list[str]:
     return problems
 
 
-def assert_agrees_with_stored(final: str, stored: dict) -> None:
+def assert_agrees_with_stored(final: str, stored: dict, err: str = "") -> None:
     """A final scrape's counters against the run's stored figures (`run --json`)."""
     assert promlint(final) == []
-    for state in ("succeeded", "failed", "cancelled"):
-        assert total(final, "swarm_tui_tasks_total", state=state) == stored[state], state
+    states = ("succeeded", "failed", "cancelled")
+    scraped = {s: total(final, "swarm_tui_tasks_total", state=s) for s in states}
+    assert scraped == {s: stored[s] for s in states}, err
     assert total(final, "swarm_tui_calls_total") == stored["calls"]
     assert total(final, "swarm_tui_calls_total", outcome="error", error_class="server") > 0
     ok_calls = total(final, "swarm_tui_calls_total", outcome="ok")
@@ -143,7 +144,7 @@ def test_metrics_scraped_during_a_run_match_its_stored_figures(env):
         proc.kill()
     assert proc.returncode in (0, 3), err  # 3: 5 % of calls fail the 99 % SLA
     stored = json.loads(out)
-    assert_agrees_with_stored(final, stored)
+    assert_agrees_with_stored(final, stored, err)
     ok_calls = total(final, "swarm_tui_calls_total", outcome="ok")
     # the console's buckets: ≤ 100 ms holds every call of an 80 ms server on an idle machine,
     # so only its existence and order are asserted (a loaded machine adds client time)

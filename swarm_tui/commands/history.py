@@ -34,11 +34,11 @@ async def summary_json(conn: StoreConnection, path: DbTarget, summary: RunSummar
 
 
 async def runs(conn: StoreConnection, path: DbTarget, args: argparse.Namespace) -> int:
-    from swarm_tui.report.history import runs_listing, runs_table
+    from swarm_tui.report.listing import runs_listing, runs_table
 
     items = await runs_listing(conn, args.limit)
     if args.json:
-        print(json.dumps([i.model_dump() for i in items], indent=2))
+        print(json.dumps([i.as_dict() for i in items], indent=2))
     else:
         print(runs_table(items))
     return EXIT_OK

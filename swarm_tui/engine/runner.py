@@ -116,6 +116,7 @@ class SwarmRunner:
         self.done = 0
         self.counts: dict[str, int] = {SUCCEEDED: 0, FAILED: 0, CANCELLED: 0}
         self.consumer_errors = 0
+        self.consumer_error: str | None = None
         self.t0 = 0.0
         self.started_wall = 0.0
         self.wall_ms = 0.0
@@ -218,8 +219,11 @@ class SwarmRunner:
         for consumer in self.consumers:
             try:
                 consumer(event)
-            except Exception:  # a broken consumer must not stop the swarm
+            except Exception as exc:  # a broken consumer must not stop the swarm
                 self.consumer_errors += 1
+                if self.consumer_error is None:  # the first, said once the run has ended
+                    self.consumer_error = (f"{getattr(consumer, '__qualname__', consumer)}: "
+                                           f"{type(exc).__name__}: {exc}")
 
     # -- controls (safe to call from the same event loop at any time) ----------------------
     def set_rate_share(self, share: float) -> None:

@@ -127,6 +127,10 @@ async def execute(
             try:
                 interrupted = await run_with_progress(runner, show=show_progress)
             finally:
+                if runner.consumer_errors:  # metrics, alerts or traces missed events
+                    print(f"swarm-tui: warning: {runner.consumer_errors} events were not "
+                          f"taken by a consumer (first: {runner.consumer_error})",
+                          file=sys.stderr)
                 status = (RunStatus.UNSAVED if writer.failure else RunStatus.CANCELLED
                           if runner.cancelled else runner.stop_reason or RunStatus.FINISHED)
                 # its end alert and deliveries: in the run's events

@@ -6,30 +6,12 @@ import csv
 import json
 import os
 import sys
-import time
 from typing import IO, Any
-
-from pydantic import BaseModel
 
 from swarm_tui.engine.summary import RunSummary
 from swarm_tui.store import reads
 from swarm_tui.store.conn import StoreConnection
-from swarm_tui.store.runs import ENDED, RunRecord, list_runs, load_summary, tasks_sent_twice
-
-
-class RunListItem(BaseModel):
-    id: str
-    name: str | None
-    started_at: float
-    status: str
-    simulated: bool
-    total: int
-    done: int
-    success_rate: float | None
-    call_success_rate: float | None = None
-    p95_ms: float | None
-    cost_usd: float
-    unpriced_tasks: int
+from swarm_tui.store.runs import ENDED, RunRecord, load_summary, tasks_sent_twice
 
 
 async def run_summary(conn: StoreConnection, run: RunRecord) -> RunSummary:
@@ -37,37 +19,6 @@ async def run_summary(conn: StoreConnection, run: RunRecord) -> RunSummary:
     if run.summary is not None and run.effective_status() in ENDED:
         return RunSummary.model_validate(run.summary)
     return await load_summary(conn, run)
-
-
-async def runs_listing(conn: StoreConnection, limit: int) -> list[RunListItem]:
-    items = []
-    for run in await list_runs(conn, limit):
-        s = await run_summary(conn, run)
-        items.append(RunListItem(
-            id=run.id, name=run.name, started_at=run.started_at, status=run.effective_status(),
-            simulated=run.simulated, total=run.total, done=s.succeeded + s.failed,
-            success_rate=s.success_rate, call_success_rate=s.call_success_rate,
-            p95_ms=s.latency_ms.p95, cost_usd=s.cost_usd,
-            unpriced_tasks=s.unpriced_tasks))
-    return items
-
-
-def runs_table(items: list[RunListItem]) -> str:
-    if not items:
-        return "no runs recorded yet"
-    head = (f"{'RUN':<21} {'NAME':<14} {'STARTED':<16} {'STATUS':<12} {'TASKS':>11} "
-            f"{'OK %':>6} {'CALL%':>6} {'P95 MS':>7} {'COST':>10}")
-    lines = [head]
-    for r in items:
-        started = time.strftime("%Y-%m-%d %H:%M", time.localtime(r.started_at))
-        rate = "-" if r.success_rate is None else f"{r.success_rate * 100:.1f}"
-        call = "-" if r.call_success_rate is None else f"{r.call_success_rate * 100:.1f}"
-        p95 = "-" if r.p95_ms is None else f"{r.p95_ms:.0f}"
-        cost = f"${r.cost_usd:.4f}" + ("+?" if r.unpriced_tasks else "")
-        name = (r.name or ("(sim)" if r.simulated else ""))[:14]
-        lines.append(f"{r.id:<21} {name:<14} {started:<16} {r.status:<12} "
-                     f"{f'{r.done}/{r.total}':>11} {rate:>6} {call:>6} {p95:>7} {cost:>10}")
-    return "\n".join(lines)
 
 
 # -- compare ----------------------------------------------------------------------------------

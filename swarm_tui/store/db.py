@@ -187,6 +187,12 @@ async def open_db(path: DbTarget, *, create: bool = True, reconcile: bool = True
 
 
 async def _reconcile(conn: StoreConnection, path: DbTarget) -> None:
+    from swarm_tui.store.spill import find_journals
+
+    # the common case, nothing to put right, without importing what would put it right
+    async with conn.execute("SELECT 1 FROM runs WHERE status = 'running' LIMIT 1") as cur:
+        if await cur.fetchone() is None and not find_journals(path):
+            return
     from swarm_tui.store.reconcile import reconcile_runs
 
     for warning in await reconcile_runs(conn, path):

@@ -12,21 +12,18 @@ from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from pydantic import BaseModel
-
-from swarm_tui.config_sections import SlaConfig
 from swarm_tui.core.states import RunStatus
-from swarm_tui.engine.summary import RunSummary, SummaryBuilder
 from swarm_tui.errors import UserError
 from swarm_tui.store.conn import BUSY_TIMEOUT_MS, StoreConnection, dialect_of
 from swarm_tui.store.lost_sends import book_lost_sends, lost_sends
 from swarm_tui.store.ownership import Claim, owner_alive, pid_alive
-from swarm_tui.store.reads import live_figures
 from swarm_tui.store.target import DbTarget
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # (imported where used: `runs` reads rows, not models — issue 34)
+    from swarm_tui.config_sections import SlaConfig
     from swarm_tui.engine.state import Agent
-from swarm_tui.workload import Task, TaskHead
+    from swarm_tui.engine.summary import RunSummary
+    from swarm_tui.workload import Task, TaskHead
 
 ENDED = ("finished", "cancelled", "budget_stopped")
 
@@ -35,7 +32,8 @@ def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S-") + os.urandom(2).hex()
 
 
-class RunRecord(BaseModel):
+@dataclass(slots=True)
+class RunRecord:
     id: str
     name: str | None
     status: str
@@ -67,6 +65,8 @@ class RunRecord(BaseModel):
 
     @property
     def sla(self) -> SlaConfig:
+        from swarm_tui.config_sections import SlaConfig
+
         return SlaConfig.model_validate(self.config.get("settings", {}).get("sla", {}))
 
 
@@ -268,6 +268,9 @@ async def task_rows(conn: StoreConnection, run_id: str, chunk: int = 2000
 
 async def load_summary(conn: StoreConnection, run: RunRecord) -> RunSummary:
     """The run's summary computed from its stored rows (what `report` prints)."""
+    from swarm_tui.engine.summary import SummaryBuilder
+    from swarm_tui.store.reads import live_figures
+
     builder = SummaryBuilder()
     async for rows in task_rows(conn, run.id):
         for row in rows:
@@ -304,6 +307,8 @@ async def resumable_tasks(
     """Tasks with no stored result (never finished, or cancelled), with their stored
     attempts: heads only, read row by row (the prompts are read again at each send).
     `first`..`last`: one leased batch's seqs (store/leases.py)."""
+    from swarm_tui.workload import Task
+
     seqs: list[int] = []
     heads: list[TaskHead] = []
     prior: list[int] = []

@@ -715,7 +715,7 @@ class SwarmApp(App[int]):
             self.push_screen(DetailScreen(detail))
 
     async def action_history(self) -> None:
-        from swarm_tui.report.history import runs_listing
+        from swarm_tui.report.listing import runs_listing
         from swarm_tui.store.db import open_db
         from swarm_tui.store.target import missing_file
 
