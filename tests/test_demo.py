@@ -80,3 +80,25 @@ def test_the_demo_incidents_show_a_retry_a_fallback_and_a_key_cooling(tmp_path):
     log = asyncio.run(replay_log())
     assert any("FALLBK" in line and "kimi-k2.5 → deepseek-v3.2" in line for line in log)
     assert any(" RETRY  demo-" in line for line in log)
+    # the writer kept the key's state changes: cooling, then active again; a replay at a
+    # moment of its cooldown shows it cooling, and before it, active
+    fp = limited[0][0]
+    changes = db.execute("SELECT at, state, cooling_until FROM key_changes WHERE fingerprint=? "
+                         "ORDER BY at", (fp,)).fetchall()
+    states = [c[1] for c in changes]
+    assert states[0] == "active" and "cooling" in states, changes
+    # a change each: a key-model cooling more (its reason names each model), not each flush
+    assert len(changes) <= 6, changes
+    cooled_at, _, until = next(c for c in changes if c[1] == "cooling")
+
+    async def key_state_at(at: float) -> str:
+        source = StoreSource(tmp_path / "runs.db", summary["run_id"], at=at)
+        await source.open()
+        try:
+            snap = await source.snapshot()
+        finally:
+            await source.close()
+        return next(k.state for k in snap.keys if k.fingerprint == fp)
+
+    assert asyncio.run(key_state_at(cooled_at + 0.2)) == "cooling"
+    assert asyncio.run(key_state_at(changes[0][0] + 0.05)) == "active"

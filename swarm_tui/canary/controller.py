@@ -39,12 +39,14 @@ class CanaryView:
     history: tuple[cs.ActionRecord, ...] = field(default_factory=tuple)
     error: str | None = None
     started: bool = True  # False: nothing stored yet (the state shown is where it would start)
+    as_of: float | None = None  # a replay's moment: its timers read that clock, not now
 
     def bake_s(self) -> float:
         return self.cfg.bake_s(self.state.stage_index(self.cfg.stages))
 
     def baked_s(self, now: float | None = None) -> float:
-        return (time.time() if now is None else now) - self.state.bake_started_at
+        now = (self.as_of or time.time()) if now is None else now
+        return now - self.state.bake_started_at
 
     def status_line(self, now: float | None = None) -> str:
         s = self.state
@@ -66,6 +68,15 @@ async def read_view(db_path: DbTarget, cfg: CanaryConfig) -> CanaryView:
         raise db_error(db_path, e) from None
     finally:
         await conn.close()
+
+
+async def view_at(conn: StoreConnection, cfg: CanaryConfig, at: float) -> CanaryView:
+    """The canary as it was at `at` (a replay): its stage from the audit log, its gates
+    evaluated on what had ended by then, its actions up to then; writes nothing."""
+    state, started = await cs.state_at(conn, cfg, at)
+    return CanaryView(cfg, state, await cs.analyze(conn, cfg, state, now=at, until=at),
+                      tuple(await cs.history(conn, cfg.name, 20, until=at)), started=started,
+                      as_of=at)
 
 
 async def act_stored(db_path: DbTarget, cfg: CanaryConfig, action: str, arg: str | None,

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import sqlite3
 import time
+from typing import TYPE_CHECKING
 
 from swarm_tui.config import LoadedConfig
-from swarm_tui.config_sections import SlaConfig
+from swarm_tui.config_sections import CanaryConfig, SlaConfig
 from swarm_tui.engine.cost import CostReport
 from swarm_tui.engine.snapshot import (
     LOG_LINES,
@@ -29,6 +31,9 @@ from swarm_tui.store.notify import CANARY, CONTROL, ROWS, Listener
 from swarm_tui.store.runs import RunRecord, get_run, get_settled_run, list_runs
 from swarm_tui.store.target import DbTarget
 from swarm_tui.workload import Task
+
+if TYPE_CHECKING:
+    from swarm_tui.canary.controller import CanaryView
 
 
 def _session(run: RunRecord) -> tuple:
@@ -129,6 +134,7 @@ class StoreSource:
         self._read_at = 0.0
         self._more_rows = False  # the last read stopped at its cap: more are stored
         self._seen: tuple[dict, tuple[KeyRow, ...], str, float | None] | None = None
+        self._canary_view: CanaryView | None = None  # a replay's canary at its moment
 
     async def open(self) -> None:
         if self.conn is not None:
@@ -161,8 +167,21 @@ class StoreSource:
     start = open
     shutdown = close
 
-    def canary_live(self) -> None:
-        return None  # another process's canary: read from and acted on in the store
+    def canary_live(self) -> tuple[CanaryConfig, CanaryView | None] | None:
+        """A replay at a moment: the run's canary as it was then (nothing acts on it);
+        otherwise None: another process's canary, read from and acted on in the store."""
+        view = self._canary_view
+        return (view.cfg, view) if view is not None and self.at is not None else None
+
+    async def _canary_at(self, run: RunRecord, at: float) -> CanaryView | None:
+        """The canary the run routed by (its stored config), as it stood at `at`."""
+        from swarm_tui.canary.controller import view_at
+
+        stored = (run.config.get("settings") or {}).get("canary")
+        if not stored or not stored.get("enabled", True):
+            return None
+        assert self.conn is not None
+        return await view_at(self.conn, CanaryConfig.model_validate(stored), at)
 
     async def canary_act(self, action: str, arg: str | None, reason: str | None) -> bool:
         return False
@@ -202,11 +221,15 @@ class StoreSource:
         _show_working(f, live.get("agents") or [])
         if self.at is not None:
             await self._working_at(f, self.at)
-        keys, _ = await self.keys() if self.at is None else ((), None)  # (no key history)
+        keys, _ = await self.keys()
         canary = "canary: off"
         canary_pct: float | None = None
         c = self._canary_name()
-        if c is not None:
+        self._canary_view = await self._canary_at(run, self.at) if self.at is not None else None
+        if self._canary_view is not None:
+            canary = self._canary_view.status_line(now=self.at)
+            canary_pct = self._canary_view.state.pct
+        elif c is not None:
             from swarm_tui.store.canary import read_state
 
             state = await read_state(self.conn, c)
@@ -215,7 +238,10 @@ class StoreSource:
                 canary_pct = state.pct
         self._seen = (live, keys, canary, canary_pct)
         self._read_at = time.monotonic()  # once read: a slow read still earns its quiet ticks
-        return self._build(f, run, live, keys, canary, canary_pct)
+        snap = self._build(f, run, live, keys, canary, canary_pct)
+        if self._canary_view is not None:
+            snap = f.snapshot = dataclasses.replace(snap, canary_view=self._canary_view)
+        return snap
 
     def _canary_name(self) -> str | None:
         c = self.cfg.settings.canary if self.cfg is not None else None
@@ -383,6 +409,13 @@ class StoreSource:
             m.put_cell(i, AgentCell(seq, f.task_ids[i], TaskState.RUNNING, model,
                                     f.buckets[i], None, None, 0, None))
             m.slot_on(i, sent_at - f.started_at, int)  # (streamed so far: not stored)
+        for seq in await reads.retrying_at(self.conn, self.run_id, at):
+            i = f.index.get(seq)
+            cell = m.cells[i] if i is not None else None
+            if i is None or i in f.working or cell is None or cell.state in _FINAL:
+                continue
+            m.put_cell(i, AgentCell(seq, f.task_ids[i], TaskState.RETRYING, cell.model,
+                                    cell.bucket, None, None, cell.attempts, None))
 
     async def detail(self, seq: int) -> AgentDetail | None:
         assert self.conn is not None and self.run_id is not None
@@ -398,8 +431,11 @@ class StoreSource:
             attempts=attempts)
 
     async def keys(self) -> tuple[tuple[KeyRow, ...], str | None]:
-        """The run's keys as its writer last stored them (with the heartbeat)."""
+        """The run's keys as its writer last stored them (with the heartbeat); a replay's
+        as they were at its moment."""
         assert self.conn is not None and self.run_id is not None
+        if self.at is not None:
+            return await reads.keys_at(self.conn, self.run_id, self.at), None
         return await reads.stored_keys(self.conn, self.run_id), None
 
     async def cost(self) -> CostReport | None:

@@ -160,38 +160,68 @@ async def act(conn: StoreConnection, cfg: CanaryConfig, action: str,
 
 
 async def analyze(conn: StoreConnection, cfg: CanaryConfig, state: st.CanaryState,
-                  now: float | None = None, client_lag_ms: float | None = None) -> Analysis:
-    """`client_lag_ms`: the executor's scheduling delay over the stage (see evaluate)."""
+                  now: float | None = None, client_lag_ms: float | None = None,
+                  until: float | None = None) -> Analysis:
+    """`client_lag_ms`: the executor's scheduling delay over the stage (see evaluate).
+    `until`: only what had ended by then (a replay's gates as they were evaluated then)."""
     now = time.time() if now is None else now
-    stage = await _figures_since(conn, cfg, state.stage_started_at)
-    window = await _figures_since(conn, cfg, now - cfg.window)
+    stage = await _figures_since(conn, cfg, state.stage_started_at, until)
+    window = await _figures_since(conn, cfg, now - cfg.window, until)
     return Analysis(at=now, stage=stage, window=window, window_s=cfg.window,
                     verdicts=evaluate(stage, cfg.gates, cfg.min_samples, client_lag_ms))
 
 
-async def _figures_since(conn: StoreConnection, cfg: CanaryConfig, since: float):
+async def _figures_since(conn: StoreConnection, cfg: CanaryConfig, since: float,
+                         until: float | None = None):
     # A bucket is its gateway: results of runs without this canary on the baseline gateway
     # are baseline traffic too (same gateway, same conditions).
+    end = 2.0**62 if until is None else until
     async with conn.execute(
             "SELECT bucket, state, latency_ms, ttft_ms, tokens_in, tokens_out, cost_usd "
-            "FROM results WHERE finished_at >= ? AND state != 'cancelled' AND "
-            "((bucket=? AND gateway=?) OR (bucket=? AND gateway=?))",
-            (since, BASELINE, cfg.baseline, CANDIDATE, cfg.candidate)) as cur:
+            "FROM results WHERE finished_at >= ? AND finished_at <= ? AND state != 'cancelled' "
+            "AND ((bucket=? AND gateway=?) OR (bucket=? AND gateway=?))",
+            (since, end, BASELINE, cfg.baseline, CANDIDATE, cfg.candidate)) as cur:
         results = [tuple(r) for r in await cur.fetchall()]
     async with conn.execute(
             "SELECT CASE gateway WHEN ? THEN ? ELSE ? END, outcome, error_class FROM attempts "
-            "WHERE sent_at >= ? AND outcome != 'cancelled' AND gateway IN (?, ?)",
-            (cfg.candidate, CANDIDATE, BASELINE, since, cfg.baseline, cfg.candidate)) as cur:
+            "WHERE sent_at >= ? AND sent_at + COALESCE(latency_ms, 0) / 1000.0 <= ? "
+            "AND outcome != 'cancelled' AND gateway IN (?, ?)",
+            (cfg.candidate, CANDIDATE, BASELINE, since, end, cfg.baseline,
+             cfg.candidate)) as cur:
         calls = [tuple(r) for r in await cur.fetchall()]
     return figures(results, calls)
 
 
-async def history(conn: StoreConnection, name: str, limit: int = 50
-                  ) -> list[ActionRecord]:
+async def state_at(conn: StoreConnection, cfg: CanaryConfig, at: float
+                   ) -> tuple[st.CanaryState, bool]:
+    """The canary as it stood at `at` (a replay), rebuilt from its audit log: each action
+    moved it to its `to_pct` / `to_status`; a new stage (or a resume) restarts the bake.
+    With no action by then, where it would have started (and False)."""
+    async with conn.execute(
+            "SELECT at, to_pct, to_status FROM canary_actions "
+            "WHERE name=? AND at <= ? ORDER BY id", (cfg.name, at)) as cur:
+        rows = await cur.fetchall()
+    if not rows:
+        return st.initial(cfg.name, cfg.baseline, cfg.candidate, cfg.stages, at), False
+    state = st.initial(cfg.name, cfg.baseline, cfg.candidate, cfg.stages, rows[0][0])
+    for when, to_pct, to_status in rows:
+        pct = state.pct if to_pct is None else to_pct
+        status = to_status or state.status
+        moved = pct != state.pct or (status == st.PROGRESSING and state.status != status)
+        state = dataclasses.replace(
+            state, pct=pct, status=status, updated_at=when,
+            stage_started_at=when if pct != state.pct else state.stage_started_at,
+            bake_started_at=when if moved else state.bake_started_at)
+    return state, True
+
+
+async def history(conn: StoreConnection, name: str, limit: int = 50,
+                  until: float | None = None) -> list[ActionRecord]:
     async with conn.execute(
             "SELECT at, action, actor, source, from_pct, to_pct, from_status, to_status, "
-            "reason, metrics_json FROM canary_actions WHERE name=? ORDER BY id DESC LIMIT ?",
-            (name, limit)) as cur:
+            "reason, metrics_json FROM canary_actions WHERE name=? AND at <= ? "
+            "ORDER BY id DESC LIMIT ?",
+            (name, 2.0**62 if until is None else until, limit)) as cur:
         rows = list(await cur.fetchall())
     return [ActionRecord(at=r[0], action=r[1], actor=r[2], source=r[3], from_pct=r[4],
                          to_pct=r[5], from_status=r[6], to_status=r[7], reason=r[8],

@@ -33,6 +33,8 @@ RUN_TABLES: dict[str, tuple[str, str]] = {
     "key_state": ("run_id, gateway, fingerprint, worker, label, source, state, cooling_until, "
                   "reason, in_flight, calls, rate_limited, errors, tokens_in, tokens_out, "
                   "last_used, updated_at", "gateway, fingerprint, worker"),
+    "key_changes": ("run_id, at, gateway, fingerprint, worker, label, source, state, "
+                    "cooling_until, reason", "at"),
     "batches": ("run_id, batch, first_seq, last_seq, worker, token, expires_at, leases, "
                 "done_at", "batch"),
     "workers": ("run_id, worker, token, host, pid, started_at, heartbeat_at, ended_at, "

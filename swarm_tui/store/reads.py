@@ -155,6 +155,51 @@ async def stored_keys(conn: StoreConnection, run_id: str) -> tuple[KeyRow, ...]:
     return tuple(KeyRow(*row) for row in _one_row_per_key(rows, 2))
 
 
+async def keys_at(conn: StoreConnection, run_id: str, at: float) -> tuple[KeyRow, ...]:
+    """The run's keys as they were at `at` (a replay): each key's state from its last
+    change by then (key_changes), its counters from the attempts sent by then, counted as
+    the key pool counts them (a call at its send; errors, 429s and tokens at its answer).
+    A run stored before key changes were kept shows its keys' last state."""
+    keys = await stored_keys(conn, run_id)
+    async with conn.execute(
+            "SELECT gateway, fingerprint, worker, state, cooling_until, reason FROM key_changes "
+            "WHERE run_id=? AND at <= ? ORDER BY at", (run_id, at)) as cur:
+        changes = await cur.fetchall()
+    async with conn.execute("SELECT 1 FROM key_changes WHERE run_id=? LIMIT 1",
+                            (run_id,)) as cur:
+        kept = await cur.fetchone() is not None
+    last: dict[tuple, tuple] = {}
+    for gw, fp, worker, state, until, reason in changes:
+        last[(gw, fp, worker)] = (state, until, reason)
+    end = ATTEMPT_END
+    async with conn.execute(
+            f"SELECT gateway, key_fp, COUNT(*), SUM(CASE WHEN {end} > ? THEN 1 ELSE 0 END), "
+            f"SUM(CASE WHEN {end} <= ? AND status_code = 429 THEN 1 ELSE 0 END), "
+            f"SUM(CASE WHEN {end} <= ? AND outcome = 'error' THEN 1 ELSE 0 END), "
+            f"SUM(CASE WHEN {end} <= ? AND outcome = 'ok' THEN tokens_in ELSE 0 END), "
+            f"SUM(CASE WHEN {end} <= ? AND outcome = 'ok' THEN tokens_out ELSE 0 END), "
+            "MAX(sent_at) FROM attempts WHERE run_id=? AND sent_at <= ? AND key_fp IS NOT NULL "
+            "GROUP BY gateway, key_fp", (at, at, at, at, at, run_id, at)) as cur:
+        counted = {(r[0], r[1]): r[2:] for r in await cur.fetchall()}
+    out = []
+    for k in keys:
+        if kept:
+            seen = [v for (gw, fp, _w), v in last.items()
+                    if gw == k.gateway and fp == k.fingerprint]
+            state, until, reason = (max(seen, key=lambda v: _STATE_RANK.get(v[0], 0))
+                                    if seen else ("active", None, None))
+        else:
+            state, until, reason = k.state, k.cooling_until, k.reason
+        if state == "cooling" and until is not None and until <= at:
+            state, until, reason = "active", None, None  # its cooldown was over by then
+        calls, in_flight, limited, errors, t_in, t_out, used = counted.get(
+            (k.gateway, k.fingerprint), (0, 0, 0, 0, 0, 0, None))
+        out.append(KeyRow(k.gateway, k.fingerprint, k.label, k.source, state, until, reason,
+                          int(in_flight or 0), int(calls), int(limited or 0), int(errors or 0),
+                          int(t_in or 0), int(t_out or 0), used))
+    return tuple(out)
+
+
 async def attempt_dicts(conn: StoreConnection, run_id: str, cols: Sequence[str]
                         ) -> AsyncIterator[tuple[int, dict[str, Any]]]:
     """(seq, attempt as a dict of `cols`) for every attempt of the run, in order."""
@@ -251,6 +296,16 @@ async def in_flight_at(conn: StoreConnection, run_id: str, at: float) -> list[tu
             f"sent_at <= ? AND {ATTEMPT_END} > ? ORDER BY sent_at",
             (run_id, at, at)) as cur:
         return [tuple(r) for r in await cur.fetchall()]
+
+
+async def retrying_at(conn: StoreConnection, run_id: str, at: float) -> list[int]:
+    """Seqs of the tasks waiting out a retry at `at`: a failed call answered by then whose
+    wait (its retry_wait_s) had not run out (the live grid's RETRYING)."""
+    async with conn.execute(
+            f"SELECT DISTINCT seq FROM attempts WHERE run_id=? AND outcome='error' AND "
+            f"retry_wait_s IS NOT NULL AND {ATTEMPT_END} <= ? AND "
+            f"{ATTEMPT_END} + retry_wait_s > ?", (run_id, at, at)) as cur:
+        return [r[0] for r in await cur.fetchall()]
 
 
 async def events_after(conn: StoreConnection, run_id: str, after: int,

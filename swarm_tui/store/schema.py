@@ -313,6 +313,24 @@ MIGRATIONS: list[str] = [
     """
     CREATE INDEX IF NOT EXISTS canary_actions_by_at ON canary_actions(at);
     """,
+    # 12 -> 13: each key's state changes (cooling, disabled, retired, active again) as the
+    # writer saw them, append-only: a replay shows the keys panel as it was at a moment
+    # (key_state keeps only the latest; the counters come from the attempts)
+    """
+    CREATE TABLE key_changes (
+        run_id TEXT NOT NULL,
+        at REAL NOT NULL,
+        gateway TEXT NOT NULL,
+        fingerprint TEXT NOT NULL,
+        worker TEXT NOT NULL DEFAULT '',
+        label TEXT,
+        source TEXT NOT NULL,
+        state TEXT NOT NULL,
+        cooling_until REAL,
+        reason TEXT
+    );
+    CREATE INDEX key_changes_by_run ON key_changes(run_id, at);
+    """,
 ]
 # Python steps run with a migration, in its transaction (what SQL alone cannot rewrite)
 DATA_STEPS = {11: "scrub_configs", 12: "audit_functions"}

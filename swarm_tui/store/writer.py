@@ -63,6 +63,8 @@ UPSERT_KEY = upsert("key_state", "run_id, gateway, fingerprint, label, source, s
                     "cooling_until, reason, in_flight, calls, rate_limited, errors, tokens_in, "
                     "tokens_out, last_used, updated_at, worker",
                     "run_id, gateway, fingerprint, worker")
+INSERT_KEY_CHANGE = ("INSERT INTO key_changes (run_id, at, gateway, fingerprint, worker, label, "
+                     "source, state, cooling_until, reason) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
 INSERT_EVENT = "INSERT INTO events (run_id, at, kind, actor, detail_json) VALUES (?, ?, ?, ?, ?)"
 SQL_BY_TABLE = {"attempt": INSERT_ATTEMPT, "result": INSERT_RESULT, "event": INSERT_EVENT}
 TABLE_ORDER = ("attempt", "result", "event")  # attempts first: a result's attempts exist
@@ -117,6 +119,7 @@ class StoreWriter:
         self._stopping = False
         self._last_poll = 0.0
         self._last_keys = 0.0
+        self._key_seen: dict[tuple[str, str], tuple] = {}  # each key as last committed
         self._control_seen: int | None = None  # workers: the last command applied
         self._applying: str | None = None  # who sent the command being applied now
         self._applying_said = False  # …and whether the runner logged its effect
@@ -206,6 +209,23 @@ class StoreWriter:
         # a worker's own row of each key (its counters)
         return [(self.run_id, *dataclasses.astuple(k), now, self._worker)
                 for k in key_rows(self.runner.gateways)]
+
+    def _key_changes(self, now: float) -> tuple[list[tuple], dict[tuple[str, str], tuple]]:
+        """Rows for the keys whose state moved since the last commit (a replay's keys
+        panel at a moment), and what each key looks like now. A cooldown's end read again
+        (its wall-clock form moves by microseconds per read) is no change."""
+        rows, seen = [], {}
+        for k in key_rows(self.runner.gateways):
+            look = (k.label, k.source, k.state, k.reason, k.cooling_until)
+            seen[(k.gateway, k.fingerprint)] = look
+            last = self._key_seen.get((k.gateway, k.fingerprint))
+            if last is None or last[:4] != look[:4] or abs(
+                    (last[4] or 0.0) - (look[4] or 0.0)) > 0.5:
+                rows.append((self.run_id, now, k.gateway, k.fingerprint, self._worker, *look[:3],
+                             k.cooling_until, k.reason))
+            else:
+                seen[(k.gateway, k.fingerprint)] = last
+        return rows, seen
 
     def log_event(self, kind: str, detail_json: str | None = None,
                   actor: str | None = None) -> None:
@@ -373,10 +393,14 @@ class StoreWriter:
                     await self.conn.executemany(SQL_BY_TABLE[table], rows)
             if keys:
                 await self.conn.executemany(UPSERT_KEY, self._key_rows(now))
+            changes, seen = self._key_changes(now)
+            if changes:
+                await self.conn.executemany(INSERT_KEY_CHANGE, changes)
             done = await self.fence.settle(self.conn, batch, now)
             if moved:  # watchers read once it commits
                 await notify(self.conn, ROWS, self.run_id)
             await self.conn.execute("COMMIT")
+            self._key_seen = seen
         except BaseException:
             with contextlib.suppress(sqlite3.Error):
                 await self.conn.execute("ROLLBACK")

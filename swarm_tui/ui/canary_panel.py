@@ -57,7 +57,7 @@ def panel_text(view: CanaryView, *, window: bool = False, now: float | None = No
     out.append(s.status.upper(), style=styles.get(s.status, "bold"))
     out.append(f"  {s.pct}% of users on {c.candidate}\n")
     out.append(f"stages {report.ladder(s, c.stages)}\n")
-    now = time.time() if now is None else now
+    now = (view.as_of or time.time()) if now is None else now
     if not view.started:  # no timer runs for a canary that never started
         out.append("not started: no run has used this canary yet\n")
         if c.baseline == SIM_GATEWAY:
@@ -157,7 +157,11 @@ class CanaryScreen(Screen[None]):
         if self.view is None:
             return
         text = panel_text(self.view, window=self.window, now=now, styles=self._styles())
-        if not self.in_use():
+        if self.view.as_of is not None:
+            when = time.strftime("%H:%M:%S", time.localtime(self.view.as_of))
+            text.append(f"\nas it was at {when}: a replay (nothing acts on it)\n",
+                        style="dim")
+        elif not self.in_use():
             text.append("\nno run in this console routes by this canary: what you see is "
                         "its stored state (a run elsewhere may use it)\n", style="dim")
         self.query_one("#canary-text", Static).update(text)

@@ -24,22 +24,23 @@ COLUMNS = (("gateway", 9), ("key", 15), ("label", 10), ("state", 24), ("fly", 3)
 PRIORITY = (6, 0, 2, 1, 4, 5, 3, 7, 9, 8)
 
 
-def state_text(k: KeyRow) -> str:
+def state_text(k: KeyRow, now: float | None = None) -> str:
+    """`now`: the clock the cooldown counts down on (a replay's moment; default: now)."""
     if k.state == "cooling" and k.cooling_until is not None:
         until = time.strftime('%H:%M:%S', time.localtime(k.cooling_until))
-        left = math.ceil(k.cooling_until - time.time())
-        # counting down while it lasts (a replay's past cooldown shows only its end)
+        left = math.ceil(k.cooling_until - (time.time() if now is None else now))
+        # counting down while it lasts
         return f"cooling {left}s to {until}" if 0 < left < 1000 else f"cooling until {until}"
     if k.state == "disabled":
         return f"disabled: {k.reason or '?'}"[:60]
     return k.state
 
 
-def row_cells(k: KeyRow) -> tuple[str, ...]:
+def row_cells(k: KeyRow, now: float | None = None) -> tuple[str, ...]:
     used = "-" if k.last_used is None else time.strftime("%H:%M:%S",
                                                           time.localtime(k.last_used))
     tokens = k.tokens_in + k.tokens_out
-    return (k.gateway, k.fingerprint, k.label or "-", state_text(k), str(k.in_flight),
+    return (k.gateway, k.fingerprint, k.label or "-", state_text(k, now), str(k.in_flight),
             f"{k.calls:,}", str(k.rate_limited), str(k.errors),
             f"{tokens / 1000:,.1f}k" if tokens >= 10_000 else f"{tokens:,}", used)
 
@@ -69,8 +70,10 @@ class KeysScreen(Screen[None]):
         self.rows: tuple[KeyRow, ...] = ()
 
     def compose(self) -> ComposeResult:
-        yield Label("API keys (fingerprints only) — a: add  r: retire  e: enable",
-                    id="runs-title")
+        at = getattr(self.source, "at", None)
+        when = "" if at is None else time.strftime("%H:%M:%S", time.localtime(at))
+        yield Label("API keys (fingerprints only) — a: add  r: retire  e: enable" if not when
+                    else f"API keys at {when} (a replay: read-only)", id="runs-title")
         yield DataTable(id="keys-table", cursor_type="row", zebra_stripes=True)
         yield Label("", id="keys-note")
         yield Footer()
@@ -96,7 +99,8 @@ class KeysScreen(Screen[None]):
         self.call_later(self.reload)
 
     def _cells(self, k: KeyRow) -> tuple[str, ...]:
-        cells = row_cells(k)
+        # a replay shows its moment's clock (its `at`); a live or watched run, now
+        cells = row_cells(k, getattr(self.source, "at", None))
         return tuple(cells[i] for i in self._keep)
 
     def on_mount(self) -> None:

@@ -22,9 +22,23 @@ class _Shot(SwarmApp):
             target, self._target = self._target, None
             self.call_after_refresh(self._save, target)
 
-    def _save(self, target: Path) -> None:
+    def _save(self, target: Path, tries: int = 100, last: str | None = None) -> None:
+        # saved once two frames 50 ms apart show the same characters: the footer's keys
+        # (they come by a signal) and the log's scroll land a refresh or more after the
+        # snapshot's — a picture taken at once missed rows now and then
+        drawn = self._drawn()
+        if tries and drawn != last:
+            self.set_timer(0.05, lambda: self._save(target, tries - 1, drawn))
+            return
         self.shot = self.save_screenshot(target.name, str(target.parent))
         self.exit()
+
+    def _drawn(self) -> str:
+        try:
+            return "\n".join("".join(seg.text for seg in strip)
+                             for strip in self.screen._compositor.render_strips())
+        except RuntimeError:  # read mid screen change
+            return ""
 
 
 def screenshot(target: Path, size: tuple[int, int], **kw: Any) -> tuple[str | None, Any]:
