@@ -89,7 +89,7 @@ def test_the_demo_incidents_show_a_retry_a_fallback_and_a_key_cooling(tmp_path):
     assert states[0] == "active" and "cooling" in states, changes
     # a change each: a key-model cooling more (its reason names each model), not each flush
     assert len(changes) <= 6, changes
-    cooled_at, _, until = next(c for c in changes if c[1] == "cooling")
+    cooled_at = next(c[0] for c in changes if c[1] == "cooling")
 
     async def key_state_at(at: float) -> str:
         source = StoreSource(tmp_path / "runs.db", summary["run_id"], at=at)
