@@ -14,7 +14,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from hdrh.histogram import HdrHistogram
 
@@ -27,9 +27,9 @@ SPARK_SECONDS = 60
 HIST_EDGES_MS = (50, 100, 150, 200, 250, 300, 350, 500, 750, 1000, 2000)
 
 
-@dataclass(frozen=True, slots=True)
-class AgentCell:
-    """What the grid needs for one agent."""
+class AgentCell(NamedTuple):
+    """What the grid needs for one agent (a tuple: 100,000 of them are built to replay a
+    moment, ~4x faster than a frozen dataclass's)."""
 
     seq: int
     task_id: str
@@ -237,14 +237,23 @@ class LiveMetrics:
 
     def task_succeeded(self, latency_ms: float | None, ttft_ms: float | None, tokens_in: int,
                        tokens_out: int, cost_usd: float | None, estimated: bool,
-                       at_s: float | None = None) -> None:
+                       at_s: float | None = None, held: Counter[tuple[bool, int]] | None = None
+                       ) -> None:
+        """`held`: latencies kept back to record in one go (`record_held`): a replay
+        recording 100,000 tasks records each distinct millisecond once."""
         self.succeeded += 1
         self._tick(at_s)
         if latency_ms is not None:
-            self.latency.record_value(max(1, int(latency_ms)))
+            if held is None:
+                self.latency.record_value(max(1, int(latency_ms)))
+            else:
+                held[(True, max(1, int(latency_ms)))] += 1
             self.hist[histogram_bucket(latency_ms)] += 1
         if ttft_ms is not None:
-            self.ttft.record_value(max(1, int(ttft_ms)))
+            if held is None:
+                self.ttft.record_value(max(1, int(ttft_ms)))
+            else:
+                held[(False, max(1, int(ttft_ms)))] += 1
         self.tokens_in += tokens_in
         self.tokens_out += tokens_out
         self.estimated |= estimated
@@ -252,6 +261,11 @@ class LiveMetrics:
             self.unpriced += 1
         else:
             self.cost_usd += cost_usd
+
+    def record_held(self, held: Counter[tuple[bool, int]]) -> None:
+        for (is_latency, ms), n in held.items():
+            (self.latency if is_latency else self.ttft).record_value(ms, n)
+        held.clear()
 
     def task_failed(self, error_class: str | None, at_s: float | None = None) -> None:
         self.failed += 1

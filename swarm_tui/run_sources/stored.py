@@ -23,6 +23,7 @@ from swarm_tui.engine.snapshot import (
 from swarm_tui.engine.state import RunStatus, TaskState
 from swarm_tui.errors import UserError
 from swarm_tui.run_sources.base import AgentDetail, RowObserver
+from swarm_tui.run_sources.timeline import Timeline, call_line, event_line
 from swarm_tui.store import reads
 from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.control import queue_command
@@ -46,18 +47,22 @@ class _Follow:
     """How far a reader has followed one executor's session of a run, and the metrics
     built from what it read."""
 
-    def __init__(self, run: RunRecord, tasks: list[tuple]) -> None:
+    def __init__(self, run: RunRecord, tasks: list[tuple],
+                 timeline: Timeline | None = None) -> None:
         self.session = _session(run)
         self.status = run.status
         self.index = {seq: i for i, (seq, *_rest) in enumerate(tasks)}
         self.task_ids = [t[1] for t in tasks]
         self.ended_at: float | None = None  # the run's end (unix s); None while it runs
         self.started_at = run.started_at  # this reader's run clock is unix s less this
-        self.metrics = LiveMetrics(clock=lambda: (self.ended_at or time.time())
-                                   - run.started_at)
-        for i, (seq, task_id, model, bucket) in enumerate(tasks):
-            self.metrics.put_cell(i, AgentCell(seq, task_id, TaskState.QUEUED, model, bucket,
-                                               None, None, 0, None))
+        if timeline is not None:  # a replay at a moment: the timeline's figures, drawn on
+            self.metrics = timeline.display()
+        else:
+            self.metrics = LiveMetrics(clock=lambda: (self.ended_at or time.time())
+                                       - run.started_at)
+            for i, (seq, task_id, model, bucket) in enumerate(tasks):
+                self.metrics.put_cell(i, AgentCell(seq, task_id, TaskState.QUEUED, model,
+                                                   bucket, None, None, 0, None))
         self.buckets = [t[3] for t in tasks]
         self.working: set[int] = set()  # cells shown working from the executor's heartbeat
         self.results_at = self.attempts_at = self.events_at = 0
@@ -66,11 +71,6 @@ class _Follow:
         self.snapshot: Snapshot | None = None
 
 
-# a stored event's tag in the log (six columns, as the live log's) and its text when it
-# carries none ("SESSIO" was a cut `session_started`)
-_EVENT_TAGS = {"control": "CTRL  ", "fallback": "FALLBK", "session_started": "START ",
-               "control_rejected": "REFUSE"}
-_EVENT_TEXT = {"session_started": "an executor took the run (a new session)"}
 
 
 _FINAL = frozenset({TaskState.SUCCEEDED, TaskState.FAILED, TaskState.CANCELLED})
@@ -135,6 +135,7 @@ class StoreSource:
         self._more_rows = False  # the last read stopped at its cap: more are stored
         self._seen: tuple[dict, tuple[KeyRow, ...], str, float | None] | None = None
         self._canary_view: CanaryView | None = None  # a replay's canary at its moment
+        self._timeline: Timeline | None = None  # a replay's rows in time order
 
     async def open(self) -> None:
         if self.conn is not None:
@@ -200,6 +201,8 @@ class StoreSource:
         if self._quiet(f):  # nothing written since the last read: only time moved on
             assert f is not None and self._seen is not None and self.record is not None
             return self._build(f, self.record, *self._seen)
+        if self.at is not None:
+            return await self._snapshot_at(self.at)
         run, status = await get_settled_run(self.conn, self.run_id, self.db_path)
         self.record = run
         if f is None or f.session != _session(run) or (f.final and status != f.status):
@@ -209,27 +212,19 @@ class StoreSource:
         elif f.final and status != RunStatus.RUNNING:
             self._read_at = time.monotonic()
             return f.snapshot
-        if self.at is not None and self.at < (run.finished_at or run.heartbeat_at or 0):
-            status = RunStatus.RUNNING  # as it was then (a replay: nothing acts on it)
         f.status = status
-        self.active = status == RunStatus.RUNNING and self.at is None
+        self.active = status == RunStatus.RUNNING
         f.final = False  # set once this tick's snapshot is built (a failed read retries)
         f.ended_at = None if self.active else (run.finished_at or time.time())
         await self._read_new_rows(f, run.started_at)
         self.paused = await reads.last_pause_command(self.conn, self.run_id) == "pause"
         live = await reads.live_figures(self.conn, self.run_id) if self.active else {}
         _show_working(f, live.get("agents") or [])
-        if self.at is not None:
-            await self._working_at(f, self.at)
         keys, _ = await self.keys()
         canary = "canary: off"
         canary_pct: float | None = None
         c = self._canary_name()
-        self._canary_view = await self._canary_at(run, self.at) if self.at is not None else None
-        if self._canary_view is not None:
-            canary = self._canary_view.status_line(now=self.at)
-            canary_pct = self._canary_view.state.pct
-        elif c is not None:
+        if c is not None:
             from swarm_tui.store.canary import read_state
 
             state = await read_state(self.conn, c)
@@ -238,10 +233,35 @@ class StoreSource:
                 canary_pct = state.pct
         self._seen = (live, keys, canary, canary_pct)
         self._read_at = time.monotonic()  # once read: a slow read still earns its quiet ticks
-        snap = self._build(f, run, live, keys, canary, canary_pct)
+        return self._build(f, run, live, keys, canary, canary_pct)
+
+    async def _snapshot_at(self, at: float) -> Snapshot:
+        """The run as it was at `at`: its timeline moved there (rows read once per
+        replay), the calls out then and the tasks waiting out a retry drawn on a copy."""
+        assert self.conn is not None and self.run_id is not None
+        if self._timeline is None or self.record is None:
+            run, _status = await get_settled_run(self.conn, self.run_id, self.db_path)
+            self.record = run
+            end = run.finished_at or run.heartbeat_at or time.time()
+            self._timeline = await Timeline.load(self.conn, run.id, run.started_at, end)
+        run, tl = self.record, self._timeline
+        tl.move_to(at)
+        f = self._follow = _Follow(run, [], timeline=tl)
+        f.index, f.task_ids, f.buckets = tl.index, tl.task_ids, tl.buckets
+        f.status = (RunStatus.RUNNING if at < (run.finished_at or run.heartbeat_at or 0)
+                    else run.effective_status())
+        f.ended_at = run.finished_at or time.time()
+        self.active = False
+        self._working_at(f, at)
+        keys, _ = await self.keys()
+        self._canary_view = await self._canary_at(run, at)
+        canary, pct = "canary: off", None
+        if self._canary_view is not None:
+            canary, pct = self._canary_view.status_line(now=at), self._canary_view.state.pct
+        snap = self._build(f, run, {}, keys, canary, pct)
         if self._canary_view is not None:
             snap = f.snapshot = dataclasses.replace(snap, canary_view=self._canary_view)
-        return snap
+        return snap  # (final: drawn again after a seek, which drops it)
 
     def _canary_name(self) -> str | None:
         c = self.cfg.settings.canary if self.cfg is not None else None
@@ -349,9 +369,7 @@ class StoreSource:
             if outcome == "error":
                 i = f.index.get(seq)
                 tid = f.task_ids[i] if i is not None else f"#{seq}"
-                lines.append((sent_at, f"RETRY  {tid} #{n} {c} {sc or ''} +{wait:.2f}s"
-                              if wait is not None
-                              else f"FAIL   {tid} #{n} {c} {sc or ''} {(msg or '')[:60]}"))
+                lines.append((sent_at, call_line(tid, n, c, sc, wait, msg)))
         self._more_rows |= cap is not None and bool(f.attempts_at) and len(attempts) >= 2 * cap
         if attempts:
             f.attempts_at = attempts[-1][0]
@@ -360,9 +378,7 @@ class StoreSource:
         self._observed = (max(self._observed[0], f.results_at),
                           max(self._observed[1], f.attempts_at))
         events = await reads.events_after(self.conn, self.run_id, f.events_at, until=self.at)
-        lines += [(at, f"{_EVENT_TAGS.get(kind, kind.upper()[:6]):6} "
-                       f"{detail or _EVENT_TEXT.get(kind, '')}")
-                  for _id, at, kind, detail in events]
+        lines += [(at, event_line(kind, detail)) for _id, at, kind, detail in events]
         if events:
             f.events_at = events[-1][0]
         for at, text in sorted(lines, key=lambda x: x[0])[-LOG_LINES:]:
@@ -394,14 +410,14 @@ class StoreSource:
         assert self.conn is not None and self.record is not None
         return await notable_moments(self.conn, self.record, limit=50)
 
-    async def _working_at(self, f: _Follow, at: float) -> None:
+    def _working_at(self, f: _Follow, at: float) -> None:
         """The calls out at the replayed moment, as working cells (their answers came
         later: no result row is read for them)."""
-        assert self.conn is not None and self.run_id is not None
+        assert self._timeline is not None
+        calls = self._timeline.calls_out
         m = f.metrics
-        out = await reads.in_flight_at(self.conn, self.run_id, at)
         f.working = set()
-        for seq, model, _gateway, sent_at in out:
+        for seq, model, sent_at in calls.out_at(at):
             i = f.index.get(seq)
             if i is None or i in f.working:
                 continue
@@ -409,7 +425,7 @@ class StoreSource:
             m.put_cell(i, AgentCell(seq, f.task_ids[i], TaskState.RUNNING, model,
                                     f.buckets[i], None, None, 0, None))
             m.slot_on(i, sent_at - f.started_at, int)  # (streamed so far: not stored)
-        for seq in await reads.retrying_at(self.conn, self.run_id, at):
+        for seq in calls.waiting_at(at):
             i = f.index.get(seq)
             cell = m.cells[i] if i is not None else None
             if i is None or i in f.working or cell is None or cell.state in _FINAL:
@@ -435,7 +451,9 @@ class StoreSource:
         as they were at its moment."""
         assert self.conn is not None and self.run_id is not None
         if self.at is not None:
-            return await reads.keys_at(self.conn, self.run_id, self.at), None
+            tl = self._timeline
+            return await reads.keys_at(self.conn, self.run_id, self.at, None if tl is None
+                                       else tl.calls_out.key_counts(self.at)), None
         return await reads.stored_keys(self.conn, self.run_id), None
 
     async def cost(self) -> CostReport | None:

@@ -155,10 +155,30 @@ async def stored_keys(conn: StoreConnection, run_id: str) -> tuple[KeyRow, ...]:
     return tuple(KeyRow(*row) for row in _one_row_per_key(rows, 2))
 
 
-async def keys_at(conn: StoreConnection, run_id: str, at: float) -> tuple[KeyRow, ...]:
+async def call_rows(conn: StoreConnection, run_id: str, chunk: int = 5_000
+                    ) -> AsyncIterator[list[tuple]]:
+    """(seq, number, outcome, sent_at, error_class, status_code, retry_wait_s,
+    error_message, model, gateway, key_fp, latency_ms, tokens_in, tokens_out) of every call
+    of the run, in the order stored, a chunk at a time (a replay's timeline keeps a few
+    fields of each: run_sources/timeline.py)."""
+    async with conn.execute(
+            "SELECT seq, number, outcome, sent_at, error_class, status_code, retry_wait_s, "
+            "error_message, model, gateway, key_fp, latency_ms, tokens_in, tokens_out "
+            "FROM attempts WHERE run_id=? ORDER BY id", (run_id,)) as cur:
+        while rows := await cur.fetchmany(chunk):
+            yield [tuple(r) for r in rows]
+
+
+KeyCounts = dict[tuple[str, str], tuple]  # (gateway, fp) -> (calls, in flight, 429s, errors,
+# tokens in, tokens out, last used)
+
+
+async def keys_at(conn: StoreConnection, run_id: str, at: float,
+                  counted: KeyCounts | None = None) -> tuple[KeyRow, ...]:
     """The run's keys as they were at `at` (a replay): each key's state from its last
     change by then (key_changes), its counters from the attempts sent by then, counted as
-    the key pool counts them (a call at its send; errors, 429s and tokens at its answer).
+    the key pool counts them (a call at its send; errors, 429s and tokens at its answer) —
+    `counted` when the caller has them (a replay's timeline), else read here.
     A run stored before key changes were kept shows its keys' last state."""
     keys = await stored_keys(conn, run_id)
     async with conn.execute(
@@ -171,16 +191,8 @@ async def keys_at(conn: StoreConnection, run_id: str, at: float) -> tuple[KeyRow
     last: dict[tuple, tuple] = {}
     for gw, fp, worker, state, until, reason in changes:
         last[(gw, fp, worker)] = (state, until, reason)
-    end = ATTEMPT_END
-    async with conn.execute(
-            f"SELECT gateway, key_fp, COUNT(*), SUM(CASE WHEN {end} > ? THEN 1 ELSE 0 END), "
-            f"SUM(CASE WHEN {end} <= ? AND status_code = 429 THEN 1 ELSE 0 END), "
-            f"SUM(CASE WHEN {end} <= ? AND outcome = 'error' THEN 1 ELSE 0 END), "
-            f"SUM(CASE WHEN {end} <= ? AND outcome = 'ok' THEN tokens_in ELSE 0 END), "
-            f"SUM(CASE WHEN {end} <= ? AND outcome = 'ok' THEN tokens_out ELSE 0 END), "
-            "MAX(sent_at) FROM attempts WHERE run_id=? AND sent_at <= ? AND key_fp IS NOT NULL "
-            "GROUP BY gateway, key_fp", (at, at, at, at, at, run_id, at)) as cur:
-        counted = {(r[0], r[1]): r[2:] for r in await cur.fetchall()}
+    if counted is None:
+        counted = await _key_counts(conn, run_id, at)
     out = []
     for k in keys:
         if kept:
@@ -198,6 +210,19 @@ async def keys_at(conn: StoreConnection, run_id: str, at: float) -> tuple[KeyRow
                           int(in_flight or 0), int(calls), int(limited or 0), int(errors or 0),
                           int(t_in or 0), int(t_out or 0), used))
     return tuple(out)
+
+
+async def _key_counts(conn: StoreConnection, run_id: str, at: float) -> KeyCounts:
+    end = ATTEMPT_END
+    async with conn.execute(
+            f"SELECT gateway, key_fp, COUNT(*), SUM(CASE WHEN {end} > ? THEN 1 ELSE 0 END), "
+            f"SUM(CASE WHEN {end} <= ? AND status_code = 429 THEN 1 ELSE 0 END), "
+            f"SUM(CASE WHEN {end} <= ? AND outcome = 'error' THEN 1 ELSE 0 END), "
+            f"SUM(CASE WHEN {end} <= ? AND outcome = 'ok' THEN tokens_in ELSE 0 END), "
+            f"SUM(CASE WHEN {end} <= ? AND outcome = 'ok' THEN tokens_out ELSE 0 END), "
+            "MAX(sent_at) FROM attempts WHERE run_id=? AND sent_at <= ? AND key_fp IS NOT NULL "
+            "GROUP BY gateway, key_fp", (at, at, at, at, at, run_id, at)) as cur:
+        return {(r[0], r[1]): r[2:] for r in await cur.fetchall()}
 
 
 async def attempt_dicts(conn: StoreConnection, run_id: str, cols: Sequence[str]
@@ -286,26 +311,6 @@ async def attempts_after(conn: StoreConnection, run_id: str, after: int,
 
 # when an attempt's answer (or failure) came: its send plus its latency
 ATTEMPT_END = "(sent_at + COALESCE(latency_ms, 0) / 1000.0)"
-
-
-async def in_flight_at(conn: StoreConnection, run_id: str, at: float) -> list[tuple]:
-    """(seq, model, gateway, sent_at) of the calls out at `at`: sent by then, answered
-    after (a replay's working cells at that moment)."""
-    async with conn.execute(
-            f"SELECT seq, model, gateway, sent_at FROM attempts WHERE run_id=? AND "
-            f"sent_at <= ? AND {ATTEMPT_END} > ? ORDER BY sent_at",
-            (run_id, at, at)) as cur:
-        return [tuple(r) for r in await cur.fetchall()]
-
-
-async def retrying_at(conn: StoreConnection, run_id: str, at: float) -> list[int]:
-    """Seqs of the tasks waiting out a retry at `at`: a failed call answered by then whose
-    wait (its retry_wait_s) had not run out (the live grid's RETRYING)."""
-    async with conn.execute(
-            f"SELECT DISTINCT seq FROM attempts WHERE run_id=? AND outcome='error' AND "
-            f"retry_wait_s IS NOT NULL AND {ATTEMPT_END} <= ? AND "
-            f"{ATTEMPT_END} + retry_wait_s > ?", (run_id, at, at)) as cur:
-        return [r[0] for r in await cur.fetchall()]
 
 
 async def events_after(conn: StoreConnection, run_id: str, after: int,
