@@ -137,3 +137,48 @@ async def test_the_screenshot_of_a_moment_is_the_console_at_that_moment(
         console = app.export_screenshot()
     assert _svg_text(shot.read_text()) == _svg_text(console)
     assert f"{mf.MOMENTS[moment]:.0f}" in r.stdout or "+" in r.stdout  # the status block
+
+
+async def test_mark_move_and_compare_say_what_changed(incident_db):
+    """`m` at 7.5 s, `>` to 17.5 s, `c`: the storm's 429s on key A, the tasks that ended
+    between, and the canary unchanged (it aborts at 20 s)."""
+    app = console_at(incident_db, "before")
+    async with app.run_test(size=(100, 40)) as pilot:
+        await drawn(pilot)
+        assert not app.check_action("compare_moments", ())  # nothing marked yet
+        await pilot.press("m")
+        await pilot.press("greater_than_sign")
+        for _ in range(200):
+            if app.source.at == pytest.approx(mf.T0 + 17.5) and app.snapshot is not None \
+                    and app.snapshot.elapsed_s == pytest.approx(17.5):
+                break
+            await pilot.pause(0.02)
+        await pilot.press("c")
+        for _ in range(200):
+            if "from 2026-12-04T16:00:07Z" in screen_text(app):
+                break
+            await pilot.pause(0.02)
+        text = screen_text(app)
+    assert "from 2026-12-04T16:00:07Z to 2026-12-04T16:00:17Z (10.0 s)" in text, text
+    assert "succeeded        15 →       34  (+19)" in text, text
+    assert "calls            15 →       38  (+23)" in text, text
+    assert re.search(r"sk-…aaaa#a1a1a1\s+active → active\s+\+4 calls, \+3 429s", text), text
+    assert "canary " not in text.split("keys")[-1]  # the canary did not move in between
+
+
+async def test_space_plays_a_replay_and_stops_at_the_end(incident_db):
+    app = console_at(incident_db, "after")
+    async with app.run_test(size=SIZE) as pilot:
+        await drawn(pilot)
+        await pilot.press("space", "space")  # 1×, then 10×
+        for _ in range(400):
+            if app.source.at >= mf.T0 + mf.END_S:
+                break
+            await pilot.pause(0.05)
+        assert app.source.at == pytest.approx(mf.T0 + mf.END_S)  # 5.5 s of run at 10×
+        for _ in range(100):  # the player stops itself at the end
+            if app._speed is None:
+                break
+            await pilot.pause(0.05)
+        assert app._speed is None
+        assert "‖ ├" in screen_text(app)  # the bar says paused

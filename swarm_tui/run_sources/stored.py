@@ -136,6 +136,7 @@ class StoreSource:
         self._seen: tuple[dict, tuple[KeyRow, ...], str, float | None] | None = None
         self._canary_view: CanaryView | None = None  # a replay's canary at its moment
         self._timeline: Timeline | None = None  # a replay's rows in time order
+        self.moments_read: list[tuple[float, str]] | None = None
 
     async def open(self) -> None:
         if self.conn is not None:
@@ -244,6 +245,7 @@ class StoreSource:
             self.record = run
             end = run.finished_at or run.heartbeat_at or time.time()
             self._timeline = await Timeline.load(self.conn, run.id, run.started_at, end)
+            await self.moments()  # for the time bar, drawn with the first moment
         run, tl = self.record, self._timeline
         tl.move_to(at)
         f = self._follow = _Follow(run, [], timeline=tl)
@@ -404,11 +406,14 @@ class StoreSource:
         return at
 
     async def moments(self) -> list[tuple[float, str]]:
-        """The run's notable moments (first failure, cooldowns, alerts, canary moves)."""
+        """The run's notable moments (first failure, cooldowns, alerts, canary moves),
+        read with the replay's timeline (a finished run's do not change)."""
         from swarm_tui.store.moments import notable_moments
 
         assert self.conn is not None and self.record is not None
-        return await notable_moments(self.conn, self.record, limit=50)
+        if self.moments_read is None:
+            self.moments_read = await notable_moments(self.conn, self.record, limit=50)
+        return self.moments_read
 
     def _working_at(self, f: _Follow, at: float) -> None:
         """The calls out at the replayed moment, as working cells (their answers came

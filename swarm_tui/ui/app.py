@@ -28,6 +28,7 @@ from textual.filter import Monochrome, NoColor
 from textual.geometry import Size
 from textual.screen import Screen
 from textual.suggester import SuggestFromList
+from textual.timer import Timer
 from textual.widgets import Footer, Input, Static
 from textual.worker import Worker
 
@@ -54,6 +55,7 @@ if TYPE_CHECKING:
     from swarm_tui.run_sources import StoreSource
 
 CONCURRENCY_STEP = 10
+PLAY_TICK_S = 0.25  # a playing replay moves this often (its speed × this, of run time)
 RUN_CONTROLS = {"toggle_pause", "concurrency", "cancel_run", "cancel_agent"}
 # (binding id, description) of every action, for the help screen and the command palette.
 ACTIONS: list[tuple[str, str, str]] = [
@@ -78,6 +80,15 @@ ACTIONS: list[tuple[str, str, str]] = [
     ("app.cost", "cost", "Cost: totals, projections, what-if per model"),
     ("app.demo", "demo", "Start the demo swarm"),
     ("app.freeze", "freeze", "Freeze / unfreeze the display"),
+    ("replay.back", "seek(-1)", "Replay: one second back"),
+    ("replay.forward", "seek(1)", "Replay: one second on"),
+    ("replay.back10", "seek(-10)", "Replay: ten seconds back"),
+    ("replay.forward10", "seek(10)", "Replay: ten seconds on"),
+    ("replay.prev", "moment(-1)", "Replay: the notable moment before"),
+    ("replay.next", "moment(1)", "Replay: the next notable moment"),
+    ("replay.play", "play", "Replay: play at 1×, 10×, 60×, pause"),
+    ("replay.mark", "mark", "Replay: mark this moment (to compare)"),
+    ("replay.compare", "compare_moments", "Replay: what changed since the mark"),
     ("app.theme", "next_theme", "Next theme"),
     ("app.quit", "request_quit", "Quit (asks while a run is active)"),
 ]
@@ -101,6 +112,7 @@ class Dashboard(Screen[None]):
     def compose(self) -> ComposeResult:
         agents = self.view == "agents"
         yield StatusBar(id="status")
+        yield Static("", id="timebar", classes="hidden", markup=False)  # a replay's clock
         yield AgentsView(id="agents", classes="" if agents else "hidden")
         yield AgentGrid(id="grid", classes="hidden" if agents else "")
         with Horizontal(id="bottom"):
@@ -168,6 +180,10 @@ class SwarmApp(App[int]):
         Binding("greater_than_sign", "seek(10)", "+10s", id="replay.forward10", show=False),
         Binding("left_square_bracket", "moment(-1)", "◀ moment", id="replay.prev"),
         Binding("right_square_bracket", "moment(1)", "moment ▶", id="replay.next"),
+        # (after the live run's own space and c: each key acts where its action may)
+        Binding("space", "play", "Play", id="replay.play", show=False),
+        Binding("m", "mark", "Mark", id="replay.mark", show=False),
+        Binding("c", "compare_moments", "Compare", id="replay.compare", show=False),
     ]
 
     def __init__(
@@ -208,6 +224,10 @@ class SwarmApp(App[int]):
         self._shown_message: str | None = None
         self._shown_size: Size | None = None
         self.message = ""
+        # a replay: its play speed, a marked moment
+        self._speed: int | None = None
+        self._player: Timer | None = None
+        self._mark: tuple[float, Snapshot] | None = None
         self._themes = load_themes(theme_dir)
         self._wanted_theme = theme or "swarm-dark"
         self._keymap = keymap or {}
@@ -325,6 +345,21 @@ class SwarmApp(App[int]):
             screen.query_one(AgentsView).show(s)
         screen.query_one(EventLog).feed(s.log)
         screen.query_one(LatencyHistogram).show(s, sparkline_text(s.sparkline))
+        self._draw_time_bar(screen)
+
+    def _draw_time_bar(self, screen: Screen) -> None:
+        from swarm_tui.ui.time_bar import time_bar_text
+
+        bar = screen.query_one("#timebar", Static)
+        source = self._replayed()
+        span = source.span() if source is not None else None
+        bar.set_class(span is None, "hidden")
+        if source is None or span is None:
+            return
+        at = source.at if source.at is not None else span[1]
+        moments = [t for t, _what in source.moments_read or ()]  # read with the moment
+        bar.update(time_bar_text(at, span, moments, max(20, screen.size.width - 2),
+                                 self._speed, self._mark[0] if self._mark else None))
 
     @property
     def run_active(self) -> bool:
@@ -351,8 +386,12 @@ class SwarmApp(App[int]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in RUN_CONTROLS:
             return self.may_control()
-        if action in ("seek", "moment"):
+        if action in ("seek", "moment", "play", "mark"):
             return self._replayed() is not None
+        if action == "compare_moments":
+            return self._replayed() is not None and self._mark is not None
+        if action == "freeze":
+            return self._replayed() is None  # a replay's space plays it
         if action == "demo":
             return self.source is None and self.start_source is not None
         return True
@@ -360,7 +399,8 @@ class SwarmApp(App[int]):
     def on_key(self, event: events.Key) -> None:
         """A run control's key where it is hidden still answers, in words."""
         if (event.key in self._run_control_keys() and isinstance(self.screen, Dashboard)
-                and not self.may_control()):
+                and not self.may_control()
+                and not (self._replayed() is not None and event.key == "c")):  # compare
             why = ("read-only console" if self.readonly or (
                 self.source is not None and (self.source.readonly
                                              or self.source.kind == "replay"))
@@ -673,12 +713,69 @@ class SwarmApp(App[int]):
         """Say which moment is shown, and redraw it now (not at the next tick)."""
         from swarm_tui.core.moments import iso
 
-        self.message = (f"replay at {iso(at)} (+{at - span[0]:.1f}s{', ' + what if what else ''})"
-                        "  , . ±1 s  < > ±10 s  [ ] notable moments")
+        self.message = (f"replay at {iso(at)}{', ' + what if what else ''}  , . ±1s"
+                        "  < > ±10s  [ ] moments  space play  m mark  c compare")
         screen = self._shown_dashboard()
         if screen is not None:
             screen.query_one(EventLog).reset()  # the log up to the new moment, afresh
         self.run_worker(self.tick(), exclusive=True, group="seek")
+
+    def action_play(self) -> None:
+        """Space in a replay: play at 1×, 10×, 60× of the run's own time, then pause."""
+        from swarm_tui.ui.time_bar import next_speed
+
+        self._speed = next_speed(self._speed)
+        if self._player is not None:
+            self._player.stop()
+            self._player = None
+        if self._speed is not None:
+            self._player = self.set_interval(PLAY_TICK_S, self._play_step)
+        self.notify("paused" if self._speed is None else f"playing at {self._speed}×")
+        screen = self._shown_dashboard()
+        if screen is not None:
+            self._draw_time_bar(screen)
+
+    def _play_step(self) -> None:
+        source = self._replayed()
+        span = source.span() if source is not None else None
+        if source is None or span is None or self._speed is None:
+            return
+        now = source.at if source.at is not None else span[1]
+        if now >= span[1]:  # the end: stop there
+            self._speed = None
+            if self._player is not None:
+                self._player.stop()
+                self._player = None
+            self.notify("the end of the run")
+            screen = self._shown_dashboard()
+            if screen is not None:
+                self._draw_time_bar(screen)
+            return
+        self.action_seek(PLAY_TICK_S * self._speed)
+
+    def action_mark(self) -> None:
+        source = self._replayed()
+        if source is None or self.snapshot is None:
+            return
+        span = source.span()
+        at = source.at if source.at is not None else (span[1] if span else 0.0)
+        self._mark = (at, self.snapshot)
+        self.refresh_bindings()
+        self.notify("moment marked: move, then c shows what changed")
+        screen = self._shown_dashboard()
+        if screen is not None:
+            self._draw_time_bar(screen)
+
+    def action_compare_moments(self) -> None:
+        from swarm_tui.ui.compare_moments import compare_text
+
+        source = self._replayed()
+        if source is None or self._mark is None or self.snapshot is None:
+            return
+        span = source.span()
+        at = source.at if source.at is not None else (span[1] if span else 0.0)
+        self.push_screen(TextScreen(compare_text(self._mark[1], self._mark[0],
+                                                 self.snapshot, at)))
 
     def action_freeze(self) -> None:
         self.frozen = not self.frozen
