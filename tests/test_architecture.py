@@ -25,6 +25,67 @@ def test_the_layer_contracts_hold():
     assert "0 broken" in r.stdout
 
 
+def _import_circles() -> list[list[str]]:
+    """Every circle of imports among swarm_tui's modules (a function's own imports count:
+    a lazy import is still a dependency), as strongly connected groups."""
+    import grimp
+
+    graph = grimp.build_graph("swarm_tui", exclude_type_checking_imports=True)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles: list[list[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan's, on a graph of ~200 modules
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.find_modules_directly_imported_by(v):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                circles.append(sorted(group))
+
+    for module in sorted(graph.modules):
+        if module not in index:
+            visit(module)
+    return circles
+
+
+def _package(module: str) -> str:
+    parts = module.split(".")
+    return ".".join(parts[:2]) if len(parts) > 2 else module
+
+
+def test_no_import_circle_between_or_inside_packages():
+    """Issue 33: the store imported the canary and the canary the store; store/db,
+    pg_schema, reconcile and writer went round. Neither modules nor packages may."""
+    assert _import_circles() == []
+    import grimp
+
+    graph = grimp.build_graph("swarm_tui", exclude_type_checking_imports=True)
+    packages = sorted({_package(m) for m in graph.modules if m.count(".") >= 2})
+    both_ways = []
+    for a in packages:
+        for b in packages:
+            if a < b and graph.find_matching_direct_imports(import_expression=f"{a}.** -> {b}.**") \
+                    and graph.find_matching_direct_imports(import_expression=f"{b}.** -> {a}.**"):
+                both_ways.append((a, b))
+    assert both_ways == []
+
+
 def test_sql_is_written_only_under_store():
     offenders = []
     for f in (ROOT / "swarm_tui").rglob("*.py"):

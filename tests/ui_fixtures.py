@@ -79,6 +79,7 @@ class FixedSource:
 
     kind = "live"
     error = None
+    at = None
 
     def __init__(self, snap: Snapshot, readonly: bool = False) -> None:
         self.snap = snap

@@ -14,12 +14,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from swarm_tui.canary import state as st
+from swarm_tui.canary import stored
 from swarm_tui.canary.analysis import Analysis
 from swarm_tui.canary.auto import decide
 from swarm_tui.config_sections import CanaryConfig
+from swarm_tui.core.fmt import short_duration
 from swarm_tui.engine.looplag import LoopLag
 from swarm_tui.engine.routing import CanaryRouter
-from swarm_tui.report.fmt import short_duration
 from swarm_tui.store import canary as cs
 from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.db import db_error, open_db
@@ -62,7 +63,7 @@ async def read_view(db_path: DbTarget, cfg: CanaryConfig) -> CanaryView:
     try:
         started = await cs.read_state(conn, cfg.name) is not None
         state = await cs.peek_state(conn, cfg)
-        return CanaryView(cfg, state, await cs.analyze(conn, cfg, state),
+        return CanaryView(cfg, state, await stored.analyze(conn, cfg, state),
                           tuple(await cs.history(conn, cfg.name, 20)), started=started)
     except sqlite3.Error as e:
         raise db_error(db_path, e) from None
@@ -73,8 +74,8 @@ async def read_view(db_path: DbTarget, cfg: CanaryConfig) -> CanaryView:
 async def view_at(conn: StoreConnection, cfg: CanaryConfig, at: float) -> CanaryView:
     """The canary as it was at `at` (a replay): its stage from the audit log, its gates
     evaluated on what had ended by then, its actions up to then; writes nothing."""
-    state, started = await cs.state_at(conn, cfg, at)
-    return CanaryView(cfg, state, await cs.analyze(conn, cfg, state, now=at, until=at),
+    state, started = await stored.state_at(conn, cfg, at)
+    return CanaryView(cfg, state, await stored.analyze(conn, cfg, state, now=at, until=at),
                       tuple(await cs.history(conn, cfg.name, 20, until=at)), started=started,
                       as_of=at)
 
@@ -84,7 +85,7 @@ async def act_stored(db_path: DbTarget, cfg: CanaryConfig, action: str, arg: str
     """An action on the stored canary; a runner elsewhere follows it within POLL_S."""
     conn = await open_db(db_path)
     try:
-        return await cs.act(conn, cfg, action, arg, source=source, reason=reason, path=db_path)
+        return await stored.act(conn, cfg, action, arg, source=source, reason=reason, path=db_path)
     finally:
         await conn.close()
 
@@ -178,12 +179,13 @@ class CanaryController:
                if self.client_lag is not None else None)
         if self.client_lag is not None:
             self.client_lag.judged_ms = lag
-        analysis = await cs.analyze(self.conn, self.cfg, state, now, lag)
+        analysis = await stored.analyze(self.conn, self.cfg, state, now, lag)
         if self.cfg.mode == "auto":
             after, action, reason = decide(state, analysis, self.cfg, now)
             if after != state:
                 won = await cs.save(self.conn, state, after, action=action, actor="auto",
-                                    source="auto", reason=reason, analysis=analysis)
+                                    source="auto", reason=reason,
+                                    metrics_json=analysis.model_dump_json())
                 await self.poll()  # won or lost the race: follow what is stored
                 # its own move only: what it wrote (the stored state may already be another
                 # process's later move — which that process pages)
@@ -191,7 +193,7 @@ class CanaryController:
                     for listener in self.own_moves:
                         listener(state, after)
                 if action is not None:
-                    analysis = await cs.analyze(self.conn, self.cfg, self.state,
+                    analysis = await stored.analyze(self.conn, self.cfg, self.state,
                                                 client_lag_ms=lag)
         self.view = CanaryView(self.cfg, self.state, analysis,
                                tuple(await cs.history(self.conn, self.cfg.name, 20)),
@@ -201,7 +203,7 @@ class CanaryController:
                   source: str = "console") -> st.CanaryState:
         assert self.conn is not None
         async with self._lock:
-            new = await cs.act(self.conn, self.cfg, action, arg, source=source, reason=reason,
+            new = await stored.act(self.conn, self.cfg, action, arg, source=source, reason=reason,
                                path=self.db_path)
             self._follow(new)
             await self.evaluate()

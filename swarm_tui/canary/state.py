@@ -1,24 +1,29 @@
 """A canary's state and the actions that move it: which are allowed when, and what they do.
 
-Pure: no I/O, no clock. The store applies these under a compare-and-swap, so the CLI,
-a console and an auto-mode runner can all act on the same canary.
+Pure: no I/O, no clock (the record itself is core/canary.py's). The store applies these
+under a compare-and-swap, so the CLI, a console and an auto-mode runner can all act on the
+same canary.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 
+from swarm_tui.core.canary import (
+    ABORTED,
+    COMPLETE,
+    PAUSED,
+    PROGRESSING,
+    START,
+    CanaryState,
+    initial,
+)
 from swarm_tui.errors import UserError
 
-PROGRESSING = "progressing"  # baking the current stage; auto mode may promote or abort
-PAUSED = "paused"            # held at its percentage until resume / promote
-ABORTED = "aborted"          # 0 % on the candidate; retry starts over
-COMPLETE = "complete"        # 100 % on the candidate
+__all__ = ["ABORTED", "COMPLETE", "PAUSED", "PROGRESSING", "START", "CanaryState", "initial"]
 
 PROMOTE, PROMOTE_FULL, PAUSE, RESUME, ABORT, SET, RETRY = (
     "promote", "promote-full", "pause", "resume", "abort", "set", "retry")
-START = "start"  # the first time a canary is seen: recorded, never requested
 
 ALLOWED: dict[str, frozenset[str]] = {
     PROMOTE: frozenset({PROGRESSING, PAUSED}),
@@ -35,39 +40,6 @@ ACTIONS = tuple(ALLOWED)
 
 class ActionRefused(UserError):
     """An action not allowed in the canary's state, or a bad argument (exit 2)."""
-
-
-@dataclass(frozen=True)
-class CanaryState:
-    name: str
-    baseline: str
-    candidate: str
-    status: str
-    pct: int
-    stage_started_at: float
-    bake_started_at: float
-    passing_since: float | None = None
-    failures: int = 0
-    version: int = 0
-    updated_at: float = 0.0
-
-    def stage_index(self, stages: list[int]) -> int:
-        """Index of the highest configured stage at or below pct; -1 below the first."""
-        idx = -1
-        for i, pct in enumerate(stages):
-            if pct <= self.pct:
-                idx = i
-        return idx
-
-    def next_pct(self, stages: list[int]) -> int | None:
-        return next((p for p in stages if p > self.pct), None)
-
-
-def initial(name: str, baseline: str, candidate: str, stages: list[int], now: float
-            ) -> CanaryState:
-    pct = stages[0]
-    return CanaryState(name, baseline, candidate, COMPLETE if pct == 100 else PROGRESSING, pct,
-                       now, now, updated_at=now)
 
 
 def allowed_actions(status: str) -> list[str]:

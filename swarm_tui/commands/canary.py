@@ -7,11 +7,12 @@ import json
 import time
 
 from swarm_tui.canary import state as st
+from swarm_tui.canary import stored
 from swarm_tui.config import LoadedConfig
 from swarm_tui.config_sections import CanaryConfig
+from swarm_tui.core import fmt
 from swarm_tui.errors import EXIT_OK, UserError
 from swarm_tui.report import canary as report
-from swarm_tui.report import fmt
 from swarm_tui.store import canary as cs
 from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.target import DbTarget
@@ -39,7 +40,7 @@ async def run(conn: StoreConnection, path: DbTarget, cfg: LoadedConfig,
         from swarm_tui.store.reads import canary_judged_lag
 
         lag = await canary_judged_lag(conn, c.name)
-        analysis = await cs.analyze(conn, c, state, client_lag_ms=lag)
+        analysis = await stored.analyze(conn, c, state, client_lag_ms=lag)
         if args.json:
             print(json.dumps({
                 "name": c.name, "mode": c.mode, "stages": c.stages,
@@ -66,7 +67,7 @@ async def run(conn: StoreConnection, path: DbTarget, cfg: LoadedConfig,
     if args.verb != st.SET and args.pct is not None:
         raise UserError(f"canary {args.verb}: takes no percentage")
     before = await cs.load_state(conn, c)
-    after = await cs.act(conn, c, args.verb, args.pct, source="cli", reason=args.reason,
+    after = await stored.act(conn, c, args.verb, args.pct, source="cli", reason=args.reason,
                          path=path)
     print(f"canary {c.name}: {args.verb}: {before.pct}% {before.status} → "
           f"{after.pct}% {after.status}")

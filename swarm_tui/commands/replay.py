@@ -88,7 +88,7 @@ def _wall_clock(spec: str, start: float) -> float:
 
 def status_block(snap: Snapshot, at: float, started_at: float) -> str:
     """The moment as plain text, for an incident ticket."""
-    from swarm_tui.report import fmt
+    from swarm_tui.core import fmt
 
     p50, p95, p99 = snap.latency_ms
     c = snap.counts
@@ -109,8 +109,8 @@ def status_block(snap: Snapshot, at: float, started_at: float) -> str:
 
 
 def moments_text(run: RunRecord, moments: list[tuple[float, str]]) -> str:
+    from swarm_tui.core import fmt
     from swarm_tui.core.moments import replay_command
-    from swarm_tui.report import fmt
 
     if not moments:
         return ""

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from swarm_tui.core.fmt import usd
 from swarm_tui.engine.cost import CostLine, CostReport, cost_report
-from swarm_tui.report.fmt import usd
 from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.cost_rows import cost_groups
 from swarm_tui.store.runs import RunRecord

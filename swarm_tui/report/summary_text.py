@@ -6,8 +6,8 @@ Kept apart from the headless progress (execution/progress.py), which needs the e
 
 from __future__ import annotations
 
+from swarm_tui.core import fmt
 from swarm_tui.engine.summary import Percentiles, RunSummary
-from swarm_tui.report import fmt
 
 
 def _cost(s: RunSummary) -> str:

@@ -44,6 +44,7 @@ class RunSource(Protocol):
     kind: str
     readonly: bool
     error: str | None
+    at: float | None  # the moment a replay shows (unix s); None: now
 
     @property
     def active(self) -> bool: ...

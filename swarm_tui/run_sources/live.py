@@ -48,6 +48,7 @@ class LiveSource:
     """
 
     kind = "live"
+    at: float | None = None  # (a live run is always now)
 
     def __init__(self, cfg: LoadedConfig, opts: RunOptions, tasks: Workload | Sequence[Task],
                  db_path: DbTarget, readonly: bool = False,

@@ -16,7 +16,7 @@ import gc
 import sys
 from collections import Counter
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from swarm_tui.engine.snapshot import LOG_LINES, AgentCell, LiveMetrics
 from swarm_tui.engine.state import TaskState
@@ -73,7 +73,8 @@ class Timeline:
         self.buckets = [t[3] for t in tasks]
         # (time, kind, row): results at their end, calls at their answer; a result after
         # the calls it ended with (same instant: its last call is counted first)
-        changes = [(r[13], RESULT, r) for r in results] + [(t, CALL, ok) for t, ok in calls]
+        changes: list[tuple[float, int, Any]] = (
+            [(r[13], RESULT, r) for r in results] + [(t, CALL, ok) for t, ok in calls])
         changes.sort(key=lambda c: (c[0], c[1] == RESULT))
         self.changes = changes
         self.times = [c[0] for c in changes]

@@ -8,22 +8,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sqlite3
 import time
-from pathlib import Path
 
 from pydantic import BaseModel
 
-from swarm_tui.canary import state as st
-from swarm_tui.canary.analysis import Analysis, evaluate, figures
 from swarm_tui.config_sections import CanaryConfig
+from swarm_tui.core import canary as st
 from swarm_tui.engine.routing import BASELINE, CANDIDATE
 from swarm_tui.store.audited import CANARY_CREATE, CANARY_MOVE, on_server
 from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.control import actor_on, os_user
-from swarm_tui.store.db import db_error
 from swarm_tui.store.notify import CANARY, notify
-from swarm_tui.store.target import DbTarget
 
 _COLS = ("name, baseline, candidate, status, pct, stage_started_at, bake_started_at, "
          "passing_since, failures, version, updated_at")
@@ -95,18 +90,17 @@ def _row(s: st.CanaryState) -> tuple:
 
 async def _audit(conn: StoreConnection, name: str, now: float, action: str, actor: str,
                  source: str, before: st.CanaryState | None, after: st.CanaryState,
-                 reason: str | None, analysis: Analysis | None) -> None:
+                 reason: str | None, metrics_json: str | None) -> None:
     await conn.execute(
         "INSERT INTO canary_actions (name, at, action, actor, source, from_pct, to_pct, "
         "from_status, to_status, reason, metrics_json) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
         (name, now, action, actor_on(conn, actor), source, before.pct if before else None,
-         after.pct, before.status if before else None, after.status, reason,
-         analysis.model_dump_json() if analysis else None))
+         after.pct, before.status if before else None, after.status, reason, metrics_json))
 
 
 async def save(conn: StoreConnection, before: st.CanaryState, after: st.CanaryState,
                *, action: str | None = None, actor: str = "", source: str = "",
-               reason: str | None = None, analysis: Analysis | None = None) -> bool:
+               reason: str | None = None, metrics_json: str | None = None) -> bool:
     """Write `after` if nobody changed the row since `before` was read; audit an action.
     False: lost the race (the caller re-reads)."""
     new = dataclasses.replace(after, version=before.version + 1)
@@ -116,7 +110,7 @@ async def save(conn: StoreConnection, before: st.CanaryState, after: st.CanarySt
                 (before.name, before.version, new.status, new.pct, new.stage_started_at,
                  new.bake_started_at, new.passing_since, new.failures, new.updated_at,
                  action, actor, source, before.pct, before.status, reason,
-                 analysis.model_dump_json() if analysis else None)) as cur:
+                 metrics_json)) as cur:
             row = await cur.fetchone()
         return bool(row and row[0])
     await conn.execute("BEGIN IMMEDIATE")
@@ -129,7 +123,7 @@ async def save(conn: StoreConnection, before: st.CanaryState, after: st.CanarySt
         won = cur.rowcount == 1
         if won and action is not None:
             await _audit(conn, before.name, new.updated_at, action, actor, source, before, new,
-                         reason, analysis)
+                         reason, metrics_json)
         if won:  # every process following this canary looks now, not at its next poll
             await notify(conn, CANARY, before.name)
         await conn.execute("COMMIT")
@@ -139,42 +133,12 @@ async def save(conn: StoreConnection, before: st.CanaryState, after: st.CanarySt
     return won
 
 
-async def act(conn: StoreConnection, cfg: CanaryConfig, action: str,
-              arg: str | int | None = None, *, actor: str | None = None, source: str = "cli",
-              reason: str | None = None, path: DbTarget | None = None) -> st.CanaryState:
-    """Apply an operator's action (ActionRefused if not allowed now), audited with the
-    figures it was taken on. Retries a lost compare-and-swap against the new state."""
-    actor = actor or os_user()
-    try:
-        for _ in range(5):
-            before = await load_state(conn, cfg, source=source)
-            now = time.time()
-            after = st.transition(before, action, arg, cfg.stages, now)
-            figs = await analyze(conn, cfg, before, now)
-            if await save(conn, before, after, action=action, actor=actor, source=source,
-                          reason=reason or None, analysis=figs):
-                return await read_state(conn, cfg.name) or after
-    except sqlite3.Error as e:
-        raise db_error(path or Path("?"), e) from None
-    raise st.ActionRefused(f"canary {cfg.name}: changed by someone else five times; try again")
-
-
-async def analyze(conn: StoreConnection, cfg: CanaryConfig, state: st.CanaryState,
-                  now: float | None = None, client_lag_ms: float | None = None,
-                  until: float | None = None) -> Analysis:
-    """`client_lag_ms`: the executor's scheduling delay over the stage (see evaluate).
-    `until`: only what had ended by then (a replay's gates as they were evaluated then)."""
-    now = time.time() if now is None else now
-    stage = await _figures_since(conn, cfg, state.stage_started_at, until)
-    window = await _figures_since(conn, cfg, now - cfg.window, until)
-    return Analysis(at=now, stage=stage, window=window, window_s=cfg.window,
-                    verdicts=evaluate(stage, cfg.gates, cfg.min_samples, client_lag_ms))
-
-
-async def _figures_since(conn: StoreConnection, cfg: CanaryConfig, since: float,
-                         until: float | None = None):
-    # A bucket is its gateway: results of runs without this canary on the baseline gateway
-    # are baseline traffic too (same gateway, same conditions).
+async def figure_rows(conn: StoreConnection, cfg: CanaryConfig, since: float,
+                      until: float | None = None) -> tuple[list[tuple], list[tuple]]:
+    """(results, calls) of both buckets ended since `since` (and by `until`): the rows the
+    canary's figures are made of (canary/stored.py evaluates them). A bucket is its
+    gateway: results of runs without this canary on the baseline gateway are baseline
+    traffic too (same gateway, same conditions)."""
     end = 2.0**62 if until is None else until
     async with conn.execute(
             "SELECT bucket, state, latency_ms, ttft_ms, tokens_in, tokens_out, cost_usd "
@@ -189,30 +153,15 @@ async def _figures_since(conn: StoreConnection, cfg: CanaryConfig, since: float,
             (cfg.candidate, CANDIDATE, BASELINE, since, end, cfg.baseline,
              cfg.candidate)) as cur:
         calls = [tuple(r) for r in await cur.fetchall()]
-    return figures(results, calls)
+    return results, calls
 
 
-async def state_at(conn: StoreConnection, cfg: CanaryConfig, at: float
-                   ) -> tuple[st.CanaryState, bool]:
-    """The canary as it stood at `at` (a replay), rebuilt from its audit log: each action
-    moved it to its `to_pct` / `to_status`; a new stage (or a resume) restarts the bake.
-    With no action by then, where it would have started (and False)."""
+async def moves_until(conn: StoreConnection, name: str, at: float) -> list[tuple]:
+    """(at, to_pct, to_status) of the canary's audited actions by `at`, oldest first."""
     async with conn.execute(
             "SELECT at, to_pct, to_status FROM canary_actions "
-            "WHERE name=? AND at <= ? ORDER BY id", (cfg.name, at)) as cur:
-        rows = await cur.fetchall()
-    if not rows:
-        return st.initial(cfg.name, cfg.baseline, cfg.candidate, cfg.stages, at), False
-    state = st.initial(cfg.name, cfg.baseline, cfg.candidate, cfg.stages, rows[0][0])
-    for when, to_pct, to_status in rows:
-        pct = state.pct if to_pct is None else to_pct
-        status = to_status or state.status
-        moved = pct != state.pct or (status == st.PROGRESSING and state.status != status)
-        state = dataclasses.replace(
-            state, pct=pct, status=status, updated_at=when,
-            stage_started_at=when if pct != state.pct else state.stage_started_at,
-            bake_started_at=when if moved else state.bake_started_at)
-    return state, True
+            "WHERE name=? AND at <= ? ORDER BY id", (name, at)) as cur:
+        return [tuple(r) for r in await cur.fetchall()]
 
 
 async def history(conn: StoreConnection, name: str, limit: int = 50,

@@ -16,7 +16,7 @@ from swarm_tui.paths import default_db_path
 from swarm_tui.store.conn import BUSY_TIMEOUT_MS, StoreConnection
 from swarm_tui.store.schema import MIGRATIONS, SCHEMA_VERSION
 from swarm_tui.store.scrub import run_data_step
-from swarm_tui.store.target import DbTarget, PgTarget, is_pg_url
+from swarm_tui.store.target import DbTarget, PgTarget, db_error, is_pg_url
 
 
 def resolve_db_path(cli_path: str | None, flag: str = "--db") -> DbTarget:
@@ -30,24 +30,6 @@ def resolve_db_path(cli_path: str | None, flag: str = "--db") -> DbTarget:
                             "service file (PGSERVICE), or the URL in SWARM_TUI_DB")
         return target
     return Path(raw).expanduser() if raw else default_db_path()
-
-
-def db_error(path: DbTarget, exc: BaseException) -> UserError:
-    """Map sqlite's errors to one line that names the file and what to do."""
-    msg = str(exc).lower()
-    if isinstance(path, PgTarget):
-        return UserError(f"database {path}: {exc}")
-    if "locked" in msg or "busy" in msg:
-        return UserError(f"database {path}: locked by another process (try again, or check "
-                         "for a stuck swarm-tui)")
-    if "not a database" in msg or "malformed" in msg or "corrupt" in msg:
-        return UserError(f"database {path}: not a swarm-tui database or corrupt ({exc})")
-    if "readonly" in msg or "read-only" in msg or "unable to open" in msg or "permission" in msg:
-        return UserError(f"database {path}: cannot write here ({exc}); pass --db or set "
-                         "SWARM_TUI_DB to a writable path")
-    if "disk" in msg and "full" in msg:
-        return UserError(f"database {path}: disk full")
-    return UserError(f"database {path}: {exc}")
 
 
 def _validate(path: Path, create: bool) -> bool:

@@ -49,7 +49,7 @@ async def _migrate(conn: PgConnection, target: PgTarget) -> None:
 
 
 async def open_pg(target: PgTarget, *, create: bool) -> PgConnection:
-    from swarm_tui.store.db import db_error
+    from swarm_tui.store.target import db_error
 
     try:
         conn = await PgConnection.connect(target)

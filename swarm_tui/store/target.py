@@ -12,6 +12,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import platformdirs
 
+from swarm_tui.errors import UserError
+
 SCHEMES = ("postgresql://", "postgres://")
 
 
@@ -66,3 +68,21 @@ DbTarget = Path | PgTarget
 def missing_file(target: DbTarget) -> bool:
     """A database file that does not exist yet (a server's schema is checked on opening)."""
     return isinstance(target, Path) and not target.exists()
+
+
+def db_error(path: DbTarget, exc: BaseException) -> UserError:
+    """Map sqlite's errors to one line that names the file and what to do."""
+    msg = str(exc).lower()
+    if isinstance(path, PgTarget):
+        return UserError(f"database {path}: {exc}")
+    if "locked" in msg or "busy" in msg:
+        return UserError(f"database {path}: locked by another process (try again, or check "
+                         "for a stuck swarm-tui)")
+    if "not a database" in msg or "malformed" in msg or "corrupt" in msg:
+        return UserError(f"database {path}: not a swarm-tui database or corrupt ({exc})")
+    if "readonly" in msg or "read-only" in msg or "unable to open" in msg or "permission" in msg:
+        return UserError(f"database {path}: cannot write here ({exc}); pass --db or set "
+                         "SWARM_TUI_DB to a writable path")
+    if "disk" in msg and "full" in msg:
+        return UserError(f"database {path}: disk full")
+    return UserError(f"database {path}: {exc}")

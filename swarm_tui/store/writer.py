@@ -25,14 +25,13 @@ from swarm_tui.engine.control import PERMIT_HOLD, Executor, apply_command
 from swarm_tui.engine.snapshot import key_rows
 from swarm_tui.engine.state import Agent, Attempt
 from swarm_tui.store.conn import StoreConnection
-from swarm_tui.store.db import db_error
 from swarm_tui.store.fences import LeaseFence, LostClaim, RunFence
 from swarm_tui.store.lost_sends import supersede_lost
 from swarm_tui.store.notify import CONTROL, ROWS, Listener, notify
 from swarm_tui.store.ownership import Claim
 from swarm_tui.store.runs import refresh_stats
 from swarm_tui.store.spill import SpillJournal
-from swarm_tui.store.target import DbTarget
+from swarm_tui.store.target import DbTarget, db_error
 
 
 def upsert(table: str, cols: str, key: str, where: str = "") -> str:

@@ -39,7 +39,6 @@ from swarm_tui.engine.snapshot import AgentCell, Snapshot
 from swarm_tui.engine.state import TaskState
 from swarm_tui.errors import EXIT_HANGUP, UserError
 from swarm_tui.run_sources.base import RunSource
-from swarm_tui.store.target import DbTarget
 from swarm_tui.ui.agents import AgentsView
 from swarm_tui.ui.canary_panel import CanaryScreen
 from swarm_tui.ui.command_line import CommandError, completions, parse
@@ -53,6 +52,7 @@ from swarm_tui.ui.widgets import EventLog, LatencyHistogram, StatusBar, sparklin
 
 if TYPE_CHECKING:
     from swarm_tui.run_sources import StoreSource
+    from swarm_tui.store.target import DbTarget
 
 CONCURRENCY_STEP = 10
 PLAY_TICK_S = 0.25  # a playing replay moves this often (its speed × this, of run time)
@@ -812,18 +812,12 @@ class SwarmApp(App[int]):
             self.push_screen(DetailScreen(detail))
 
     async def action_history(self) -> None:
-        from swarm_tui.report.listing import runs_listing
-        from swarm_tui.store.db import open_db
-        from swarm_tui.store.target import missing_file
+        from swarm_tui.run_sources import history
 
-        if self.db_path is None or missing_file(self.db_path):
+        if self.db_path is None or not history.has_runs(self.db_path):
             self.notify("no stored runs yet", severity="warning")
             return
-        conn = await open_db(self.db_path, create=False)
-        try:
-            items = await runs_listing(conn, 200)
-        finally:
-            await conn.close()
+        items = await history.listing(self.db_path, 200)
         self.push_screen(RunsScreen(items, self._replay, self._compare))
 
     def action_cost(self) -> None:
@@ -879,13 +873,12 @@ class SwarmApp(App[int]):
         self._open_replay(run_id, from_history=True)
 
     def _open_replay(self, run_id: str, from_history: bool = False) -> bool:
-        from swarm_tui.run_sources import StoreSource
-        from swarm_tui.store.target import missing_file
+        from swarm_tui.run_sources import StoreSource, history
 
         if self.run_active:
             self.notify("a run is active here; replay it after it ends", severity="warning")
             return False
-        if self.db_path is None or missing_file(self.db_path):
+        if self.db_path is None or not history.has_runs(self.db_path):
             self.notify("no stored runs yet", severity="warning")
             return False
         if from_history:
@@ -901,18 +894,10 @@ class SwarmApp(App[int]):
         self.run_worker(self._show_compare(a, b), name="compare")
 
     async def _show_compare(self, a: str, b: str) -> None:
-        from swarm_tui.report.history import compare_table, run_summary
-        from swarm_tui.store.db import open_db
-        from swarm_tui.store.runs import get_run
+        from swarm_tui.run_sources import history
 
         assert self.db_path is not None  # the history panel opens only with a database
-        conn = await open_db(self.db_path, create=False)
-        try:
-            sa = await run_summary(conn, await get_run(conn, a, self.db_path))
-            sb = await run_summary(conn, await get_run(conn, b, self.db_path))
-        finally:
-            await conn.close()
-        self.push_screen(TextScreen(compare_table(sa, sb)))
+        self.push_screen(TextScreen(await history.compare_text(self.db_path, a, b)))
 
     async def action_quit(self) -> None:
         """Textual's own quit (ctrl+q, the palette): the same question as `q`."""

@@ -70,7 +70,7 @@ class KeysScreen(Screen[None]):
         self.rows: tuple[KeyRow, ...] = ()
 
     def compose(self) -> ComposeResult:
-        at = getattr(self.source, "at", None)
+        at = self.source.at
         when = "" if at is None else time.strftime("%H:%M:%S", time.localtime(at))
         yield Label("API keys (fingerprints only) — a: add  r: retire  e: enable" if not when
                     else f"API keys at {when} (a replay: read-only)", id="runs-title")
@@ -100,7 +100,7 @@ class KeysScreen(Screen[None]):
 
     def _cells(self, k: KeyRow) -> tuple[str, ...]:
         # a replay shows its moment's clock (its `at`); a live or watched run, now
-        cells = row_cells(k, getattr(self.source, "at", None))
+        cells = row_cells(k, self.source.at)
         return tuple(cells[i] for i in self._keep)
 
     def on_mount(self) -> None:

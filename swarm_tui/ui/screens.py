@@ -12,8 +12,8 @@ from textual.markup import escape
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, DataTable, Footer, Input, Label, Static
 
+from swarm_tui.core import fmt
 from swarm_tui.engine.state import TaskState
-from swarm_tui.report import fmt
 from swarm_tui.run_sources import AgentDetail
 
 
