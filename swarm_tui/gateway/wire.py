@@ -7,7 +7,7 @@ everything that can be built once is: one session per gateway, one URL, one head
 per key; a call is one JSON dump, one POST and an SSE decoder reading bytes.
 
 The SDK stays where it earns its place (preflight, model listing) and as the reference
-path (`transport = "aiohttp" | "httpx2"`); tests/test_wire_conformance.py holds the two
+path (`transport = "aiohttp" | "httpx2"`); tests/functional/test_wire_conformance.py holds the two
 paths to the same stored results for every fault the simulator can script.
 """
 

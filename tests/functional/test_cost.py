@@ -15,7 +15,7 @@ from swarm_tui.engine.cost import cost_report
 from swarm_tui.prices import load_price_table
 from tests.conftest import swarm
 
-PRICES = tomllib.loads((Path(__file__).parent.parent / "swarm_tui/data/prices.toml")
+PRICES = tomllib.loads((Path(__file__).parent.parent.parent / "swarm_tui/data/prices.toml")
                        .read_text())["models"]
 pytestmark = pytest.mark.timeout(120)
 

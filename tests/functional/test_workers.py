@@ -45,7 +45,7 @@ from tests.conftest import (
     until,
     wait_until,
 )
-from tests.test_rate_limits import _llmock
+from tests.functional.test_rate_limits import _llmock
 
 
 def _served(port: int) -> int:

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-ROOT = pathlib.Path(__file__).parent.parent
+ROOT = pathlib.Path(__file__).parent.parent.parent
 SQL = re.compile(r"""\.execute(many)?\(\s*f?["'](\s*)(SELECT|INSERT|UPDATE|DELETE|BEGIN|CREATE|"""
                  r"""ALTER|DROP|PRAGMA|WITH)""", re.I)
 

@@ -354,7 +354,7 @@ def test_dashboard_no_color(snap_compare, monkeypatch):
     monkeypatch.setenv("NO_COLOR", "1")
 
     async def settle(pilot):
-        from tests.test_ui_snapshots import settle as settle_dashboard
+        from tests.unit.test_ui_snapshots import settle as settle_dashboard
 
         await settle_dashboard(pilot)
 

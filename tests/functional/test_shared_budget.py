@@ -23,7 +23,7 @@ from swarm_tui.store.runs import create_run
 from swarm_tui.store.writer import RESULT_COLS
 from swarm_tui.workload import Task
 from tests.conftest import TEST_KEY, make_client, make_runner, raw_rows, tasks
-from tests.test_workers import _count, _run, _served, _workload
+from tests.functional.test_workers import _count, _run, _served, _workload
 
 
 def test_the_fence_reads_a_results_cost_where_the_writer_puts_it():

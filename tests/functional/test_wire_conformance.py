@@ -137,7 +137,7 @@ async def test_a_bad_request_and_a_timeout_alike_on_both_paths(sim_factory):
 async def test_llmock_answers_and_its_quota_alike_on_both_paths():
     """llmock (a server we did not write): a real answer, then its per-key quota spent —
     the 429, its Retry-After and x-ratelimit-* headers read the same on both paths."""
-    from tests.test_rate_limits import _llmock
+    from tests.functional.test_rate_limits import _llmock
 
     seen: dict[str, list[dict[str, Any]]] = {}
     for transport in ("wire", "aiohttp"):

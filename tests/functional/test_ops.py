@@ -310,7 +310,7 @@ def test_one_alert_per_canary_abort(tmp_path, env, receiver):
     cand = SimProcess(SimSettings(profile="fixed:150", rate_429=0, rate_503=0.05,
                                   seed=1)).start()
     try:
-        from tests.test_canary_runs import _config
+        from tests.functional.test_canary_runs import _config
 
         canary_cfg = _config(tmp_path, base, cand, bake="60s", min_samples=40)
         alerts = _alert_config(tmp_path, f"http://127.0.0.1:{receiver.port}")
@@ -420,7 +420,7 @@ def test_the_grafana_dashboard_queries_only_what_the_exporter_exports():
                            if getattr(c, "_name", None) == fam.name), ()))
         for suffix in suffixes:
             series[fam.name + suffix] = labels | ({"le"} if suffix == "_bucket" else set())
-    dash = json.loads((Path(__file__).resolve().parent.parent / "docs" / "grafana"
+    dash = json.loads((Path(__file__).resolve().parent.parent.parent / "docs" / "grafana"
                        / "swarm-tui-run.json").read_text())
     exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
     assert len(exprs) >= 15 and all(p["datasource"]["uid"] == "${datasource}"

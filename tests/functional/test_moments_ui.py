@@ -15,8 +15,8 @@ from swarm_tui.run_sources import StoreSource
 from swarm_tui.ui.app import SwarmApp
 from tests import moment_fixture as mf
 from tests.conftest import swarm
-from tests.test_ui_snapshots import settle
 from tests.ui_fixtures import screen_text
+from tests.unit.test_ui_snapshots import settle
 
 SIZE = (80, 24)  # the on-call's tmux pane
 

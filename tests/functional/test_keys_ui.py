@@ -15,7 +15,7 @@ from swarm_tui.ui.app import SwarmApp
 from swarm_tui.ui.keys_panel import KeysScreen
 from swarm_tui.ui.screens import ConfirmScreen, FormScreen
 from swarm_tui.workload import demo_tasks
-from tests.test_ui import notes, wait_for
+from tests.functional.test_ui import notes, wait_for
 from tests.ui_fixtures import FixedSource, keys_snapshot, screen_text
 
 NEW_KEY = "sk-added-from-console-0123456789abcdef"

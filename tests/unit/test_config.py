@@ -89,7 +89,7 @@ def test_unpriced_model_is_none_not_zero():
 def test_shipped_example_config_is_valid():
     import pathlib
 
-    example = pathlib.Path(__file__).parent.parent / "examples" / "config.toml"
+    example = pathlib.Path(__file__).parent.parent.parent / "examples" / "config.toml"
     cfg = load_config(str(example))
     assert set(cfg.settings.gateways) == {"prod", "direct"}
     assert cfg.prices.get("my-finetune").cached_input == 0.05
@@ -105,7 +105,7 @@ def test_the_shipped_json_schema_is_the_settings_model_and_fits_the_example():
 
     from swarm_tui.config import Settings
 
-    root = pathlib.Path(__file__).parent.parent
+    root = pathlib.Path(__file__).parent.parent.parent
     shipped = json.loads((root / "swarm_tui" / "data" / "config.schema.json").read_text())
     assert shipped == json.loads(json.dumps(Settings.model_json_schema())), \
         "the shipped schema is stale: python -m swarm_tui.config_schema"

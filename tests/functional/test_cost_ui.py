@@ -12,7 +12,7 @@ from swarm_tui.sim.settings import SimSettings
 from swarm_tui.ui.app import SwarmApp
 from swarm_tui.ui.cost_panel import CostScreen
 from swarm_tui.workload import demo_tasks
-from tests.test_ui import notes, wait_for
+from tests.functional.test_ui import notes, wait_for
 from tests.ui_fixtures import FixedSource, cost_report_fixture, mid_run_snapshot, screen_text
 
 

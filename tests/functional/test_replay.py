@@ -114,7 +114,7 @@ async def test_scrubbing_moves_the_console_through_the_run(stored):
     """In a replay , . step a second, < > ten, [ ] jump between notable moments; every
     step shows what had happened by then (issue 35)."""
     from swarm_tui.ui.app import SwarmApp
-    from tests.test_ui import wait_for
+    from tests.functional.test_ui import wait_for
 
     db, run_id, _env = stored
     c = sqlite3.connect(db)

@@ -19,7 +19,7 @@ from swarm_tui.token_count import TokenCounts, configure, estimate_tokens, load_
 from swarm_tui.workload import Task
 from tests.conftest import TEST_KEY, assert_one_line_error, start_sim_process, swarm
 
-CORPORA = Path(__file__).resolve().parent.parent / "bench" / "corpora"
+CORPORA = Path(__file__).resolve().parent.parent.parent / "bench" / "corpora"
 
 
 def _corpus(name: str) -> list[str]:

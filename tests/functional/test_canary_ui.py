@@ -21,7 +21,7 @@ from swarm_tui.ui.canary_panel import CanaryScreen
 from swarm_tui.ui.screens import FormScreen
 from swarm_tui.workload import demo_tasks
 from tests.conftest import TEST_KEY
-from tests.test_ui import notes, wait_for
+from tests.functional.test_ui import notes, wait_for
 from tests.ui_fixtures import CANARY_NOW, FixedSource, canary_view, mid_run_snapshot, screen_text
 
 CFG = CanaryConfig(baseline="direct", candidate="gw", mode="manual", bake="1h")
@@ -124,7 +124,7 @@ async def test_no_canary_configured_says_so():
 async def test_console_set_moves_its_own_running_swarm(sim_factory, tmp_path, monkeypatch):
     base = sim_factory(profile="fixed:300")
     cand = sim_factory(profile="fixed:300")
-    from tests.test_canary_runs import _config
+    from tests.functional.test_canary_runs import _config
 
     monkeypatch.setenv("SWARM_TEST_KEY", TEST_KEY)
     cfg = load_config(_config(tmp_path, base, cand, mode="manual", bake="1h"))
