@@ -11,15 +11,12 @@ import json
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-import httpx2
-import openai
-
-try:  # the SDK's own aiohttp transport; we only add a trace hook to its session
-    from openai._vendor.httpx_aiohttp import AiohttpTransport
-except ImportError:  # pragma: no cover - a future SDK moved it: fall back, no wire timestamp
-    AiohttpTransport = None  # type: ignore[assignment,misc]
+if TYPE_CHECKING:  # the SDK is imported where a call goes through it (issue 34: the wire
+    # path and a worker start without its ~0.35 s of imports)
+    import httpx2
+    import openai
 
 from swarm_tui.errors import UserError
 from swarm_tui.gateway.errors import (
@@ -105,6 +102,14 @@ class CallResult:
 
 
 def build_http_client(transport: Transport, pool: int, timeout_s: float) -> httpx2.AsyncClient:
+    import httpx2
+    import openai
+
+    try:  # the SDK's own aiohttp transport; we only add a trace hook to its session
+        from openai._vendor.httpx_aiohttp import AiohttpTransport
+    except ImportError:  # pragma: no cover - a future SDK moved it: no wire timestamp
+        AiohttpTransport = None  # type: ignore[assignment,misc]
+
     limits = httpx2.Limits(max_connections=pool, max_keepalive_connections=pool)
     timeout = httpx2.Timeout(timeout_s, connect=min(10.0, timeout_s))
     if transport == "httpx2":
@@ -154,16 +159,23 @@ class GatewayClient:
         found = self.pool.by_secret(secret)
         if found is not None:
             return found
-        # The SDK timeout is a backstop; the engine's total deadline is `timeout_s`.
-        # (the wire path's calls go through self.wire; the SDK client is preflight's)
-        sdk = "aiohttp" if self.transport == "wire" else self.transport
-        client = openai.AsyncOpenAI(
-            api_key=secret, base_url=self.base_url, max_retries=0, timeout=self.timeout_s + 5,
-            http_client=build_http_client(sdk, self.pool_size, self.timeout_s + 5),
-        )
-        slot = KeySlot(secret, label, client, source)
+        slot = KeySlot(secret, label, None, source)  # its SDK client: built when asked
         self.pool.add(slot)
         return slot
+
+    def sdk(self, slot: KeySlot) -> openai.AsyncOpenAI:
+        """The key's SDK client, built the first time a call goes through the SDK (the
+        reference transports, preflight): the wire path never builds one."""
+        if slot.client is None:
+            import openai
+
+            # The SDK timeout is a backstop; the engine's total deadline is `timeout_s`.
+            sdk = "aiohttp" if self.transport == "wire" else self.transport
+            slot.client = openai.AsyncOpenAI(
+                api_key=slot.secret, base_url=self.base_url, max_retries=0,
+                timeout=self.timeout_s + 5,
+                http_client=build_http_client(sdk, self.pool_size, self.timeout_s + 5))
+        return slot.client
 
     @property
     def keys(self) -> list[KeySlot]:
@@ -210,9 +222,9 @@ class GatewayClient:
                 if self.wire is not None:
                     await self._wire(slot.secret, kwargs, res, sink)
                 elif self.stream:
-                    await self._streamed(slot.client, kwargs, res, sink)
+                    await self._streamed(self.sdk(slot), kwargs, res, sink)
                 else:
-                    await self._plain(slot.client, kwargs, res)
+                    await self._plain(self.sdk(slot), kwargs, res)
         except asyncio.CancelledError:
             res.ended_at = time.perf_counter()
             self.release(slot, model)
@@ -252,6 +264,8 @@ class GatewayClient:
         # AsyncStream[object] yields plain dicts instead of pydantic chunk models: together
         # they were most of the client CPU per call (profiled), while requests, SSE parsing,
         # in-stream error events and error types stay the SDK's.
+        import openai
+
         stream = await client.post(
             "/chat/completions", cast_to=object, stream=True, stream_cls=openai.AsyncStream[object],
             body={**body, "stream": True, "stream_options": _INCLUDE_USAGE},
@@ -286,6 +300,8 @@ class GatewayClient:
     async def _plain(
         self, client: openai.AsyncOpenAI, body: dict[str, Any], res: CallResult
     ) -> None:
+        import httpx2
+
         response = await client.post("/chat/completions", cast_to=httpx2.Response, body=body)
         res.headers = kept_headers(response.headers) or None
         res.status_code = response.status_code
@@ -305,7 +321,10 @@ class GatewayClient:
             for attempt in range(tries):
                 try:
                     async with asyncio.timeout(min(self.timeout_s, 15.0)):
-                        await slot.client.models.list()
+                        if self.wire is not None:  # the run's own path, not the SDK
+                            await self.wire.list_models(slot.secret)
+                        else:
+                            await self.sdk(slot).models.list()
                     working += 1
                     break
                 except Exception as exc:
@@ -345,7 +364,8 @@ class GatewayClient:
         if self.wire is not None:
             await self.wire.aclose()
         for slot in self.keys:
-            await slot.client.close()
+            if slot.client is not None:
+                await slot.client.close()
 
 
 async def _read_chunks(chunks: AsyncIterator[object], res: CallResult,
@@ -385,6 +405,8 @@ def _take_completion(res: CallResult, completion: Any) -> None:
     if not isinstance(completion, dict):
         raise ProtocolError("completion is not a JSON object")
     if isinstance(completion.get("error"), dict):  # an error object with a 200 status
+        import openai
+
         raise openai.APIError(str(completion["error"].get("message", "error")),
                               None,  # type: ignore[arg-type]  # no request object here
                               body=completion["error"])

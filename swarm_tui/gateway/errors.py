@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import sys
 import time
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
-
-import httpx2
-import openai
 
 from swarm_tui.gateway.keys import redact
 
@@ -162,7 +160,11 @@ def classify(exc: BaseException, keys: tuple[str, ...] = ()) -> CallError:
         return CallError(cls, status, _clean(f"in-stream error: {exc.message}", keys))
     if isinstance(exc, aiohttp.ClientPayloadError):  # the body stopped short: a cut stream
         return CallError(CONNECTION, None, _clean(f"{type(exc).__name__}: {exc}", keys))
-    if isinstance(exc, openai.APIStatusError):
+    # the SDK's and its transport's errors, only when they were imported (the wire path
+    # never imports them: nothing it raises can be one)
+    openai = sys.modules.get("openai")
+    httpx2 = sys.modules.get("httpx2")
+    if openai is not None and isinstance(exc, openai.APIStatusError):
         headers = kept_headers(exc.response.headers)
         msg = exc.message
         body = exc.body
@@ -177,15 +179,17 @@ def classify(exc: BaseException, keys: tuple[str, ...] = ()) -> CallError:
     refused = _refused_or_reset(exc)
     if refused is not None:
         return CallError(CONNECTION, None, _clean(f"{type(refused).__name__}: {refused}", keys))
-    if isinstance(exc, (openai.APITimeoutError, TimeoutError, asyncio.TimeoutError,
-                        httpx2.TimeoutException)):
+    if isinstance(exc, (TimeoutError, asyncio.TimeoutError)) or (
+            openai is not None and isinstance(exc, openai.APITimeoutError)) or (
+            httpx2 is not None and isinstance(exc, httpx2.TimeoutException)):
         return CallError(TIMEOUT, None, "no complete answer within the timeout")
-    if isinstance(exc, openai.APIConnectionError):
+    if openai is not None and isinstance(exc, openai.APIConnectionError):
         cause = exc.__cause__ or exc
         return CallError(CONNECTION, None, _clean(f"{type(cause).__name__}: {cause}", keys))
-    if isinstance(exc, (httpx2.TransportError, ConnectionError)):
+    if isinstance(exc, ConnectionError) or (
+            httpx2 is not None and isinstance(exc, httpx2.TransportError)):
         return CallError(CONNECTION, None, _clean(f"{type(exc).__name__}: {exc}", keys))
-    if isinstance(exc, openai.APIError):  # an error event inside a stream / a 200 body
+    if openai is not None and isinstance(exc, openai.APIError):  # in a stream / a 200 body
         found = _body_class(exc.body)
         if found is not None:
             cls, status = found

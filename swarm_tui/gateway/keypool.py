@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Literal
-
-import openai
+from typing import TYPE_CHECKING, Literal
 
 from swarm_tui.gateway.errors import ErrorClass
 from swarm_tui.gateway.keys import fingerprint
 from swarm_tui.gateway.ratestate import RateState, parse_reset
+
+if TYPE_CHECKING:
+    import openai
 
 Strategy = Literal["least-in-flight", "round-robin", "proactive"]
 ACTIVE, COOLING, DISABLED, RETIRED = "active", "cooling", "disabled", "retired"
@@ -31,7 +32,7 @@ class KeySlot:
 
     secret: str = field(repr=False)
     label: str | None
-    client: openai.AsyncOpenAI = field(repr=False)
+    client: openai.AsyncOpenAI | None = field(repr=False)  # built on first SDK call
     source: str = "config"          # env:NAME | file | added
     fingerprint: str = ""
     state: str = ACTIVE             # active | disabled | retired (cooling is derived)

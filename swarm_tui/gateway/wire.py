@@ -137,6 +137,14 @@ class WireClient:
         data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
         return self.session().post(self.url, data=data, headers=self._headers_for(secret))
 
+    async def list_models(self, secret: str) -> None:
+        """GET /models with the key (preflight): a non-2xx raises WireStatusError, as a
+        call's would; what it lists is not needed, only that the key is let in."""
+        url = self.url.removesuffix("/chat/completions") + "/models"
+        async with self.session().get(url, headers=self._headers_for(secret)) as resp:
+            await raise_for_status(resp, lower_headers(resp))
+            await resp.read()
+
     async def aclose(self) -> None:
         if self._session is not None:
             await self._session.close()

@@ -175,3 +175,21 @@ def test_reading_commands_import_no_console_and_no_http_client(one_run_db, argv)
     if argv[0] == "runs":  # it listed the stored run (not "no runs recorded yet")
         assert "finished" in r.stdout, r.stdout
     assert r.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_a_run_on_the_wire_path_never_imports_the_sdk(tmp_path):
+    """Issue 34: the hot path and its preflight speak the protocol on aiohttp; the openai
+    SDK (~0.35 s of CPU at every run's and worker's start) loads only for the reference
+    transports."""
+    code = ("import sys\n"
+            "from swarm_tui.cli import main\n"
+            "code = main(['run', '--demo', '5', '--headless', '--quiet'])\n"
+            "assert code in (0, 3), code  # (3: the SLA judged on a loaded machine)\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('openai', 'httpx2')))\n")
+    env = {**os.environ, "SWARM_TUI_DB": str(tmp_path / "runs.db"),
+           "XDG_CONFIG_HOME": str(tmp_path / "xdg")}
+    env.pop("SWARM_TUI_CONFIG", None)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       timeout=90, stdin=subprocess.DEVNULL)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1] == "[]", r.stdout
