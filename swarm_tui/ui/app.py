@@ -39,6 +39,7 @@ from swarm_tui.engine.snapshot import AgentCell, Snapshot
 from swarm_tui.engine.state import TaskState
 from swarm_tui.errors import EXIT_HANGUP, UserError
 from swarm_tui.run_sources.base import RunSource
+from swarm_tui.ui.actions import bindings, described
 from swarm_tui.ui.agents import AgentsView
 from swarm_tui.ui.canary_panel import CanaryScreen
 from swarm_tui.ui.command_line import CommandError, completions, parse
@@ -57,45 +58,13 @@ if TYPE_CHECKING:
 CONCURRENCY_STEP = 10
 PLAY_TICK_S = 0.25  # a playing replay moves this often (its speed × this, of run time)
 RUN_CONTROLS = {"toggle_pause", "concurrency", "cancel_run", "cancel_agent"}
-# (binding id, description) of every action, for the help screen and the command palette.
-ACTIONS: list[tuple[str, str, str]] = [
-    ("app.help", "help", "Show the key bindings"),
-    ("app.command", "command_line", "Command line: :runs :keys :canary :cost :replay ID :q"),
-    ("run.pause", "toggle_pause", "Pause / resume dispatch"),
-    ("run.more", "concurrency(1)", "Raise concurrency by 10"),
-    ("run.less", "concurrency(-1)", "Lower concurrency by 10"),
-    ("run.cancel", "cancel_run", "Cancel the run (asks first)"),
-    ("agent.cancel", "cancel_agent", "Cancel the selected agent (asks first)"),
-    ("agent.describe", "describe", "Describe the selected agent (as enter; k9s d)"),
-    ("grid.filter", "filter", "Filter agents"),
-    ("grid.sort", "sort", "Cycle sort: index / latency / state / cost"),
-    ("app.view", "toggle_view", "Agents (one per slot, what each does now) / every task"),
-    ("grid.next_failed", "next_failed", "Jump to the next failed agent"),
-    ("agent.copy", "copy_task_id", "Copy the selected task id (OSC 52: works over SSH)"),
-    ("log.focus", "focus_log", "Event log: focus it to scroll back (arrows, pgup/pgdn)"),
-    ("log.follow", "follow_log", "Event log: follow the newest lines again"),
-    ("app.history", "history", "Stored runs: replay, compare"),
-    ("app.canary", "canary", "Canary: stages, gates, promote / abort"),
-    ("app.keys", "keys", "API keys: state, add / retire / enable"),
-    ("app.cost", "cost", "Cost: totals, projections, what-if per model"),
-    ("app.demo", "demo", "Start the demo swarm"),
-    ("app.freeze", "freeze", "Freeze / unfreeze the display"),
-    ("replay.back", "seek(-1)", "Replay: one second back"),
-    ("replay.forward", "seek(1)", "Replay: one second on"),
-    ("replay.back10", "seek(-10)", "Replay: ten seconds back"),
-    ("replay.forward10", "seek(10)", "Replay: ten seconds on"),
-    ("replay.prev", "moment(-1)", "Replay: the notable moment before"),
-    ("replay.next", "moment(1)", "Replay: the next notable moment"),
-    ("replay.play", "play", "Replay: play at 1×, 10×, 60×, pause"),
-    ("replay.mark", "mark", "Replay: mark this moment (to compare)"),
-    ("replay.compare", "compare_moments", "Replay: what changed since the mark"),
-    ("app.theme", "next_theme", "Next theme"),
-    ("app.quit", "request_quit", "Quit (asks while a run is active)"),
-]
 
 
 _KEY_NAMES = {"question_mark": "?", "slash": "/", "plus": "+", "equals_sign": "=",
-              "minus": "-", "space": "space", "dollar_sign": "$", "colon": ":"}
+              "minus": "-", "space": "space", "dollar_sign": "$", "colon": ":",
+              "comma": ",", "full_stop": ".", "less_than_sign": "<",
+              "greater_than_sign": ">", "left_square_bracket": "[",
+              "right_square_bracket": "]"}
 
 
 def _key_names(keys: str) -> str:
@@ -143,48 +112,7 @@ class SwarmApp(App[int]):
     CSS_PATH = "app.tcss"
     TITLE = "swarm-tui"
     ENABLE_COMMAND_PALETTE = True
-    # The footer shows these in this order and cuts at the terminal's edge: help, the
-    # command line and quit first (always visible at 80 columns), then the run's controls
-    BINDINGS = [
-        Binding("question_mark", "help", "Help", id="app.help"),
-        Binding("colon", "command_line", "Cmd", id="app.command"),
-        Binding("q", "request_quit", "Quit", id="app.quit"),
-        Binding("p", "toggle_pause", "Pause", id="run.pause"),
-        Binding("plus,equals_sign", "concurrency(1)", "±Conc", id="run.more"),
-        Binding("minus", "concurrency(-1)", "-Conc", id="run.less", show=False),
-        Binding("x", "cancel_run", "Cancel", id="run.cancel"),
-        Binding("c", "cancel_agent", "Cancel agent", id="agent.cancel", show=False),
-        Binding("slash", "filter", "Filter", id="grid.filter"),
-        Binding("h", "history", "History", id="app.history"),
-        Binding("g", "canary", "Canary", id="app.canary"),
-        Binding("k", "keys", "Keys", id="app.keys"),
-        Binding("dollar_sign", "cost", "Cost", id="app.cost"),
-        Binding("v", "toggle_view", "View", id="app.view"),
-        Binding("s", "sort", "Sort", id="grid.sort"),
-        Binding("f", "next_failed", "Next failed", id="grid.next_failed", show=False),
-        Binding("y", "copy_task_id", "Copy id", id="agent.copy", show=False),
-        Binding("l", "focus_log", "Log", id="log.focus", show=False),
-        Binding("G", "follow_log", "Follow log", id="log.follow", show=False),
-        Binding("D", "demo", "Demo", id="app.demo", show=False),
-        Binding("d", "describe", "Describe", id="agent.describe", show=False),
-        Binding("space", "freeze", "Freeze", id="app.freeze", show=False),
-        Binding("t", "next_theme", "Theme", id="app.theme", show=False),
-        Binding("ctrl+q", "request_quit", "Quit", show=False, priority=True),
-        # k9s and every shell: Ctrl-C asks on a live run, quits at once when idle
-        Binding("ctrl+c", "request_quit", "Quit", show=False, priority=True),
-        Binding("escape", "clear_filter", "Clear filter", show=False),
-        # a replay moves through time: a second, ten, or to the next notable moment
-        Binding("comma", "seek(-1)", "-1s", id="replay.back", show=False),
-        Binding("full_stop", "seek(1)", "+1s", id="replay.forward", show=False),
-        Binding("less_than_sign", "seek(-10)", "-10s", id="replay.back10", show=False),
-        Binding("greater_than_sign", "seek(10)", "+10s", id="replay.forward10", show=False),
-        Binding("left_square_bracket", "moment(-1)", "◀ moment", id="replay.prev"),
-        Binding("right_square_bracket", "moment(1)", "moment ▶", id="replay.next"),
-        # (after the live run's own space and c: each key acts where its action may)
-        Binding("space", "play", "Play", id="replay.play", show=False),
-        Binding("m", "mark", "Mark", id="replay.mark", show=False),
-        Binding("c", "compare_moments", "Compare", id="replay.compare", show=False),
-    ]
+    BINDINGS = bindings()  # ui/actions.py: one table for keys, footer, help and palette
 
     def __init__(
         self,
@@ -371,9 +299,11 @@ class SwarmApp(App[int]):
         # each command once, and only those this console can do now
         yield from (c for c in super().get_system_commands(screen)
                     if c.title not in {"Quit", "Keys", "Theme"})
-        for _id, action, help_text in ACTIONS:
-            if self.check_action(action.split("(")[0], ()):
-                yield SystemCommand(help_text, help_text, lambda a=action: self.run_action(a))
+        for entry in described():
+            assert entry.help is not None
+            if self.check_action(entry.action.split("(")[0], ()):
+                yield SystemCommand(entry.help, entry.help,
+                                    lambda a=entry.action: self.run_action(a))
 
     # -- what this console can do now: the footer and palette show only that ----------------
     def may_control(self) -> bool:
@@ -417,12 +347,13 @@ class SwarmApp(App[int]):
     def key_rows(self) -> list[tuple[str, str]]:
         rows = []
         by_id = {b.id: b for b in self.BINDINGS if isinstance(b, Binding) and b.id}
-        for binding_id, _action, help_text in ACTIONS:
-            b = by_id.get(binding_id)
-            keys = self._keymap.get(binding_id, b.key if b else "")
-            if binding_id == "app.quit":
+        for entry in described():
+            assert entry.id is not None and entry.help is not None
+            b = by_id.get(entry.id)
+            keys = self._keymap.get(entry.id, b.key if b else "")
+            if entry.id == "app.quit":
                 keys += ",ctrl+q,ctrl+c"
-            rows.append((_key_names(keys), help_text))
+            rows.append((_key_names(keys), entry.help))
         rows += [("arrows/pgup/pgdn", "Move in the agent grid"),
                  ("home/end", "First / last agent"), ("enter", "Agent detail"),
                  ("escape", "Back / clear filter / close the command line"),
