@@ -50,6 +50,9 @@ ACTIONS: tuple[Action, ...] = (
            "Copy the selected task id (OSC 52: works over SSH)", show=False),
     Action("log.focus", "l", "focus_log", "Log",
            "Event log: focus it to scroll back (arrows, pgup/pgdn)", show=False),
+    # (before the log's own G: in a replay of a run still executing, G goes live)
+    Action("replay.live", "G", "go_live", "Live", "Replay: back to now (a run still executing)",
+           show=False),
     Action("log.follow", "G", "follow_log", "Follow log",
            "Event log: follow the newest lines again", show=False),
     Action("app.demo", "D", "demo", "Demo", "Start the demo swarm", show=False),

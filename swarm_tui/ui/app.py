@@ -318,6 +318,10 @@ class SwarmApp(App[int]):
             return self.may_control()
         if action in ("seek", "moment", "play", "mark"):
             return self._replayed() is not None
+        if action == "go_live":
+            source = self._replayed()
+            return (source is not None and source.record is not None
+                    and source.record.effective_status() == "running")
         if action == "compare_moments":
             return self._replayed() is not None and self._mark is not None
         if action == "freeze":
@@ -604,6 +608,26 @@ class SwarmApp(App[int]):
             log.focus()
             self.notify("event log: arrows / pgup / pgdn scroll, G follows the newest again")
 
+    def action_go_live(self) -> None:
+        """A replay of a run another process still executes: watch it now (read-only)."""
+        from swarm_tui.run_sources import StoreSource
+
+        source = self._replayed()
+        if source is None or source.run_id is None or self.db_path is None:
+            return
+        self._stop_playing()
+        self._mark = None
+        self.snapshot = None
+        self.message = "live: watching the run as it executes"
+        self.run_worker(source.shutdown(), name="close-previous")
+        self._start(StoreSource(self.db_path, source.run_id))
+
+    def _stop_playing(self) -> None:
+        self._speed = None
+        if self._player is not None:
+            self._player.stop()
+            self._player = None
+
     def action_follow_log(self) -> None:
         if isinstance(self.screen, Dashboard):
             self.screen.query_one(EventLog).follow()
@@ -673,10 +697,7 @@ class SwarmApp(App[int]):
             return
         now = source.at if source.at is not None else span[1]
         if now >= span[1]:  # the end: stop there
-            self._speed = None
-            if self._player is not None:
-                self._player.stop()
-                self._player = None
+            self._stop_playing()
             self.notify("the end of the run")
             screen = self._shown_dashboard()
             if screen is not None:

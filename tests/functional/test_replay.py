@@ -145,3 +145,51 @@ async def test_scrubbing_moves_the_console_through_the_run(stored):
                        what="the first failed call")
         await wait_for(lambda: shows(first_failure), what="the run at its first failure")
         assert "first failed call" in app.message
+
+
+async def test_g_in_a_replay_of_a_run_still_executing_goes_live(tmp_path):
+    """A replay at an earlier moment of a run another process executes: `G` watches it
+    now. (On a finished run G stays the log's follow.)"""
+    import os
+    import subprocess
+    import sys
+
+    from swarm_tui.ui.app import SwarmApp
+    from tests.functional.test_ui import wait_for
+
+    db = tmp_path / "runs.db"
+    env = {**os.environ, "SWARM_TUI_DB": str(db), "XDG_CONFIG_HOME": str(tmp_path / "x")}
+    proc = subprocess.Popen([sys.executable, "-m", "swarm_tui", "run", "--demo", "3000",
+                             "--rate", "60", "--headless", "--quiet"], env=env,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        def started() -> tuple | None:
+            if not db.exists():
+                return None
+            c = sqlite3.connect(db)
+            try:
+                return c.execute("SELECT r.id, r.started_at FROM runs r WHERE EXISTS "
+                                 "(SELECT 1 FROM results WHERE run_id = r.id)").fetchone()
+            except sqlite3.OperationalError:
+                return None
+            finally:
+                c.close()
+
+        await wait_for(started, what="the run's first stored result")
+        run_id, started_at = started()
+        app = SwarmApp(StoreSource(db, run_id, at=started_at + 0.5), refresh_s=0.2,
+                       db_path=db, readonly=True)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await wait_for(lambda: app.snapshot is not None, what="the replayed moment")
+            assert app.source.kind == "replay" and app.check_action("go_live", ())
+            shown = app.snapshot.counts["succeeded"]
+            await pilot.press("G")
+            await wait_for(lambda: app.source.kind == "watch" and app.snapshot is not None
+                           and app.snapshot.counts["succeeded"] > shown,
+                           what="the live run, past the replayed moment")
+            assert app.snapshot.status == "running"
+            assert app.source.at is None
+    finally:
+        proc.kill()
+        proc.wait()
