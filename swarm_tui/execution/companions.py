@@ -11,14 +11,14 @@ from swarm_tui.canary.controller import CanaryController
 from swarm_tui.engine.events import CONTROL
 from swarm_tui.engine.routing import CanaryRouter
 from swarm_tui.engine.runner import SwarmRunner
-from swarm_tui.execution.wiring import RunSession
+from swarm_tui.execution.wiring import RunSetup
 from swarm_tui.gateway.keyops import KeyFileWatcher
 from swarm_tui.ops.attach import RunOps
 from swarm_tui.store.target import DbTarget
 
 
 class Companions:
-    def __init__(self, session: RunSession, db_path: DbTarget, run_id: str,
+    def __init__(self, session: RunSetup, db_path: DbTarget, run_id: str,
                  show_progress: bool) -> None:
         """Built before anything starts: a busy metrics port is one line, before any call."""
         opts = session.opts

@@ -99,7 +99,7 @@ def pick_gateway_name(cfg: LoadedConfig, requested: str | None) -> str:
                     "default_gateway")
 
 
-class RunSession:
+class RunSetup:
     """Owns the simulator (if any) and the gateway clients for one run."""
 
     def __init__(self, cfg: LoadedConfig, opts: RunOptions) -> None:

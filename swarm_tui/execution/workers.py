@@ -22,6 +22,7 @@ import contextlib
 import dataclasses
 import os
 import sys
+from collections.abc import AsyncIterator
 
 from swarm_tui.canary.controller import CanaryController
 from swarm_tui.config import LoadedConfig
@@ -32,15 +33,13 @@ from swarm_tui.engine.runner import BUDGET_STOPPED, SwarmRunner
 from swarm_tui.engine.state import RunStatus
 from swarm_tui.engine.summary import RunSummary
 from swarm_tui.errors import UserError
-from swarm_tui.execution.companions import Companions
 from swarm_tui.execution.feed import feeding
-from swarm_tui.execution.progress import run_with_progress
+from swarm_tui.execution.lifecycle import RunLifecycle
 from swarm_tui.execution.shared_budget import SharedBudget
 from swarm_tui.execution.stored_run import Outcome, config_snapshot, pinned_gateway
-from swarm_tui.execution.wiring import RunOptions, RunSession
+from swarm_tui.execution.wiring import RunOptions, RunSetup
 from swarm_tui.ops.alerts import Alert
 from swarm_tui.ops.attach import end_alert_of, page_once
-from swarm_tui.runtime import collector_for_a_run
 from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.db import open_db
 from swarm_tui.store.fences import LeaseFence
@@ -63,18 +62,18 @@ from swarm_tui.store.runs import (
 )
 from swarm_tui.store.target import DbTarget
 from swarm_tui.store.task_bodies import StoredBodies
-from swarm_tui.store.writer import LOST_CLAIM, STORE_STOPPED, StoreWriter
+from swarm_tui.store.writer import LOST_CLAIM, STORE_STOPPED
 from swarm_tui.workload import Workload
 
 
-def _refuse_in_one_process(session: RunSession) -> None:
+def _refuse_in_one_process(session: RunSetup) -> None:
     if session.simulated:
         raise UserError("--workers / worker: the built-in simulator lives in one process; "
                         "point a config's gateway at a server every worker reaches (e.g. "
                         "`swarm-tui sim --port 8000`)")
 
 
-def _same_canary(session: RunSession, run_id: str, snap: dict) -> None:
+def _same_canary(session: RunSetup, run_id: str, snap: dict) -> None:
     """A canary run's workers all follow its canary: one whose config has another (or
     none) would route its share elsewhere."""
     mine = session.canary.name if session.canary is not None else None
@@ -88,7 +87,7 @@ async def prepare(conn: StoreConnection, db_path: DbTarget, cfg: LoadedConfig,
                   opts: RunOptions, workload: Workload, run_id: str, workers: int) -> int:
     """Store the run and its batches; no process owns it (workers lease its batches).
     `workers`: how many it starts with — each one's share from the first second."""
-    session = RunSession(cfg, opts)
+    session = RunSetup(cfg, opts)
     _refuse_in_one_process(session)
     session.open()  # clients only (routing): nothing is sent
     if session.canary is not None:  # the stored rows say where the canary sends them now
@@ -164,62 +163,49 @@ async def work(conn: StoreConnection, db_path: DbTarget, cfg: LoadedConfig, opts
     cap = snap.get("budget_usd")
     cfg = cfg.model_copy(update={"settings": cfg.settings.model_copy(
         update={"budget_usd": cap})})
-    session = RunSession(cfg, dataclasses.replace(
-        opts, keep_answers=False, gateway=opts.gateway or pinned_gateway(snap),
-        model=opts.model or snap.get("model"), concurrency=total))  # the pool fits the run
-    _refuse_in_one_process(session)
-    if not opts.gateway:
-        _same_canary(session, run_id, snap)
-    claim = take_lock(db_path, f"{run_id}.worker.{os.getpid()}")
-    worker = f"{claim.host}:{claim.pid}"
-    fence = LeaseFence(run_id, worker, claim.token, lease_seconds())
-    bodies = StoredBodies(db_path, run_id, cfg.settings.store.unwritable_grace_s)
-    writer: StoreWriter | None = None
-    companions: Companions | None = None
-    try:
-        companions = Companions(session, db_path, run_id, show_progress)
-        session.open()
-        for w in await session.preflight():
-            if show_progress:
-                print(f"swarm-tui: warning: {w}", file=sys.stderr)
-        await companions.open_canary()
-        runner = session.make_runner([], bodies=bodies)
+    explicit_gateway = opts.gateway
+    opts = dataclasses.replace(opts, gateway=opts.gateway or pinned_gateway(snap),
+                               model=opts.model or snap.get("model"),
+                               concurrency=total)  # the pool fits the run
+    grace = cfg.settings.store.unwritable_grace_s
+    async with RunLifecycle(conn, db_path, cfg, opts, run_id, show_progress=show_progress,
+                            whole_run=False) as life:
+        _refuse_in_one_process(life.setup)
+        if not explicit_gateway:
+            _same_canary(life.setup, run_id, snap)
+        claim = take_lock(db_path, f"{run_id}.worker.{os.getpid()}")
+        life.holds(claim)
+        worker = f"{claim.host}:{claim.pid}"
+        fence = LeaseFence(run_id, worker, claim.token, lease_seconds())
+        runner = await life.prepare([])
         runner.feeding = True
+        assert life.companions is not None
         budget = None if cap is None else SharedBudget(runner, run_id, worker, float(cap),
-                                                      fence.lease_s, companions.ops.page)
+                                                      fence.lease_s, life.companions.ops.page)
         await join_run(conn, run_id, worker, claim.token, claim.host, claim.pid)
-        async with collector_for_a_run():
-            writer = StoreWriter(conn, db_path, run_id, runner, claim=claim, fence=fence,
-                                 grace_s=cfg.settings.store.unwritable_grace_s)
-            writer.log_event("worker_started", f'{{"worker": "{worker}"}}')
-            writer.start()
-            await companions.start(runner, run_alerts=False)
+
+        @contextlib.asynccontextmanager
+        async def lease_feed(runner: SwarmRunner) -> AsyncIterator[None]:
             # leases on a connection of their own: the writer's flush holds a transaction
             # on `conn`, and a lease is a transaction too
             leases = await open_db(db_path, create=False, reconcile=False)
             feeder = asyncio.create_task(feeding(
                 leases, runner, fence, run_id, worker, total, shared=shared,
-                expected=int(snap.get("workers") or 1), budget=budget,
-                grace_s=cfg.settings.store.unwritable_grace_s))
+                expected=int(snap.get("workers") or 1), budget=budget, grace_s=grace))
             feeder.add_done_callback(lambda t: _feed_ended(t, runner))
             try:
-                interrupted = await run_with_progress(runner, show=show_progress)
+                yield
             finally:
                 feeder.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await feeder
                 await leases.close()
-                status = (RunStatus.UNSAVED if writer.failure else RunStatus.CANCELLED
-                          if runner.cancelled else runner.stop_reason or RunStatus.FINISHED)
-                # no end alert: this worker's end is not the run's
-                await companions.stop(status, end_alert=False)
-                await writer.close(RunStatus.CANCELLED if runner.cancelled else "finished")
-    finally:
-        await bodies.aclose()
-        claim.release()
-        if companions is not None:
-            await companions.close()
-        await session.aclose()
+
+        interrupted = await life.execute(runner, started="worker_started",
+                                         detail=f'{{"worker": "{worker}"}}', fence=fence,
+                                         beside=lease_feed)
+    writer = life.writer
+    assert writer is not None
     if writer.failure == LOST_CLAIM and not writer.unsaved and not runner.cancelled:
         raise LeaseTaken(writer.error or "lease taken")
     if writer.failure:

@@ -25,7 +25,7 @@ from swarm_tui.engine.snapshot import (
 from swarm_tui.engine.state import RunStatus
 from swarm_tui.errors import UserError
 from swarm_tui.execution.stored_run import Outcome, Resumed
-from swarm_tui.execution.wiring import RunOptions, RunSession
+from swarm_tui.execution.wiring import RunOptions, RunSetup
 from swarm_tui.run_sources.base import AgentDetail
 from swarm_tui.store import reads
 from swarm_tui.store.db import open_db
@@ -62,7 +62,7 @@ class LiveSource:
         self.run_id = resume.run_id if resume is not None else new_run_id()
         self.metrics = LiveMetrics()
         self.runner: SwarmRunner | None = None
-        self.session: RunSession | None = None
+        self.session: RunSetup | None = None
         self.canary: CanaryController | None = None
         self.outcome: Outcome | None = None
         self.error: str | None = None
@@ -106,7 +106,7 @@ class LiveSource:
 
         self.loop = asyncio.get_running_loop()
 
-        def attach(runner: SwarmRunner, session: RunSession,
+        def attach(runner: SwarmRunner, session: RunSetup,
                    canary: CanaryController | None) -> None:
             self.runner, self.session, self.canary = runner, session, canary
 

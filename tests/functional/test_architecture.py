@@ -96,6 +96,39 @@ def test_sql_is_written_only_under_store():
     assert not offenders, offenders
 
 
+LIFECYCLE_STEPS = ("StoreWriter", "Companions", "run_with_progress", "collector_for_a_run")
+
+
+def _calls_of(tree: object, names: tuple[str, ...]) -> list[tuple[str, int]]:
+    import ast
+
+    found = []
+    for n in ast.walk(tree):  # type: ignore[arg-type]
+        if isinstance(n, ast.Call):
+            f = n.func
+            name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(
+                f, ast.Attribute) else None
+            if name in names:
+                found.append((name, n.lineno))
+    return found
+
+
+def test_a_runs_lifecycle_is_written_once():
+    """A new run, a resume and a worker go through execution/lifecycle.py: the writer, the
+    companions, the collector and the progress loop are started nowhere else (they were
+    written out twice and drifted)."""
+    import ast
+
+    offenders, inside = [], set()
+    for f in (ROOT / "swarm_tui").rglob("*.py"):
+        calls = _calls_of(ast.parse(f.read_text()), LIFECYCLE_STEPS)
+        if f.name == "lifecycle.py":
+            inside = {name for name, _ in calls}
+        else:
+            offenders += [f"{f.relative_to(ROOT)}:{line} {name}" for name, line in calls]
+    assert not offenders, offenders
+    assert inside == set(LIFECYCLE_STEPS)  # the check looks at real calls
+
 def test_the_console_asks_its_run_source_only_what_the_protocol_declares():
     """One RunSource protocol for live, watched and replayed runs: the console never probes
     a source (or itself) with getattr / hasattr — mypy checks the calls against it."""

@@ -1,0 +1,127 @@
+"""One run's execution in this process, from setup to close — the same steps for a new run,
+a resume and a worker (issue 33: they were written out twice and drifted: a worker never
+said when a consumer missed events, nor put its preflight warnings in the run's log).
+
+    async with RunLifecycle(...) as life:
+        runner = await life.prepare(heads, ...)   # clients, preflight, canary, the runner
+        ...                                        # the caller's own: create the run / join it
+        interrupted = await life.execute(claim, started="session_started")
+
+`execute` starts the store writer, the companions (canary, key-file watchers, metrics,
+alerts, traces), runs the runner to its end and stops them in order; leaving the block
+closes what was opened, whatever happened. What differs between a whole run and a worker is
+one flag, `whole_run`: a worker's end is not the run's (no end alert, no run alerts, and its
+writer does not set the run's status — the last worker out does).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractAsyncContextManager, nullcontext
+from types import TracebackType
+
+from swarm_tui.canary.controller import CanaryController
+from swarm_tui.config import LoadedConfig
+from swarm_tui.engine.events import CONTROL, Consumer
+from swarm_tui.engine.runner import SwarmRunner
+from swarm_tui.engine.state import RunStatus
+from swarm_tui.execution.companions import Companions
+from swarm_tui.execution.progress import run_with_progress
+from swarm_tui.execution.wiring import RunOptions, RunSetup
+from swarm_tui.runtime import collector_for_a_run
+from swarm_tui.store.conn import StoreConnection
+from swarm_tui.store.fences import LeaseFence
+from swarm_tui.store.ownership import Claim
+from swarm_tui.store.target import DbTarget
+from swarm_tui.store.task_bodies import StoredBodies
+from swarm_tui.store.writer import StoreWriter
+from swarm_tui.workload import TaskHead
+
+Beside = Callable[[SwarmRunner], AbstractAsyncContextManager[object]]
+OnStart = Callable[[SwarmRunner, RunSetup, CanaryController | None], None]
+
+
+class RunLifecycle:
+    def __init__(self, conn: StoreConnection, db_path: DbTarget, cfg: LoadedConfig,
+                 opts: RunOptions, run_id: str, *, show_progress: bool,
+                 whole_run: bool = True) -> None:
+        # every result goes to the store: the runner need not keep the answers in memory
+        self.setup = RunSetup(cfg, dataclasses.replace(opts, keep_answers=False))
+        self.conn, self.db_path, self.run_id = conn, db_path, run_id
+        self.show_progress, self.whole_run = show_progress, whole_run
+        self.bodies = StoredBodies(db_path, run_id, cfg.settings.store.unwritable_grace_s)
+        self.companions: Companions | None = None
+        self.canary: CanaryController | None = None
+        self.claim: Claim | None = None
+        self.writer: StoreWriter | None = None
+        self._warnings: list[str] = []
+
+    async def __aenter__(self) -> RunLifecycle:
+        return self
+
+    async def __aexit__(self, et: type[BaseException] | None, e: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.bodies.aclose()
+        if self.claim is not None:
+            self.claim.release()  # the writer released it already unless we failed before
+        if self.companions is not None:
+            await self.companions.close()
+        await self.setup.aclose()
+
+    def holds(self, claim: Claim) -> None:
+        """The claim this process writes the run under: released when the block ends."""
+        self.claim = claim
+
+    async def prepare(self, heads: Sequence[TaskHead], consumers: Iterable[Consumer] = (),
+                      *, seqs: list[int] | None = None,
+                      prior_attempts: list[int] | None = None) -> SwarmRunner:
+        """Companions first (a busy metrics port is one line, before any call), then the
+        clients, the preflight, the canary (before the runner: every task is routed at the
+        stored percentage), and the runner."""
+        self.companions = Companions(self.setup, self.db_path, self.run_id,
+                                     self.show_progress)
+        self.setup.open()
+        self._warnings = await self.setup.preflight()
+        if self.show_progress:
+            for w in self._warnings:
+                print(f"swarm-tui: warning: {w}", file=sys.stderr)
+        self.canary = await self.companions.open_canary()
+        return self.setup.make_runner(heads, consumers, seqs=seqs,
+                                      prior_attempts=prior_attempts, bodies=self.bodies)
+
+    async def execute(self, runner: SwarmRunner, *, started: str, detail: str | None = None,
+                      fence: LeaseFence | None = None, beside: Beside | None = None,
+                      on_start: OnStart | None = None) -> bool:
+        """Run to the end with the writer and companions around it; True when interrupted.
+        `beside(runner)` (a worker's lease feed) is entered once everything watches the
+        runner and left before anything stops."""
+        assert self.companions is not None and self.claim is not None, "prepare, holds"
+        grace = self.setup.cfg.settings.store.unwritable_grace_s
+        async with collector_for_a_run():
+            writer = self.writer = StoreWriter(self.conn, self.db_path, self.run_id, runner,
+                                               claim=self.claim, fence=fence, grace_s=grace)
+            writer.log_event(started, detail)
+            for w in self._warnings:  # into the run's log too (the console shows it)
+                runner.emit(CONTROL, detail=f"preflight: {w}")
+            writer.start()
+            await self.companions.start(runner, run_alerts=self.whole_run)
+            if on_start is not None:
+                on_start(runner, self.setup, self.canary)
+            try:
+                async with beside(runner) if beside is not None else nullcontext():
+                    return await run_with_progress(runner, show=self.show_progress)
+            finally:
+                if runner.consumer_errors:  # metrics, alerts or traces missed events
+                    print(f"swarm-tui: warning: {runner.consumer_errors} events were not "
+                          f"taken by a consumer (first: {runner.consumer_error})",
+                          file=sys.stderr)
+                status = (RunStatus.UNSAVED if writer.failure else RunStatus.CANCELLED
+                          if runner.cancelled else runner.stop_reason or RunStatus.FINISHED)
+                # its end alert (a whole run's only) and deliveries: in the run's events
+                await self.companions.stop(status, end_alert=self.whole_run)
+                # a worker's writer leaves the run running: the last worker out ends it
+                ended = runner.stop_reason if self.whole_run else None
+                await writer.close(RunStatus.CANCELLED if runner.cancelled
+                                   else ended or "finished")
