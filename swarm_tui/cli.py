@@ -9,6 +9,7 @@ console's start and its ending (exit_code) — ~440 lines, kept together for tha
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sqlite3
 import sys
@@ -361,12 +362,12 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from swarm_tui.commands.serve import console_command, serve
+    from swarm_tui.commands.serve import console_command, moment_command, serve
     from swarm_tui.run_sources import StoreSource
     from swarm_tui.store.db import resolve_db_path
     from swarm_tui.store.target import missing_file
 
-    _config(args)  # a bad config is one line here, not an error page in the browser
+    cfg = _config(args)  # a bad config is one line here, not an error page in the browser
     db = resolve_db_path(args.db)
     if missing_file(db):
         raise UserError(f"database {db}: does not exist (no runs recorded yet)")
@@ -374,10 +375,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     run_async(probe.open())
     run_async(probe.close())
     write = args.write and not args.readonly
+    theme = getattr(args, "theme", None)
     serve(console_command(db, args.config, probe.run_id if args.run_id else None,
-                          write, getattr(args, "theme", None)), args.host, args.port, write,
+                          write, theme), args.host, args.port, write,
+          moment=functools.partial(moment_command, db, args.config, theme),
           socket=args.socket, token_file=args.token_file, certfile=args.certfile,
-          keyfile=args.keyfile, public_url=args.public_url)
+          keyfile=args.keyfile,
+          # the address alerts link to is the one to print, unless told otherwise
+          public_url=args.public_url or cfg.settings.alerts.console_url)
     return EXIT_OK
 
 

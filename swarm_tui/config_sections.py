@@ -250,6 +250,22 @@ class AlertsConfig(_Strict):
     timeout_s: PosFloat = 5.0       # per HTTP request
     # at the end of a run, how long its last alerts may hold the exit
     drain_s: Annotated[float, Field(ge=0, le=120)] = 10.0
+    # where the engineers open `swarm-tui serve` (their tunnel's address, or --public-url):
+    # every alert then links to its moment there, `<console_url>/at/RUN/TIME`
+    console_url: str | None = None
+
+    @field_validator("console_url")
+    @classmethod
+    def _console_url(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        parts = urlsplit(v)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError("must be an http:// or https:// address")
+        if "@" in parts.netloc or parts.query or parts.fragment:
+            # it goes into every page: no user:password, no token (serve's login is a cookie)
+            raise ValueError("must be a plain address: no user:password@, ?query or #fragment")
+        return v.rstrip("/")
 
 
 class TelemetryConfig(_Strict):

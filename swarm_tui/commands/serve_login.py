@@ -73,12 +73,20 @@ class Login:
             found.set_cookie(self.cookie_name, self.session, httponly=True, samesite="Strict",
                              secure=self.secure, path="/")
             raise found
+        websocket = _is_websocket(request.path)
         if not self._ok(request.cookies.get(self.cookie_name), self.session):
-            if request.path == "/ws":
+            if websocket:
                 raise web.HTTPForbidden(text="swarm-tui serve: login first\n")
+            if _followed_from_elsewhere(request):
+                # a link in a page or a pager: the browser withholds a SameSite=Strict
+                # cookie from a navigation another site started, so the page asks again
+                # from here — that request carries it (or, logged out, gets the 401)
+                return web.Response(text=BOUNCE, content_type="text/html",
+                                    headers={"Cache-Control": "no-store",
+                                             "Referrer-Policy": "no-referrer"})
             raise web.HTTPUnauthorized(text="swarm-tui serve: open the URL with the token "
                                             "that `swarm-tui serve` printed\n")
-        if request.path == "/ws" and not same_origin(request):
+        if websocket and not same_origin(request):
             _log(f"refused a websocket from Origin {request.headers.get('Origin')!r}")
             raise web.HTTPForbidden(text="swarm-tui serve: cross-origin websocket refused\n")
         return await handler(request)
@@ -95,6 +103,24 @@ class Login:
         delay = min(FAIL_DELAY_S[0] * 2 ** (count - 1), FAIL_DELAY_S[1])
         _log(f"failed login from {peer} ({count} in a row); answering in {delay:.1f} s")
         await asyncio.sleep(delay)
+
+
+BOUNCE = ('<!doctype html><meta http-equiv="refresh" content="0">'
+          '<title>swarm-tui</title><p>Opening the console…</p>')
+
+
+def _is_websocket(path: str) -> bool:
+    return path == "/ws" or path.startswith("/ws/")
+
+
+def _followed_from_elsewhere(request: web.Request) -> bool:
+    """A top-level navigation another site started (Fetch Metadata, sent by browsers
+    since 2020): the only request that is answered without the cookie, with a page that
+    holds nothing but a reload of itself."""
+    return (request.method == "GET"
+            and request.headers.get("Sec-Fetch-Site") == "cross-site"
+            and request.headers.get("Sec-Fetch-Mode") == "navigate"
+            and request.headers.get("Sec-Fetch-Dest") == "document")
 
 
 def same_origin(request: web.Request) -> bool:

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import re
 import time
+from urllib.parse import quote
+
+# what a served moment's path may carry (commands/serve.py checks it again before it runs
+# anything): a run id, and a TIME as `replay --at` takes it — never an option's dash first
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+AT = re.compile(r"[A-Za-z0-9+][A-Za-z0-9:+._-]{0,63}")
 
 
 def iso(t: float) -> str:
@@ -13,3 +20,8 @@ def iso(t: float) -> str:
 def replay_command(run_id: str, at: float) -> str:
     """The command that opens the console at that moment of the run."""
     return f"swarm-tui replay {run_id} --at {iso(at)}"
+
+
+def moment_link(console_url: str, run_id: str, at: float) -> str:
+    """The served console at that moment (`swarm-tui serve`'s /at/RUN/TIME)."""
+    return f"{console_url}/at/{quote(run_id, safe='')}/{quote(iso(at), safe='')}"

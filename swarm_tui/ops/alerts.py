@@ -61,6 +61,14 @@ class Alert:
 
         return replay_command(self.run_id, self.started_at or self.at)
 
+    def link(self, console_url: str | None) -> str | None:
+        """The same moment in the served console (`alerts.console_url`), if one is set."""
+        if console_url is None:
+            return None
+        from swarm_tui.core.moments import moment_link
+
+        return moment_link(console_url, self.run_id, self.started_at or self.at)
+
     @property
     def key(self) -> str:
         """The same for a condition's trigger and its resolve (PagerDuty's dedup_key,

@@ -33,24 +33,32 @@ def _iso(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
-def payload(hook: WebhookConfig, alert: Alert) -> dict[str, Any] | list[dict[str, Any]]:
-    """The alert in the receiver's own format; a cleared condition as its resolve."""
+def payload(hook: WebhookConfig, alert: Alert,
+            console_url: str | None = None) -> dict[str, Any] | list[dict[str, Any]]:
+    """The alert in the receiver's own format; a cleared condition as its resolve. Each
+    carries the command that opens its moment and, with `alerts.console_url`, a link to
+    the same moment in the served console."""
     at = _iso(alert.at)
+    link = alert.link(console_url)
     if hook.format == "slack":
         mark = ":white_check_mark: RESOLVED" if alert.resolved else ICON[alert.severity]
+        opened = f" <{link}|open the moment>" if link else ""
         return {"text": f"{mark} *swarm-tui* [{alert.severity}] run "
-                        f"`{alert.run_id}`: {alert.summary} — `{alert.replay}`"}
+                        f"`{alert.run_id}`: {alert.summary} — `{alert.replay}`{opened}"}
     if hook.format == "pagerduty":
-        return _pagerduty(hook, alert, at)
+        return _pagerduty(hook, alert, at, link)
     if hook.format == "alertmanager":
-        return [_alertmanager(alert)]
-    return {"source": "swarm-tui", "kind": str(alert.kind), "severity": alert.severity,
+        return [_alertmanager(alert, link)]
+    body = {"source": "swarm-tui", "kind": str(alert.kind), "severity": alert.severity,
             "status": "resolved" if alert.resolved else "firing", "key": alert.key,
             "summary": alert.summary, "run_id": alert.run_id, "at": at,
             "host": socket.gethostname(), "details": alert.details, "replay": alert.replay}
+    if link:
+        body["replay_url"] = link
+    return body
 
 
-def _pagerduty(hook: WebhookConfig, alert: Alert, at: str) -> dict[str, Any]:
+def _pagerduty(hook: WebhookConfig, alert: Alert, at: str, link: str | None) -> dict[str, Any]:
     """Events API v2: trigger, and resolve by the same dedup_key."""
     body: dict[str, Any] = {"routing_key": hook.resolved_routing_key(),
                             "event_action": "resolve" if alert.resolved else "trigger",
@@ -62,10 +70,12 @@ def _pagerduty(hook: WebhookConfig, alert: Alert, at: str) -> dict[str, Any]:
             "group": alert.run_id, "class": str(alert.kind),
             "custom_details": {"run_id": alert.run_id, "replay": alert.replay,
                                **alert.details}}
+        if link:  # shown on the incident as a link
+            body["links"] = [{"href": link, "text": "swarm-tui: the console at this moment"}]
     return body
 
 
-def _alertmanager(alert: Alert) -> dict[str, Any]:
+def _alertmanager(alert: Alert, link: str | None) -> dict[str, Any]:
     """One postable alert (`/api/v2/alerts`): the label set is the condition's identity;
     a resolve is the same labels with endsAt now."""
     labels = {"alertname": f"swarm_tui_{alert.kind}", "severity": alert.severity,
@@ -77,6 +87,8 @@ def _alertmanager(alert: Alert) -> dict[str, Any]:
                       for k, v in alert.details.items()}}
     out: dict[str, Any] = {"labels": labels, "annotations": annotations,
                            "startsAt": _iso(alert.started_at or alert.at)}
+    if link:  # "the entity that caused the alert": the console at its moment
+        out["generatorURL"] = link
     if alert.resolved:
         out["endsAt"] = _iso(alert.at)
     return out
@@ -126,7 +138,7 @@ class AlertDelivery:
         if self._session is None:
             self._session = aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=self.cfg.timeout_s))
-        body = json.dumps(payload(hook, alert)).encode()
+        body = json.dumps(payload(hook, alert, self.cfg.console_url)).encode()
         why = ""
         for attempt in range(1, self.cfg.attempts + 1):
             wait = BACKOFF_S[min(attempt - 1, len(BACKOFF_S) - 1)]

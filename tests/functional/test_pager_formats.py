@@ -45,6 +45,8 @@ def validate_pagerduty(event: dict) -> None:
         if "timestamp" in p:
             _rfc3339(p["timestamp"])
         assert isinstance(p.get("custom_details", {}), dict)
+        for link in event.get("links", []):  # each {href, text?}
+            assert set(link) <= {"href", "text"} and link["href"].startswith("http"), link
     else:
         assert key, "acknowledge and resolve need the dedup_key of the trigger"
 
@@ -58,6 +60,7 @@ def validate_alertmanager(body: list) -> None:
         assert labels and all(LABEL_NAME.match(k) and isinstance(v, str)
                               for k, v in labels.items()), labels
         assert all(isinstance(v, str) for v in alert.get("annotations", {}).values())
+        assert alert.get("generatorURL", "http").startswith("http"), alert
         starts = _rfc3339(alert["startsAt"]) if "startsAt" in alert else None
         if "endsAt" in alert:
             assert starts is None or _rfc3339(alert["endsAt"]) >= starts
@@ -72,6 +75,7 @@ def test_a_breach_pages_and_resolves_in_pagerduty_and_alertmanager(tmp_path, rec
     cfg.write_text(f'[gateways.local]\nbase_url = "http://127.0.0.1:{port}/v1"\n'
                    'key_env = ["GW_KEY"]\n'
                    '[alerts]\nsla_sustain = "1s"\nsla_window = "5s"\nsla_min_calls = 10\n'
+                   'console_url = "https://console.example:8443/"\n'
                    f'[[alerts.webhooks]]\nname = "pd"\nformat = "pagerduty"\n'
                    f'url = "{hook}/pd"\nrouting_key_env = "PD_KEY"\n'
                    'events = ["sla_breach", "run_finished"]\n'
@@ -107,6 +111,11 @@ def test_a_breach_pages_and_resolves_in_pagerduty_and_alertmanager(tmp_path, rec
     assert command == am_breach[0]["annotations"]["replay"]
     argv = command.split()
     assert argv[:2] == ["swarm-tui", "replay"] and argv[3] == "--at"
+    # and, with alerts.console_url, a link to the same moment in the served console
+    link = f"https://console.example:8443/at/{argv[2]}/{argv[4].replace(':', '%3A')}"
+    assert breach[0]["links"] == [{"href": link,
+                                   "text": "swarm-tui: the console at this moment"}]
+    assert am_breach[0]["generatorURL"] == link
     shot = tmp_path / "breach.svg"
     opened = swarm(*argv[1:], "--screenshot", str(shot), "--size", "80x24")
     assert opened.returncode == 0, opened.stderr

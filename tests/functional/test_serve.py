@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import itertools
 import json
 import os
@@ -20,6 +21,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
@@ -88,6 +90,34 @@ class Page:
         return got["result"].get("value")
 
 
+@contextlib.asynccontextmanager
+async def chromium_page(tmp_path: Path) -> AsyncIterator[Page]:
+    """A headless Chromium with one page, its WebSocket hooked (HOOK) on every document."""
+    assert CHROMIUM is not None
+    devtools = free_port()
+    browser = subprocess.Popen(
+        [CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu",
+         f"--remote-debugging-port={devtools}", f"--user-data-dir={tmp_path / 'chrome'}",
+         "--window-size=1280,800", "about:blank"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        await asyncio.to_thread(_wait_http, f"http://127.0.0.1:{devtools}/json/version")
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"http://127.0.0.1:{devtools}/json/list") as r:
+                target = next(t for t in await r.json() if t["type"] == "page")
+            async with http.ws_connect(target["webSocketDebuggerUrl"], max_msg_size=0) as ws:
+                page = Page(ws)
+                await page.call("Page.enable")
+                await page.call("Page.addScriptToEvaluateOnNewDocument", source=HOOK)
+                yield page
+    finally:
+        browser.terminate()
+        try:
+            browser.wait(10)
+        except subprocess.TimeoutExpired:
+            browser.kill()
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(CHROMIUM is None, reason="no Chromium here (apt-get install chromium)")
 async def test_serve_shows_the_console_in_a_browser(tmp_path):
@@ -99,7 +129,7 @@ async def test_serve_shows_the_console_in_a_browser(tmp_path):
          "--concurrency", "20", "--rate", "100", "--sim-profile", "fixed:100"],
         env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     port = free_port()
-    served = browser = None
+    served = None
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -120,59 +150,46 @@ async def test_serve_shows_the_console_in_a_browser(tmp_path):
                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                   stderr=subprocess.PIPE)
         await asyncio.to_thread(_wait_http, f"http://127.0.0.1:{port}/")
-        devtools = free_port()
-        browser = subprocess.Popen(
-            [CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu",
-             f"--remote-debugging-port={devtools}", f"--user-data-dir={tmp_path / 'chrome'}",
-             "--window-size=1280,800", "about:blank"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        await asyncio.to_thread(_wait_http, f"http://127.0.0.1:{devtools}/json/version")
-        async with aiohttp.ClientSession() as http:
-            async with http.get(f"http://127.0.0.1:{devtools}/json/list") as r:
-                target = next(t for t in await r.json() if t["type"] == "page")
-            async with http.ws_connect(target["webSocketDebuggerUrl"], max_msg_size=0) as ws:
-                page = Page(ws)
-                await page.call("Page.enable")
-                await page.call("Page.addScriptToEvaluateOnNewDocument", source=HOOK)
-                # logs in as the engineer does: the URL with the token, once
-                await page.call("Page.navigate", url=f"http://127.0.0.1:{port}/?token={TOKEN}")
-                # the page starts the session itself (its button is for a restart)
-                deadline = time.monotonic() + 90
-                screen = ""
-                while time.monotonic() < deadline:
-                    screen = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "",
-                                    await page.eval("(window.__rx || []).join('')") or "")
-                    if "SIMULATED" in screen and "agents:" in screen and "RUNNING" in screen:
-                        break
-                    await asyncio.sleep(0.5)
-                assert "SIMULATED" in screen, screen[-2000:]
-                # the agents view: its header and agents at work
-                assert "agents:" in screen and "RUNNING" in screen
-                assert "◐" in screen or "○" in screen
-                # a key press from the browser reaches the console: `?` opens its help
-                # (a click first: the terminal takes keys once focused, as for a person)
-                for kind in ("mousePressed", "mouseReleased"):
-                    await page.call("Input.dispatchMouseEvent", type=kind, x=640, y=400,
-                                    button="left", clickCount=1)
-                for kind in ("keyDown", "keyUp"):
-                    await page.call("Input.dispatchKeyEvent", type=kind, key="?", text="?")
-                while time.monotonic() < deadline and "swarm-tui keys" not in screen:
-                    screen = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "",
-                                    await page.eval("(window.__rx || []).join('')") or "")
-                    await asyncio.sleep(0.3)
-                assert "swarm-tui keys" in screen, screen[-1500:]
-                # the canvas paints the frames received a moment later: wait for a drawn
-                # console (a blank page compresses to a few KB), not for a fixed time
-                png = b""
-                while time.monotonic() < deadline and len(png) <= 20_000:
-                    shot = await page.call("Page.captureScreenshot", format="png")
-                    png = base64.b64decode(shot["data"])
-                    await asyncio.sleep(0.2)
+        async with chromium_page(tmp_path) as page:
+            # logs in as the engineer does: the URL with the token, once
+            await page.call("Page.navigate", url=f"http://127.0.0.1:{port}/?token={TOKEN}")
+            # the page starts the session itself (its button is for a restart)
+            deadline = time.monotonic() + 90
+            screen = ""
+            while time.monotonic() < deadline:
+                screen = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "",
+                                await page.eval("(window.__rx || []).join('')") or "")
+                if "SIMULATED" in screen and "agents:" in screen and "RUNNING" in screen:
+                    break
+                await asyncio.sleep(0.5)
+            assert "SIMULATED" in screen, screen[-2000:]
+            # the agents view: its header and agents at work
+            assert "agents:" in screen and "RUNNING" in screen
+            assert "◐" in screen or "○" in screen
+            # a key press from the browser reaches the console: `?` opens its help
+            # (a click first: the terminal takes keys once focused, as for a person)
+            for kind in ("mousePressed", "mouseReleased"):
+                await page.call("Input.dispatchMouseEvent", type=kind, x=640, y=400,
+                                button="left", clickCount=1)
+            for kind in ("keyDown", "keyUp"):
+                await page.call("Input.dispatchKeyEvent", type=kind, key="?", text="?")
+            while time.monotonic() < deadline and "swarm-tui keys" not in screen:
+                screen = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "",
+                                await page.eval("(window.__rx || []).join('')") or "")
+                await asyncio.sleep(0.3)
+            assert "swarm-tui keys" in screen, screen[-1500:]
+            # the canvas paints the frames received a moment later: wait for a drawn
+            # console (a blank page compresses to a few KB), not for a fixed time
+            png = b""
+            while time.monotonic() < deadline and len(png) <= 20_000:
+                shot = await page.call("Page.captureScreenshot", format="png")
+                png = base64.b64decode(shot["data"])
+                await asyncio.sleep(0.2)
         ARTIFACTS.mkdir(exist_ok=True)
         (ARTIFACTS / "serve-console.png").write_bytes(png)
         assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000  # a drawn console
     finally:
-        for proc in (browser, served, run):
+        for proc in (served, run):
             if proc is not None:
                 proc.terminate()
                 try:
@@ -229,9 +246,21 @@ async def test_serve_answers_nothing_without_the_login_and_no_other_origin(serve
             for path in ("/", "/static/js/textual.js", "/download/x"):
                 async with http.get(base + path) as r:
                     assert r.status == 401, (path, r.status)
-            with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
-                await http.ws_connect(base + "/ws")
-            assert refused.value.status == 403
+            for ws_path in ("/ws", "/ws/at/x/end"):
+                with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+                    await http.ws_connect(base + ws_path)
+                assert refused.value.status == 403
+            # a link followed from another site: a page holding only a reload of itself;
+            # the reload (same origin) without the cookie is refused — no loop, no data
+            nav = {"Sec-Fetch-Mode": "navigate", "Sec-Fetch-Dest": "document"}
+            async with http.get(base + "/at/x/end",
+                                headers={**nav, "Sec-Fetch-Site": "cross-site"}) as r:
+                page = await r.text()
+                assert r.status == 200 and 'http-equiv="refresh"' in page
+                assert "ws" not in page and "static" not in page, page
+            async with http.get(base + "/at/x/end",
+                                headers={**nav, "Sec-Fetch-Site": "same-origin"}) as r:
+                assert r.status == 401
             async with http.get(base + "/?token=wrong-" + TOKEN) as r:
                 assert r.status == 401
             async with http.get(base + "/?token=" + TOKEN + "&fontsize=14",
@@ -249,6 +278,18 @@ async def test_serve_answers_nothing_without_the_login_and_no_other_origin(serve
             assert refused.value.status == 403
             ws = await http.ws_connect(base + "/ws", headers={"Origin": base})
             await ws.close()
+            with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+                await http.ws_connect(base + "/ws/at/x/end",
+                                      headers={"Origin": "http://evil.example"})
+            assert refused.value.status == 403
+            # what a moment's path may hold: a run id and a TIME, never an option
+            for bad in ("/at/--write/end", "/at/x/--db=%2Ftmp%2Fz", "/at/x/%20end",
+                        "/at/x/end%3Brm"):
+                async with http.get(base + bad) as r:
+                    assert r.status == 404, bad
+            async with http.get(base + "/at/x/end") as r:
+                page = await r.text()
+                assert r.status == 200 and "/ws/at/x/end" in page
     finally:
         proc.terminate()
         _out, err = proc.communicate(timeout=10)
@@ -291,3 +332,78 @@ async def test_serve_on_a_socket_only_its_owner_may_open(served_db, tmp_path):
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+# -- from a page to the moment (issue 35) ------------------------------------------------------
+
+
+def _run_started(db: Path) -> tuple[str, float]:
+    with sqlite3.connect(db) as c:
+        return c.execute("SELECT id, started_at FROM runs ORDER BY started_at DESC").fetchone()
+
+
+async def _screen(page: Page) -> str:
+    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "",
+                  await page.eval("(window.__rx || []).join('')") or "")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(CHROMIUM is None, reason="no Chromium here (apt-get install chromium)")
+async def test_an_alerts_link_opens_its_moment_in_the_served_console(served_db, tmp_path):
+    """The link a page carries (`alerts.console_url` + /at/RUN/TIME), followed from another
+    site in a browser already logged in: the console opens replaying that run at that
+    moment. The browser withholds the SameSite=Strict cookie from a navigation another
+    site started; the page asks again from the console's own origin."""
+    from aiohttp import web
+
+    from swarm_tui.config_sections import AlertKind
+    from swarm_tui.ops.alerts import Alert
+
+    env, token = served_db
+    run_id, started = _run_started(Path(env["SWARM_TUI_DB"]))
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    link = Alert(AlertKind.RUN_FINISHED, "done", run_id, at=started).link(base)
+    assert link is not None and link.startswith(f"{base}/at/{run_id}/")
+    # a page on another site (localhost is not 127.0.0.1 to a browser) linking to it
+    async def the_page(_request: web.Request) -> web.Response:
+        return web.Response(text=f'<a id="go" href="{link}">the page</a>',
+                            content_type="text/html")
+
+    elsewhere = web.Application()
+    elsewhere.router.add_get("/", the_page)
+    runner = web.AppRunner(elsewhere)
+    await runner.setup()
+    other = free_port()
+    await web.TCPSite(runner, "127.0.0.1", other).start()
+    served = _serve(env, "--port", str(port), "--token-file", str(token))
+    try:
+        await asyncio.to_thread(_wait_http, base + "/")
+        async with chromium_page(tmp_path) as page:
+            await page.call("Page.navigate", url=f"{base}/?token={TOKEN}")  # logged in
+            deadline = time.monotonic() + 90
+            while time.monotonic() < deadline and "agents:" not in await _screen(page):
+                await asyncio.sleep(0.3)
+            assert "agents:" in await _screen(page)
+            assert "├" not in await _screen(page)  # the watched run: no time bar
+            await page.call("Page.navigate", url=f"http://localhost:{other}/")
+            while time.monotonic() < deadline and not await page.eval(
+                    "!!document.getElementById('go')"):
+                await asyncio.sleep(0.1)
+            await page.eval("document.getElementById('go').click()")
+            screen = ""
+            while time.monotonic() < deadline:
+                screen = await _screen(page)
+                if "+0.0s/" in screen and "┤" in screen:
+                    break
+                await asyncio.sleep(0.3)
+            # the replay at the run's start: its time bar at +0.0s, under the link's path
+            assert "+0.0s/" in screen and "┤" in screen, screen[-1500:]
+            assert await page.eval("location.pathname") == link[len(base):]
+    finally:
+        await runner.cleanup()
+        served.terminate()
+        try:
+            served.wait(10)
+        except subprocess.TimeoutExpired:
+            served.kill()

@@ -48,6 +48,10 @@ def test_good_config_and_env_override(tmp_path, monkeypatch):
     ("default_gateway = 'nope'\n", r"default_gateway: no gateway named 'nope'"),
     ("[gateways.sim]\nbase_url = 'http://x'\n", r"gateways: Value error, 'sim' is reserved"),
     ("[prices.m]\ninput = -1\noutput = 1\n", r"prices\.m\.input: Input should be greater"),
+    # a link in every page: no credential may ride in it
+    ("[alerts]\nconsole_url = 'https://u:p@h'\n", r"alerts\.console_url: Value error, must be"),
+    ("[alerts]\nconsole_url = 'https://h/?token=x'\n", r"alerts\.console_url: Value error"),
+    ("[alerts]\nconsole_url = 'localhost:8000'\n", r"alerts\.console_url: Value error"),
 ])
 def test_invalid_config_names_file_and_key(tmp_path, text, expected):
     p = write(tmp_path, text)
