@@ -21,6 +21,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from swarm_tui.config import LoadedConfig
+from swarm_tui.core.states import KeyState
 from swarm_tui.engine.state import RunStatus
 from swarm_tui.errors import EXIT_OK, UserError
 from swarm_tui.gateway.keys import fingerprint, keys_from_env, read_key_file
@@ -113,7 +114,7 @@ async def _list(conn: StoreConnection, cfg: LoadedConfig, args) -> int:
             live = "(not in a running swarm)"
         else:
             live = k.state
-            if k.state == "cooling" and k.cooling_until:
+            if k.state == KeyState.COOLING and k.cooling_until:
                 live += " until " + time.strftime("%H:%M:%S", time.localtime(k.cooling_until))
             if k.reason:
                 live += f": {k.reason}"

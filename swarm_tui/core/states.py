@@ -39,3 +39,12 @@ class RunStatus(StrEnum):
     INTERRUPTED = "interrupted"
     PAUSED = "paused"
     UNSAVED = "unsaved"
+
+
+class KeyState(StrEnum):
+    """An API key's state in a pool (`key_state.state`, `key_changes.state`)."""
+
+    ACTIVE = "active"
+    COOLING = "cooling"     # a 429 or quota: back at `cooling_until`
+    DISABLED = "disabled"   # by hand; `keys enable` brings it back
+    RETIRED = "retired"     # rotated out: never used again

@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 from hdrh.histogram import HdrHistogram
 
 from swarm_tui.config_sections import SlaConfig
+from swarm_tui.core.states import KeyState
 from swarm_tui.engine import events as ev
 from swarm_tui.engine.state import STATES, RunStatus, TaskState
 
@@ -78,9 +79,9 @@ def key_rows(gateways) -> tuple[KeyRow, ...]:
     for gw in gateways.values():
         for k in gw.pool.slots:
             state = k.status(mono)
-            until = now + (k.cooling_until - mono) if state == "cooling" else None
+            until = now + (k.cooling_until - mono) if state == KeyState.COOLING else None
             reason = k.reason
-            if state == "cooling":  # which models: a 429 cools a key-model, not the key
+            if state == KeyState.COOLING:  # which models: a 429 cools a key-model, not the key
                 reason = "cooling: " + ", ".join(k.cooling_models(mono))
             rows.append(KeyRow(gw.name, k.fingerprint, k.label, k.source, state, until,
                                reason, k.in_flight, k.calls, k.rate_limited, k.errors,

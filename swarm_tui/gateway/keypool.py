@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
+from swarm_tui.core.states import KeyState
 from swarm_tui.gateway.errors import ErrorClass
 from swarm_tui.gateway.keys import fingerprint
 from swarm_tui.gateway.ratestate import RateState, parse_reset
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
     import openai
 
 Strategy = Literal["least-in-flight", "round-robin", "proactive"]
-ACTIVE, COOLING, DISABLED, RETIRED = "active", "cooling", "disabled", "retired"
+ACTIVE, COOLING, DISABLED, RETIRED = tuple(KeyState)
 DEFAULT_RETRY_AFTER_CAP_S = 30.0
 __all__ = ["ACTIVE", "COOLING", "DISABLED", "RETIRED", "KeyPool", "KeySlot", "parse_reset"]
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from swarm_tui.canary import state as cs
 from swarm_tui.config_sections import AlertKind, AlertsConfig, SlaConfig
+from swarm_tui.core.states import KeyState
 from swarm_tui.engine import events as ev
 from swarm_tui.engine.looplag import LoopLag
 from swarm_tui.engine.runner import BUDGET_STOPPED
@@ -227,7 +228,7 @@ class AlertWatch:
         for row in key_rows(runner.gateways):
             by_gateway.setdefault(row.gateway, []).append(row.state)
         for gw, states in by_gateway.items():
-            if "active" in states:
+            if KeyState.ACTIVE in states:
                 self._keys_bad_since.pop(gw, None)
                 if gw in self._keys_alerted:
                     self._keys_alerted.discard(gw)
@@ -235,7 +236,7 @@ class AlertWatch:
                                  "again", scope=gw)
                 continue
             since = self._keys_bad_since.setdefault(gw, now)
-            final = all(s in ("disabled", "retired") for s in states)
+            final = all(s in (KeyState.DISABLED, KeyState.RETIRED) for s in states)
             if gw not in self._keys_alerted and (final or now - since >= KEYS_SUSTAIN_S):
                 self._keys_alerted.add(gw)
                 counts = {s: states.count(s) for s in sorted(set(states))}

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from swarm_tui.core.states import KeyState
 from swarm_tui.engine import events as ev
 from swarm_tui.engine.snapshot import HIST_EDGES_MS, KeyRow, key_rows
 from swarm_tui.engine.state import AttemptOutcome, TaskState
@@ -36,7 +37,7 @@ NS = "swarm_tui"
 # a p95 above it, and read 4-20 % high below it), at most 20 % wide for interpolation
 BUCKETS_S = tuple(sorted({ms / 1000.0 for ms in HIST_EDGES_MS}
                          | {round(0.01 * 1.2 ** i, 4) for i in range(52)}))
-KEY_STATES = ("active", "cooling", "disabled", "retired")
+KEY_STATES = tuple(KeyState)
 GATE_RESULTS = ("pass", "fail", "inconclusive")
 
 

@@ -7,6 +7,7 @@ import json
 from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any
 
+from swarm_tui.core.states import KeyState
 from swarm_tui.engine.snapshot import KeyRow
 from swarm_tui.store.conn import StoreConnection
 
@@ -111,7 +112,7 @@ async def task_detail_row(conn: StoreConnection, run_id: str, seq: int
 
 
 # The gravest state a key has in any process of the run: one worker's 401 disabled it.
-_STATE_RANK = {"active": 0, "cooling": 1, "disabled": 2, "retired": 3}
+_STATE_RANK = {state: rank for rank, state in enumerate(KeyState)}
 _LIVE_ROW_S = 5.0  # a process's row older than its newest one by this: it is gone
 
 
@@ -199,11 +200,11 @@ async def keys_at(conn: StoreConnection, run_id: str, at: float,
             seen = [v for (gw, fp, _w), v in last.items()
                     if gw == k.gateway and fp == k.fingerprint]
             state, until, reason = (max(seen, key=lambda v: _STATE_RANK.get(v[0], 0))
-                                    if seen else ("active", None, None))
+                                    if seen else (KeyState.ACTIVE, None, None))
         else:
             state, until, reason = k.state, k.cooling_until, k.reason
-        if state == "cooling" and until is not None and until <= at:
-            state, until, reason = "active", None, None  # its cooldown was over by then
+        if state == KeyState.COOLING and until is not None and until <= at:
+            state, until, reason = KeyState.ACTIVE, None, None  # its cooldown was over by then
         calls, in_flight, limited, errors, t_in, t_out, used = counted.get(
             (k.gateway, k.fingerprint), (0, 0, 0, 0, 0, 0, None))
         out.append(KeyRow(k.gateway, k.fingerprint, k.label, k.source, state, until, reason,

@@ -12,6 +12,7 @@ from textual.coordinate import Coordinate
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Label
 
+from swarm_tui.core.states import KeyState
 from swarm_tui.engine.snapshot import KeyRow
 from swarm_tui.errors import UserError
 from swarm_tui.ui.screens import ConfirmScreen, Field, FormScreen, fit_columns
@@ -26,12 +27,12 @@ PRIORITY = (6, 0, 2, 1, 4, 5, 3, 7, 9, 8)
 
 def state_text(k: KeyRow, now: float | None = None) -> str:
     """`now`: the clock the cooldown counts down on (a replay's moment; default: now)."""
-    if k.state == "cooling" and k.cooling_until is not None:
+    if k.state == KeyState.COOLING and k.cooling_until is not None:
         until = time.strftime('%H:%M:%S', time.localtime(k.cooling_until))
         left = math.ceil(k.cooling_until - (time.time() if now is None else now))
         # counting down while it lasts
         return f"cooling {left}s to {until}" if 0 < left < 1000 else f"cooling until {until}"
-    if k.state == "disabled":
+    if k.state == KeyState.DISABLED:
         return f"disabled: {k.reason or '?'}"[:60]
     return k.state
 

@@ -10,6 +10,7 @@ from textual.markup import escape
 from textual.widgets import RichLog, Static
 
 from swarm_tui.core import fmt
+from swarm_tui.core.states import KeyState
 from swarm_tui.engine.snapshot import HIST_EDGES_MS, Snapshot
 from swarm_tui.engine.state import RunStatus, TaskState
 from swarm_tui.ui.log_fit import fit_line
@@ -63,7 +64,7 @@ class StatusBar(Static):
             state = f"[reverse $warning]WAITING: {escape(s.waiting_for_keys)}[/]"
         keys = ""
         if s.keys:
-            ok = sum(k.state == "active" for k in s.keys)
+            ok = sum(k.state == KeyState.ACTIVE for k in s.keys)
             colour = "$success" if ok == len(s.keys) else ("$warning" if ok else "$error")
             keys = f"[{colour}]keys {ok}/{len(s.keys)}[/]"
         c = s.counts
