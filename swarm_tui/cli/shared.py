@@ -1,0 +1,169 @@
+"""What the handlers share: the config and run options from flags, the store opened with
+one-line errors, a run's summary printed, and the console's start and end. Each brings
+what it uses when called (`--help` imports none of it)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sqlite3
+import sys
+from typing import TYPE_CHECKING
+
+from swarm_tui.cli.exits import exit_code
+from swarm_tui.errors import EXIT_BUDGET_STOPPED, EXIT_INTERNAL, EXIT_OK, UserError
+
+if TYPE_CHECKING:
+    from swarm_tui.config import LoadedConfig
+
+
+def run_async(coro):
+    from swarm_tui.aio import run_async as run
+
+    return run(coro)
+
+
+def sim_settings(args: argparse.Namespace, prefix: str = ""):
+    from pydantic import ValidationError
+
+    from swarm_tui.config_sections import format_validation_error
+    from swarm_tui.sim.settings import SimSettings
+
+    def get(name: str):
+        return getattr(args, prefix + name)
+
+    fields = {
+        "profile": get("profile"), "rate_429": get("rate_429"), "rate_503": get("rate_503"),
+        "rate_cut": get("rate_cut"), "rate_hang": get("rate_hang"),
+        "rpm_per_key": get("rpm_per_key"), "seed": get("seed"),
+        "quota_burst": get("quota_burst"),
+    }
+    model_429 = {}
+    for item in get("model_429"):
+        model, _, rate = item.partition("=")
+        try:
+            model_429[model] = float(rate)
+        except ValueError:
+            raise UserError(f"--{prefix.replace('_', '-')}model-429 {item}: expected "
+                            "MODEL=RATE") from None
+    fields["model_429"] = model_429
+    if not prefix:
+        fields.update(usage_mode=args.usage, usage_style=args.usage_style, chunks=args.chunks,
+                      cached_fraction=args.cached_fraction,
+                      rate_stream_error=args.rate_stream_error,
+                      stream_error_code=args.stream_error_code,
+                      rate_malformed=args.rate_malformed, ignore_stream=args.ignore_stream,
+                      prompt_counting=args.prompt_counting)
+        if args.keys_file:
+            from swarm_tui.gateway.keys import read_key_file
+            fields["keys"] = [k for k, _ in read_key_file(args.keys_file, insecure=True)]
+    flag = "--" + prefix
+    try:
+        return SimSettings(**fields)
+    except ValidationError as e:
+        raise UserError(format_validation_error(f"simulator flags ({flag}…)", e)) from None
+
+
+def config_of(args: argparse.Namespace) -> LoadedConfig:
+    """The config with this command line's setting flags as its top layer (checked there:
+    `--concurrency 0` is refused as the file's `concurrency = 0` would be)."""
+    # here, not at the top: `runs`, `report`, `export` need no pydantic-settings
+    from swarm_tui.config import FLAG_SETTINGS, load_config
+
+    return load_config(args.config, {f: getattr(args, f, None) for f in FLAG_SETTINGS})
+
+
+def opts_from_args(args: argparse.Namespace, preflight_default: bool = False, **extra):
+    from swarm_tui.execution.wiring import RunOptions
+
+    insecure = getattr(args, "insecure_key_file", False)
+    if insecure:
+        print("swarm-tui: warning: accepting key files readable by group/others",
+              file=sys.stderr)
+    preflight = preflight_default or not getattr(args, "no_preflight", False)
+    return RunOptions(preflight=preflight, insecure_key_file=insecure,
+                      metrics_port=getattr(args, "metrics_port", None),
+                      metrics_bind=getattr(args, "metrics_bind", None) or "127.0.0.1",
+                      metrics_linger_s=getattr(args, "metrics_linger", None) or 0.0, **extra)
+
+
+async def with_db(args: argparse.Namespace, fn, *rest, create: bool = True):
+    """Open the store (one-line errors), run `fn(conn, path, ...)`, always close."""
+    from swarm_tui.store.db import db_error, open_db, resolve_db_path
+
+    path = resolve_db_path(args.db)
+    conn = await open_db(path, create=create)
+    try:
+        return await fn(conn, path, *rest)
+    except sqlite3.Error as e:
+        raise db_error(path, e) from None
+    finally:
+        await conn.close()
+
+
+async def finish_stored(conn, path, cfg, outcome, as_json: bool) -> int:
+    from swarm_tui.commands import history
+
+    text = await history.summary_json(conn, path, outcome.summary, cfg) if as_json else None
+    return finish(outcome, as_json, text)
+
+
+def finish(outcome, as_json: bool, json_text: str | None = None) -> int:
+    from swarm_tui.report.summary_text import summary_text
+
+    summary = outcome.summary
+    if as_json:
+        print(json_text or summary.model_dump_json(indent=2))
+    else:
+        print(summary_text(summary))
+    code = exit_code(outcome)
+    if code == EXIT_BUDGET_STOPPED:
+        unsent = summary.unfinished + summary.cancelled
+        print(f"swarm-tui: stopped at the budget cap; {unsent} tasks unsent — raise it with "
+              f"`swarm-tui resume {summary.run_id} --budget USD`", file=sys.stderr)
+    return code
+
+
+def interactive() -> bool:
+    return sys.stdin.isatty() and sys.stdout.isatty() and not os.environ.get("CI")
+
+
+def open_console(args: argparse.Namespace, cfg, **kw) -> int:
+    from swarm_tui.ui.app import SwarmApp
+
+    ui = cfg.settings.ui
+    theme = ui.theme  # `--theme` is the config's top layer
+    if theme is None and not cfg.simulated_only:
+        gw = cfg.settings.gateways.get(getattr(args, "gateway", None)
+                                       or cfg.settings.default_gateway or "")
+        theme = gw.theme if gw else None
+    from swarm_tui.ui.themes import load_themes_reporting
+
+    known, problems = load_themes_reporting()  # a bad user theme is skipped and said
+    for line in problems:
+        print(f"swarm-tui: warning: {line}", file=sys.stderr)
+    if theme is not None and theme not in known:
+        raise UserError(f"theme {theme}: unknown (known: {', '.join(sorted(known))})")
+    from swarm_tui.commands.canary import canary_config
+
+    # with no gateways configured, the canary panel shows the simulator's demo canary
+    canary = canary_config(cfg) if cfg.settings.canary or cfg.simulated_only else None
+    from swarm_tui.runtime import tune_gc
+
+    tune_gc()  # the console's key presses wait on the collector's walks otherwise
+    app = SwarmApp(refresh_s=ui.refresh_s, theme=theme, keymap=ui.keys, view=ui.view,
+                   readonly=args.readonly, canary=canary, **kw)
+    code = app.run()
+    if code is None and app.return_code not in (None, 0):
+        return EXIT_INTERNAL  # Textual itself failed (it printed why)
+    source = kw.get("source") or app.source
+    err = getattr(source, "error", None)
+    if err:
+        raise UserError(err)
+    outcome = getattr(source, "outcome", None)
+    if outcome is not None:
+        from swarm_tui.report.summary_text import summary_text
+
+        print(summary_text(outcome.summary))
+        return exit_code(outcome, console_code=code)
+    return code or EXIT_OK

@@ -1,0 +1,98 @@
+"""`run --workers N` on this host: the run stored split into batches, N worker processes
+started, and the starter and its workers one unit — a signal to the starter reaches every
+worker (each cancels cleanly, its tasks resumable) and the starter waits for them (a SIGINT
+to the starter alone once exited it and left the workers running)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import subprocess
+import sys
+
+from swarm_tui.config import LoadedConfig
+from swarm_tui.engine.state import RunStatus
+from swarm_tui.engine.summary import RunSummary
+from swarm_tui.errors import EXIT_BUDGET_STOPPED, EXIT_OK, EXIT_SLA_BREACHED
+from swarm_tui.execution.stored_run import Outcome
+from swarm_tui.execution.wiring import RunOptions
+from swarm_tui.execution.workers import prepare
+from swarm_tui.store.conn import StoreConnection
+from swarm_tui.store.reconcile import import_worker_journals
+from swarm_tui.store.retry import retrying
+from swarm_tui.store.runs import get_run, load_summary
+from swarm_tui.store.target import DbTarget
+from swarm_tui.workload import Workload
+
+
+async def run_with_workers(conn: StoreConnection, path: DbTarget, cfg: LoadedConfig,
+                           opts: RunOptions, tasks: Workload, run_id: str, workers: int,
+                           flags: list[str], *, show_progress: bool) -> Outcome:
+    """Store the run split into batches, start `workers` processes of `swarm-tui worker
+    RUN_ID FLAGS…` on this host, wait for them, and read the run back."""
+    batches = await prepare(conn, path, cfg, opts, tasks, run_id, workers)
+    if show_progress:
+        print(f"swarm-tui: run {run_id}: {len(tasks)} tasks in {batches} batches, "
+              f"{workers} workers", file=sys.stderr)
+    argv = [sys.executable, "-m", "swarm_tui", "worker", run_id, *flags]
+    procs = [await asyncio.create_subprocess_exec(*argv, stdin=subprocess.DEVNULL,
+                                                  stdout=subprocess.DEVNULL)
+             for _ in range(workers)]
+    # the starter and its workers are one unit: a signal to the starter reaches every
+    # worker (each cancels cleanly, its tasks resumable) and the starter waits for them
+    # (a SIGINT to the starter alone exited it and left both workers running)
+    signalled = _forward_signals(procs)
+    try:
+        codes = [await p.wait() for p in procs]
+    finally:
+        signalled.close()
+
+    async def read_back() -> RunSummary:
+        for warning in await import_worker_journals(conn, path, run_id):
+            print(f"swarm-tui: warning: {warning}", file=sys.stderr)
+        return await load_summary(conn, await get_run(conn, run_id, path))
+
+    # the run is done; a store restarting right now is waited for, for the store's grace
+    summary = await retrying(read_back, cfg.settings.store.unwritable_grace_s)
+    failed = [c for c in codes if c not in (EXIT_OK, EXIT_SLA_BREACHED, EXIT_BUDGET_STOPPED)]
+    if failed:
+        print(f"swarm-tui: {len(failed)} of {workers} workers failed (exit "
+              f"{', '.join(map(str, failed))}); `swarm-tui worker {run_id}` finishes the run",
+              file=sys.stderr)
+    # a worker that died is no failure of a run the others finished (its batches were
+    # leased again): exit as the run ended
+    interrupted = (bool(failed) or signalled.got) and summary.status != RunStatus.FINISHED
+    return Outcome(summary, interrupted)
+
+
+class _Forwarded:
+    """Signal handlers that pass SIGINT / SIGTERM / SIGHUP on to worker processes."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, sigs: tuple[int, ...]) -> None:
+        self.loop, self.sigs, self.got = loop, sigs, False
+
+    def close(self) -> None:
+        for sig in self.sigs:
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                self.loop.remove_signal_handler(sig)
+
+
+def _forward_signals(procs: list[asyncio.subprocess.Process]) -> _Forwarded:
+    loop = asyncio.get_running_loop()
+    sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    fwd = _Forwarded(loop, sigs)
+
+    def forward(sig: int) -> None:
+        fwd.got = True
+        # a hang-up ends a worker as a SIGTERM does (its default would kill it mid-write)
+        to = signal.SIGTERM if sig == signal.SIGHUP else sig
+        for p in procs:
+            if p.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    p.send_signal(to)
+
+    for sig in sigs:
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(sig, forward, sig)
+    return fwd
