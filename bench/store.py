@@ -22,7 +22,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import sim_process
-from swarm_tui.config_sections import RetryConfig, RoutingConfig
 from swarm_tui.engine import events as ev
 from swarm_tui.engine.routing import SingleGateway
 from swarm_tui.engine.runner import RunPolicy, SwarmRunner
@@ -30,6 +29,7 @@ from swarm_tui.engine.state import SUCCEEDED, Attempt
 from swarm_tui.gateway.client import GatewayClient
 from swarm_tui.gateway.keypool import KeyPool
 from swarm_tui.prices import load_price_table
+from swarm_tui.settings.sections import RetryConfig, RoutingConfig
 from swarm_tui.store.db import open_db
 from swarm_tui.store.ownership import take_lock
 from swarm_tui.store.runs import create_run

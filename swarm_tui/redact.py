@@ -1,6 +1,6 @@
 """What a secret looks like wherever it is kept or shown: a tag, never the value.
 
-Config fields that carry a credential are serialized with these (config_sections.py's
+Config fields that carry a credential are serialized with these (settings/sections.py's
 `SecretStrField`, `UrlField`): a model dumped as JSON — the run's stored config, `--json`,
 an export — writes the tag, so a new secret-bearing field is safe the moment it is typed
 so. In memory the value is whole.

@@ -19,13 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from swarm_tui.config_sections import RetryConfig, RoutingConfig
 from swarm_tui.engine.bodies import TaskBodies
 from swarm_tui.engine.events import Event
 from swarm_tui.engine.routing import SingleGateway
 from swarm_tui.engine.runner import RunPolicy, SwarmRunner
 from swarm_tui.gateway.client import GatewayClient
 from swarm_tui.prices import load_price_table
+from swarm_tui.settings.sections import RetryConfig, RoutingConfig
 from swarm_tui.sim.server import SimServer
 from swarm_tui.sim.settings import SimSettings
 from swarm_tui.store.target import PgTarget
@@ -262,7 +262,7 @@ def stored_runs_db(tmp_path):
 @pytest.fixture
 def cfg(tmp_path, monkeypatch):
     """No user config: the built-in simulator."""
-    from swarm_tui.config import load_config
+    from swarm_tui.settings.loader import load_config
 
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
     monkeypatch.delenv("SWARM_TUI_CONFIG", raising=False)

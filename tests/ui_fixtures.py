@@ -10,9 +10,9 @@ from __future__ import annotations
 import dataclasses
 import random
 
-from swarm_tui.config_sections import SlaConfig
 from swarm_tui.engine.snapshot import AgentCell, SlotCell, Snapshot
 from swarm_tui.run_sources import AgentDetail
+from swarm_tui.settings.sections import SlaConfig
 
 STATES = ["succeeded"] * 55 + ["streaming"] * 20 + ["running"] * 8 + ["retrying"] * 4 + \
     ["failed"] * 2 + ["cancelled"] * 1 + ["queued"] * 50
@@ -132,7 +132,7 @@ def canary_view():
     from swarm_tui.canary.analysis import Analysis, evaluate, figures
     from swarm_tui.canary.controller import CanaryView
     from swarm_tui.canary.state import CanaryState
-    from swarm_tui.config_sections import CanaryConfig
+    from swarm_tui.settings.sections import CanaryConfig
     from swarm_tui.store.canary import ActionRecord
 
     cfg = CanaryConfig(baseline="direct", candidate="gateway-b", mode="auto", min_samples=100)

@@ -6,8 +6,8 @@ import dataclasses
 
 from swarm_tui.canary import state as st
 from swarm_tui.canary.analysis import FAIL, INCONCLUSIVE, Analysis
-from swarm_tui.config_sections import CanaryConfig
 from swarm_tui.core.fmt import config_duration
+from swarm_tui.settings.sections import CanaryConfig
 
 
 def decide(state: st.CanaryState, analysis: Analysis, cfg: CanaryConfig, now: float

@@ -17,10 +17,10 @@ from swarm_tui.canary import state as st
 from swarm_tui.canary import stored
 from swarm_tui.canary.analysis import Analysis
 from swarm_tui.canary.auto import decide
-from swarm_tui.config_sections import CanaryConfig
 from swarm_tui.core.fmt import short_duration
 from swarm_tui.engine.looplag import LoopLag
 from swarm_tui.engine.routing import CanaryRouter
+from swarm_tui.settings.sections import CanaryConfig
 from swarm_tui.store import canary as cs
 from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.db import db_error, open_db

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from swarm_tui.canary import state as st
 from swarm_tui.canary.analysis import Analysis, evaluate, figures
-from swarm_tui.config_sections import CanaryConfig
+from swarm_tui.settings.sections import CanaryConfig
 from swarm_tui.store import canary as cs
 from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.control import os_user

@@ -14,7 +14,7 @@ from swarm_tui.cli.exits import exit_code
 from swarm_tui.errors import EXIT_BUDGET_STOPPED, EXIT_INTERNAL, EXIT_OK, UserError
 
 if TYPE_CHECKING:
-    from swarm_tui.config import LoadedConfig
+    from swarm_tui.settings.loader import LoadedConfig
 
 
 def run_async(coro):
@@ -26,7 +26,7 @@ def run_async(coro):
 def sim_settings(args: argparse.Namespace, prefix: str = ""):
     from pydantic import ValidationError
 
-    from swarm_tui.config_sections import format_validation_error
+    from swarm_tui.settings.sections import format_validation_error
     from swarm_tui.sim.settings import SimSettings
 
     def get(name: str):
@@ -68,7 +68,7 @@ def config_of(args: argparse.Namespace) -> LoadedConfig:
     """The config with this command line's setting flags as its top layer (checked there:
     `--concurrency 0` is refused as the file's `concurrency = 0` would be)."""
     # here, not at the top: `runs`, `report`, `export` need no pydantic-settings
-    from swarm_tui.config import FLAG_SETTINGS, load_config
+    from swarm_tui.settings.loader import FLAG_SETTINGS, load_config
 
     return load_config(args.config, {f: getattr(args, f, None) for f in FLAG_SETTINGS})
 

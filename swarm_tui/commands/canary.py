@@ -8,11 +8,11 @@ import time
 
 from swarm_tui.canary import state as st
 from swarm_tui.canary import stored
-from swarm_tui.config import LoadedConfig
-from swarm_tui.config_sections import CanaryConfig
 from swarm_tui.core import fmt
 from swarm_tui.errors import EXIT_OK, UserError
 from swarm_tui.report import canary as report
+from swarm_tui.settings.loader import LoadedConfig
+from swarm_tui.settings.sections import CanaryConfig
 from swarm_tui.store import canary as cs
 from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.target import DbTarget
@@ -21,7 +21,7 @@ from swarm_tui.store.target import DbTarget
 def canary_config(cfg: LoadedConfig) -> CanaryConfig:
     c = cfg.settings.canary
     if c is None and cfg.simulated_only:
-        from swarm_tui.config_sections import SIM_CANARY
+        from swarm_tui.settings.sections import SIM_CANARY
 
         return SIM_CANARY  # no gateways configured: the simulator's demo canary
     if c is None:

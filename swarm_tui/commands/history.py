@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING
 from swarm_tui.errors import EXIT_OK, UserError
 
 if TYPE_CHECKING:  # (each verb imports what it uses: `runs` reads no cost model)
-    from swarm_tui.config import LoadedConfig
     from swarm_tui.engine.cost import CostReport
     from swarm_tui.engine.summary import RunSummary
+    from swarm_tui.settings.loader import LoadedConfig
     from swarm_tui.store.conn import StoreConnection
     from swarm_tui.store.target import DbTarget
 
@@ -60,7 +60,7 @@ async def report(conn: StoreConnection, path: DbTarget, args: argparse.Namespace
         else:
             print(compare_table(a, b))
         return EXIT_OK
-    from swarm_tui.config import load_config
+    from swarm_tui.settings.loader import load_config
 
     cfg = load_config(args.config)
     cost = await stored_cost(conn, run, cfg)
@@ -76,8 +76,8 @@ async def report(conn: StoreConnection, path: DbTarget, args: argparse.Namespace
 
 
 async def cost(conn: StoreConnection, path: DbTarget, args: argparse.Namespace) -> int:
-    from swarm_tui.config import load_config
     from swarm_tui.report.cost import cost_text, stored_cost
+    from swarm_tui.settings.loader import load_config
     from swarm_tui.store.runs import get_run
 
     report = await stored_cost(conn, await get_run(conn, args.run_id, path),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from typing import Protocol
 
-from swarm_tui.config_sections import RoutingConfig
+from swarm_tui.settings.sections import RoutingConfig
 from swarm_tui.workload import Task, TaskHead
 
 BASELINE = "baseline"  # the bucket of every task until a canary splits traffic

@@ -22,7 +22,6 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from swarm_tui.config_sections import RetryConfig, RoutingConfig
 from swarm_tui.engine import events as ev
 from swarm_tui.engine.bodies import MemoryBodies, TaskBodies
 from swarm_tui.engine.control import PERMIT_HOLD
@@ -45,6 +44,7 @@ from swarm_tui.gateway.client import GatewayClient
 from swarm_tui.gateway.errors import AUTH, RATE_LIMITED, CallError
 from swarm_tui.gateway.keypool import KeyPool
 from swarm_tui.prices import PriceTable
+from swarm_tui.settings.sections import RetryConfig, RoutingConfig
 from swarm_tui.workload import Task, TaskHead
 
 

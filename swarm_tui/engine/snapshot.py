@@ -18,10 +18,10 @@ from typing import Any, NamedTuple
 
 from hdrh.histogram import HdrHistogram
 
-from swarm_tui.config_sections import SlaConfig
 from swarm_tui.core.states import KeyState
 from swarm_tui.engine import events as ev
 from swarm_tui.engine.state import STATES, RunStatus, TaskState
+from swarm_tui.settings.sections import SlaConfig
 
 LOG_LINES = 300
 SPARK_SECONDS = 60

@@ -17,10 +17,10 @@ from typing import Protocol
 
 from pydantic import BaseModel, Field
 
-from swarm_tui.config_sections import SlaConfig
 from swarm_tui.engine.aggregate import Usage
 from swarm_tui.engine.looplag import CLIENT_BOUND_MS
 from swarm_tui.engine.state import TaskState
+from swarm_tui.settings.sections import SlaConfig
 
 
 class TaskRow(Protocol):

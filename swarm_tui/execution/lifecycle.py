@@ -23,7 +23,6 @@ from contextlib import AbstractAsyncContextManager, nullcontext
 from types import TracebackType
 
 from swarm_tui.canary.controller import CanaryController
-from swarm_tui.config import LoadedConfig
 from swarm_tui.engine.events import CONTROL, Consumer
 from swarm_tui.engine.runner import SwarmRunner
 from swarm_tui.engine.state import RunStatus
@@ -31,6 +30,7 @@ from swarm_tui.execution.companions import Companions
 from swarm_tui.execution.progress import run_with_progress
 from swarm_tui.execution.wiring import RunOptions, RunSetup
 from swarm_tui.runtime import collector_for_a_run
+from swarm_tui.settings.loader import LoadedConfig
 from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.fences import LeaseFence
 from swarm_tui.store.ownership import Claim

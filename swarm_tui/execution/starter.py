@@ -11,13 +11,13 @@ import signal
 import subprocess
 import sys
 
-from swarm_tui.config import LoadedConfig
 from swarm_tui.engine.state import RunStatus
 from swarm_tui.engine.summary import RunSummary
 from swarm_tui.errors import EXIT_BUDGET_STOPPED, EXIT_OK, EXIT_SLA_BREACHED
 from swarm_tui.execution.stored_run import Outcome
 from swarm_tui.execution.wiring import RunOptions
 from swarm_tui.execution.workers import prepare
+from swarm_tui.settings.loader import LoadedConfig
 from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.reconcile import import_worker_journals
 from swarm_tui.store.retry import retrying

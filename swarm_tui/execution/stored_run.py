@@ -7,13 +7,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from swarm_tui.config import LoadedConfig
 from swarm_tui.engine.events import Consumer
 from swarm_tui.engine.summary import RunSummary
 from swarm_tui.errors import UserError
 from swarm_tui.execution.lifecycle import OnStart, RunLifecycle
 from swarm_tui.execution.wiring import RunOptions, RunSetup
 from swarm_tui.redact import without_userinfo
+from swarm_tui.settings.loader import LoadedConfig
 from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.ownership import Claim, take_lock
 from swarm_tui.store.runs import create_run, get_run, load_summary, refresh_stats, save_summary

@@ -12,14 +12,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import overload
 
-from swarm_tui.config import LoadedConfig
-from swarm_tui.config_sections import (
-    SIM_CANARY,
-    SIM_CANARY_GATEWAY,
-    SIM_GATEWAY,
-    CanaryConfig,
-    GatewayConfig,
-)
 from swarm_tui.engine.bodies import TaskBodies
 from swarm_tui.engine.events import Consumer
 from swarm_tui.engine.routing import CanaryRouter, Router, SingleGateway
@@ -29,6 +21,14 @@ from swarm_tui.errors import UserError
 from swarm_tui.gateway.client import GatewayClient, Transport
 from swarm_tui.gateway.keyops import KeyFileWatcher
 from swarm_tui.gateway.keys import fingerprint, keys_from_env, read_key_file
+from swarm_tui.settings.loader import LoadedConfig
+from swarm_tui.settings.sections import (
+    SIM_CANARY,
+    SIM_CANARY_GATEWAY,
+    SIM_GATEWAY,
+    CanaryConfig,
+    GatewayConfig,
+)
 from swarm_tui.sim.server import SimProcess
 from swarm_tui.sim.settings import SimSettings
 from swarm_tui.workload import DEMO_POISON, Task, TaskHead

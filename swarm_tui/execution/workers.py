@@ -25,8 +25,6 @@ import sys
 from collections.abc import AsyncIterator
 
 from swarm_tui.canary.controller import CanaryController
-from swarm_tui.config import LoadedConfig
-from swarm_tui.config_sections import AlertKind
 from swarm_tui.engine.events import CONTROL
 from swarm_tui.engine.routing import CanaryRouter
 from swarm_tui.engine.runner import BUDGET_STOPPED, SwarmRunner
@@ -40,6 +38,8 @@ from swarm_tui.execution.stored_run import Outcome, config_snapshot, pinned_gate
 from swarm_tui.execution.wiring import RunOptions, RunSetup
 from swarm_tui.ops.alerts import Alert
 from swarm_tui.ops.attach import end_alert_of, page_once
+from swarm_tui.settings.loader import LoadedConfig
+from swarm_tui.settings.sections import AlertKind
 from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.db import open_db
 from swarm_tui.store.fences import LeaseFence

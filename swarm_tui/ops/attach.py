@@ -7,14 +7,14 @@ import contextlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from swarm_tui.config import Settings
-from swarm_tui.config_sections import AlertKind
 from swarm_tui.engine import events as ev
 from swarm_tui.engine.state import RunStatus
 from swarm_tui.ops.alerts import Alert, AlertWatch
 from swarm_tui.ops.metrics import MetricsServer, RunMetrics
 from swarm_tui.ops.tracing import AttemptTracer
 from swarm_tui.ops.webhooks import AlertDelivery
+from swarm_tui.settings.loader import Settings
+from swarm_tui.settings.sections import AlertKind
 
 if TYPE_CHECKING:
     from swarm_tui.canary.controller import CanaryController

@@ -9,10 +9,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from swarm_tui.config_sections import TelemetryConfig
 from swarm_tui.engine import events as ev
 from swarm_tui.engine.state import AttemptOutcome
 from swarm_tui.errors import UserError
+from swarm_tui.settings.sections import TelemetryConfig
 
 if TYPE_CHECKING:
     from swarm_tui.engine.runner import SwarmRunner

@@ -13,7 +13,7 @@ from swarm_tui.store.runs import RunRecord
 TIMELINE_STEPS = 30  # the cost timeline's equal parts of the run
 
 if TYPE_CHECKING:
-    from swarm_tui.config import LoadedConfig
+    from swarm_tui.settings.loader import LoadedConfig
 
 
 def long_model_of(run: RunRecord, cfg: LoadedConfig) -> str | None:

@@ -13,7 +13,7 @@ from swarm_tui.engine.snapshot import KeyRow, Snapshot
 
 if TYPE_CHECKING:
     from swarm_tui.canary.controller import CanaryView
-    from swarm_tui.config_sections import CanaryConfig
+    from swarm_tui.settings.sections import CanaryConfig
 
 
 @dataclass

@@ -9,8 +9,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from swarm_tui.canary.controller import CanaryController, CanaryView
-from swarm_tui.config import LoadedConfig
-from swarm_tui.config_sections import CanaryConfig
 from swarm_tui.engine import events as ev
 from swarm_tui.engine.control import apply_command
 from swarm_tui.engine.cost import CostReport, cost_report
@@ -27,6 +25,8 @@ from swarm_tui.errors import UserError
 from swarm_tui.execution.stored_run import Outcome, Resumed
 from swarm_tui.execution.wiring import RunOptions, RunSetup
 from swarm_tui.run_sources.base import AgentDetail
+from swarm_tui.settings.loader import LoadedConfig
+from swarm_tui.settings.sections import CanaryConfig
 from swarm_tui.store import reads
 from swarm_tui.store.db import open_db
 from swarm_tui.store.runs import new_run_id

@@ -9,8 +9,6 @@ import sqlite3
 import time
 from typing import TYPE_CHECKING
 
-from swarm_tui.config import LoadedConfig
-from swarm_tui.config_sections import CanaryConfig, SlaConfig
 from swarm_tui.engine.cost import CostReport
 from swarm_tui.engine.snapshot import (
     LOG_LINES,
@@ -24,6 +22,8 @@ from swarm_tui.engine.state import RunStatus, TaskState
 from swarm_tui.errors import UserError
 from swarm_tui.run_sources.base import AgentDetail, RowObserver
 from swarm_tui.run_sources.timeline import Timeline, call_line, event_line
+from swarm_tui.settings.loader import LoadedConfig
+from swarm_tui.settings.sections import CanaryConfig, SlaConfig
 from swarm_tui.store import reads
 from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.control import queue_command
@@ -462,9 +462,9 @@ class StoreSource:
         return await reads.stored_keys(self.conn, self.run_id), None
 
     async def cost(self) -> CostReport | None:
-        from swarm_tui.config import Settings
         from swarm_tui.prices import load_price_table
         from swarm_tui.report.cost import stored_cost
+        from swarm_tui.settings.loader import Settings
 
         if self.conn is None or self.run_id is None:
             return None

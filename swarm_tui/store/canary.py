@@ -12,9 +12,9 @@ import time
 
 from pydantic import BaseModel
 
-from swarm_tui.config_sections import CanaryConfig
 from swarm_tui.core import canary as st
 from swarm_tui.engine.routing import BASELINE, CANDIDATE
+from swarm_tui.settings.sections import CanaryConfig
 from swarm_tui.store.audited import CANARY_CREATE, CANARY_MOVE, on_server
 from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.control import actor_on, os_user

@@ -20,9 +20,9 @@ from swarm_tui.store.ownership import Claim, owner_alive, pid_alive
 from swarm_tui.store.target import DbTarget
 
 if TYPE_CHECKING:  # (imported where used: `runs` reads rows, not models — issue 34)
-    from swarm_tui.config_sections import SlaConfig
     from swarm_tui.engine.state import Agent
     from swarm_tui.engine.summary import RunSummary
+    from swarm_tui.settings.sections import SlaConfig
     from swarm_tui.workload import Task, TaskHead
 
 ENDED = ("finished", "cancelled", "budget_stopped")
@@ -65,7 +65,7 @@ class RunRecord:
 
     @property
     def sla(self) -> SlaConfig:
-        from swarm_tui.config_sections import SlaConfig
+        from swarm_tui.settings.sections import SlaConfig
 
         return SlaConfig.model_validate(self.config.get("settings", {}).get("sla", {}))
 

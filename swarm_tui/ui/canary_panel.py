@@ -19,10 +19,10 @@ from textual.widgets import Footer, Static
 
 from swarm_tui.canary import state as st
 from swarm_tui.canary.controller import CanaryView
-from swarm_tui.config_sections import SIM_GATEWAY
 from swarm_tui.core import fmt
 from swarm_tui.errors import UserError
 from swarm_tui.report import canary as report
+from swarm_tui.settings.sections import SIM_GATEWAY
 from swarm_tui.ui.screens import Field, FormScreen
 
 RESULT_STYLE = {"pass": "bold $success", "fail": "bold $error", "inconclusive": "bold $warning"}

@@ -10,9 +10,9 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from textual.theme import Theme
 
-from swarm_tui.config_sections import format_validation_error
 from swarm_tui.errors import UserError
 from swarm_tui.paths import user_theme_dir
+from swarm_tui.settings.sections import format_validation_error
 
 _FIELDS = ("primary", "secondary", "warning", "error", "success", "accent", "foreground",
            "background", "surface", "panel", "boost")

@@ -181,7 +181,7 @@ def test_reading_commands_import_no_console_and_no_http_client(one_run_db, argv)
              "opentelemetry"}
     if argv[0] == "runs":  # rows to lines: no config, no models, no engine (issue 34: ≤ 5×)
         heavy |= {"pydantic", "pydantic_settings", "swarm_tui.engine", "swarm_tui.workload",
-                  "swarm_tui.config_sections"}
+                  "swarm_tui.settings.sections"}
         heavy.add("psycopg")  # a SQLite store: no PostgreSQL driver (~45 ms)
     if "--help" in argv:  # the grammar alone: no engine, no models, no loop (issue 34)
         heavy |= {"pydantic", "asyncio", "aiosqlite", "psycopg", "swarm_tui.engine",

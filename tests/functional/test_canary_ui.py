@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from swarm_tui.canary.controller import read_view
-from swarm_tui.config import load_config
-from swarm_tui.config_sections import CanaryConfig
 from swarm_tui.execution.wiring import RunOptions
 from swarm_tui.run_sources import LiveSource
+from swarm_tui.settings.loader import load_config
+from swarm_tui.settings.sections import CanaryConfig
 from swarm_tui.store import canary as cs
 from swarm_tui.ui import canary_panel
 from swarm_tui.ui.app import SwarmApp

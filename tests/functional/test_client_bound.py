@@ -9,10 +9,10 @@ import threading
 import pytest
 
 from swarm_tui.canary.analysis import FAIL, INCONCLUSIVE, PASS, BucketFigures, evaluate
-from swarm_tui.config_sections import CanaryGates, SlaConfig
 from swarm_tui.engine.looplag import CLIENT_BOUND_MS
 from swarm_tui.engine.routing import BASELINE, CANDIDATE
 from swarm_tui.engine.summary import Percentiles, summarize
+from swarm_tui.settings.sections import CanaryGates, SlaConfig
 from tests.conftest import client_for, make_runner, tasks
 
 

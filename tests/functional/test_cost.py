@@ -186,7 +186,7 @@ async def test_a_budget_stop_does_not_wait_out_retry_backoffs(sim_factory):
     run ends when the calls in flight do, and that task stays unsent (resumable)."""
     import asyncio
 
-    from swarm_tui.config_sections import RetryConfig
+    from swarm_tui.settings.sections import RetryConfig
     from tests.conftest import client_for, make_runner, tasks
 
     server = sim_factory(profile="fixed:30", rate_503=0.4)
@@ -211,8 +211,8 @@ def test_the_stored_cost_summed_by_the_database_equals_the_per_task_report(tmp_p
     (store/cost_rows.py); every figure equals the report built task by task."""
     import asyncio
 
-    from swarm_tui.config import load_config
     from swarm_tui.report.cost import TIMELINE_STEPS, stored_cost
+    from swarm_tui.settings.loader import load_config
     from swarm_tui.store.db import open_db
     from swarm_tui.store.runs import get_run, task_rows
 

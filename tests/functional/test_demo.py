@@ -8,10 +8,10 @@ import sqlite3
 
 import pytest
 
-from swarm_tui.config_sections import RetryConfig, RoutingConfig
 from swarm_tui.engine.routing import SingleGateway
 from swarm_tui.engine.runner import RunPolicy, SwarmRunner
 from swarm_tui.prices import load_price_table
+from swarm_tui.settings.sections import RetryConfig, RoutingConfig
 from tests.conftest import client_for, swarm, tasks
 
 

@@ -35,10 +35,10 @@ def test_the_docs_site_builds_strictly(tmp_path):
 
 
 def test_the_configuration_reference_is_the_settings_model():
-    from swarm_tui.config_schema import markdown
+    from swarm_tui.settings.schema import markdown
 
     shipped = (ROOT / "docs" / "configuration-reference.md").read_text()
-    assert shipped == markdown(), ("stale: python -m swarm_tui.config_schema --markdown > "
+    assert shipped == markdown(), ("stale: python -m swarm_tui.settings.schema --markdown > "
                                    "docs/configuration-reference.md")
     assert "## GatewayConfig" in shipped and "`concurrency`" in shipped
 

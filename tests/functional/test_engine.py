@@ -8,9 +8,9 @@ from collections import Counter
 
 import pytest
 
-from swarm_tui.config_sections import RetryConfig, RoutingConfig
 from swarm_tui.engine import events as ev
 from swarm_tui.engine.state import FINAL_STATES
+from swarm_tui.settings.sections import RetryConfig, RoutingConfig
 from swarm_tui.token_count import estimate_tokens
 from swarm_tui.workload import Task, demo_tasks
 from tests.conftest import Recorder, client_for, make_runner, tasks

@@ -228,9 +228,9 @@ def test_locked_database_is_one_line_exit_2():
 def test_compare_shows_a_rate_change_in_percentage_points_and_calls_per_s_counts_calls():
     """92.38 → 93.90 % is +1.52 pp (it read "+1.6 %"); calls per second count every
     answered call, retries included (they counted tasks)."""
-    from swarm_tui.config_sections import SlaConfig
     from swarm_tui.engine.summary import RunSummary, SummaryBuilder
     from swarm_tui.report.history import compare_rows, compare_table
+    from swarm_tui.settings.sections import SlaConfig
 
     a = RunSummary(run_id="a", total=10_000, success_rate=0.9238)
     b = RunSummary(run_id="b", total=10_000, success_rate=0.9390)

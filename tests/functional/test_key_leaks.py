@@ -11,9 +11,9 @@ import sys
 
 import pytest
 
-from swarm_tui.config import load_config
 from swarm_tui.execution.wiring import RunOptions
 from swarm_tui.run_sources import LiveSource
+from swarm_tui.settings.loader import load_config
 from swarm_tui.ui.app import SwarmApp
 from swarm_tui.ui.keys_panel import KeysScreen
 from swarm_tui.workload import demo_tasks

@@ -191,10 +191,10 @@ def test_keys_cli_add_reads_stdin_never_argv(tmp_path):
 @pytest.mark.slow
 async def test_a_cooling_gateway_does_not_hold_up_the_other(sim_factory):
     """Canary runs have two gateways: one's keys cooling must not stall the other's tasks."""
-    from swarm_tui.config_sections import RetryConfig, RoutingConfig
     from swarm_tui.engine.routing import CanaryRouter
     from swarm_tui.engine.runner import RunPolicy, SwarmRunner
     from swarm_tui.prices import load_price_table
+    from swarm_tui.settings.sections import RetryConfig, RoutingConfig
     from tests.conftest import make_client
 
     a, b = sim_factory(profile="fixed:20"), sim_factory(profile="fixed:20")

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from swarm_tui.canary import controller as canary_controller
-from swarm_tui.config_sections import CanaryConfig
 from swarm_tui.engine.routing import CanaryRouter
 from swarm_tui.run_sources import StoreSource
+from swarm_tui.settings.sections import CanaryConfig
 from swarm_tui.store import writer as store_writer
 from swarm_tui.store.control import queue_command
 from swarm_tui.store.db import open_db

@@ -390,8 +390,8 @@ def test_no_telemetry_configured_loads_no_tracing(env):
 def test_latency_buckets_reach_past_the_call_timeout():
     """A dashboard's quantile can show any latency up to the timeout (the buckets stopped
     at 2 s: a p95 above it could not be shown, below it read 4-20 % high)."""
-    from swarm_tui.config_sections import GatewayConfig
     from swarm_tui.ops.metrics import BUCKETS_S
+    from swarm_tui.settings.sections import GatewayConfig
 
     timeout = GatewayConfig(base_url="http://x").timeout_s
     assert max(BUCKETS_S) > 3 * timeout

@@ -356,8 +356,8 @@ async def test_an_alerts_link_opens_its_moment_in_the_served_console(served_db, 
     site started; the page asks again from the console's own origin."""
     from aiohttp import web
 
-    from swarm_tui.config_sections import AlertKind
     from swarm_tui.ops.alerts import Alert
+    from swarm_tui.settings.sections import AlertKind
 
     env, token = served_db
     run_id, started = _run_started(Path(env["SWARM_TUI_DB"]))

@@ -9,9 +9,9 @@ import sqlite3
 
 import pytest
 
-from swarm_tui.config_sections import SlaConfig
 from swarm_tui.engine.summary import summarize
 from swarm_tui.errors import UserError
+from swarm_tui.settings.sections import SlaConfig
 from swarm_tui.store.db import open_db
 from swarm_tui.store.ownership import take_lock
 from swarm_tui.store.runs import create_run, get_run, load_summary

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from swarm_tui.config_sections import RoutingConfig
 from swarm_tui.engine.routing import choose_model
+from swarm_tui.settings.sections import RoutingConfig
 from swarm_tui.token_count import TokenCounts, configure, estimate_tokens, load_tokenizer
 from swarm_tui.workload import Task
 from tests.conftest import TEST_KEY, assert_one_line_error, start_sim_process, swarm

@@ -432,8 +432,8 @@ async def test_a_stored_live_run_lets_answers_go_and_the_detail_reads_them_back(
 def test_a_snapshot_never_carries_a_cell_not_seen_yet():
     """Cells arrive by index from the engine thread; a gap (an index not seen yet) is
     skipped, never handed to the grid or the filter as None."""
-    from swarm_tui.config_sections import SlaConfig
     from swarm_tui.engine.snapshot import AgentCell, LiveMetrics, metrics_snapshot
+    from swarm_tui.settings.sections import SlaConfig
 
     m = LiveMetrics()
     m.put_cell(3, AgentCell(3, "t3", "queued", "m", "b", None, None, 0, None))

@@ -10,8 +10,8 @@ import pytest
 from swarm_tui.canary import state as st
 from swarm_tui.canary.analysis import FAIL, INCONCLUSIVE, PASS, Analysis, evaluate, figures
 from swarm_tui.canary.auto import decide
-from swarm_tui.config_sections import CanaryConfig, CanaryGates
 from swarm_tui.engine.routing import BASELINE, CANDIDATE, CanaryRouter, canary_slot
+from swarm_tui.settings.sections import CanaryConfig, CanaryGates
 from swarm_tui.workload import Task
 
 STAGES = [5, 25, 50, 100]

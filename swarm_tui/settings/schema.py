@@ -1,7 +1,7 @@
 """Print the config's JSON schema (shipped as swarm_tui/data/config.schema.json, for editors
-that validate config.toml): `python -m swarm_tui.config_schema > swarm_tui/data/…`; with
+that validate config.toml): `python -m swarm_tui.settings.schema > swarm_tui/data/…`; with
 `--markdown`, the configuration reference page of the docs site
-(`python -m swarm_tui.config_schema --markdown > docs/configuration-reference.md`)."""
+(`python -m swarm_tui.settings.schema --markdown > docs/configuration-reference.md`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import json
 import sys
 from typing import Any
 
-from swarm_tui.config import Settings
+from swarm_tui.settings.loader import Settings
 
 
 def _type(spec: dict[str, Any], defs: dict[str, Any]) -> str:
@@ -47,7 +47,7 @@ def markdown() -> str:
     schema = Settings.model_json_schema()
     defs = schema.get("$defs", {})
     out = ["# Configuration reference", "",
-           "Generated from the settings model (`python -m swarm_tui.config_schema --markdown`);",
+           "Generated from the settings model (`python -m swarm_tui.settings.schema --markdown`);",
            "the suite fails when this page and the model differ. The guide is",
            "[Configuration](configuration.md).", "", "## Top level", ""]
     out += _table(schema["properties"], defs)

@@ -21,7 +21,10 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from swarm_tui.config_sections import (
+from swarm_tui.errors import UserError
+from swarm_tui.paths import default_config_path
+from swarm_tui.prices import PriceTable, load_price_table
+from swarm_tui.settings.sections import (
     SIM_GATEWAY,
     AlertsConfig,
     CanaryConfig,
@@ -36,9 +39,6 @@ from swarm_tui.config_sections import (
     UiConfig,
     format_validation_error,
 )
-from swarm_tui.errors import UserError
-from swarm_tui.paths import default_config_path
-from swarm_tui.prices import PriceTable, load_price_table
 from swarm_tui.token_count import TokenCounts
 from swarm_tui.token_count import configure as configure_counts
 

@@ -1,7 +1,7 @@
 """The config's sections as plain pydantic models (no pydantic-settings): what the engine,
-the store, the canary and the reports read. `config.py` layers them into the settings (flags,
-environment, TOML file); keeping these apart lets `runs` and `report` start without loading
-pydantic-settings.
+the store, the canary and the reports read. settings/loader.py layers them into the
+settings (flags, environment, TOML file); keeping these apart lets `runs` and `report`
+start without loading pydantic-settings.
 """
 
 from __future__ import annotations
