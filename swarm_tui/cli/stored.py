@@ -16,6 +16,9 @@ def add_runs(sub: argparse._SubParsersAction) -> None:
     common_flags(runs)
     runs.add_argument("--json", action="store_true", help="a JSON array instead of a table")
     runs.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
+    runs.add_argument("--moments", action="store_true",
+                      help="under each run, its notable moments (first failure, cooldowns, "
+                      "alerts, canary moves) with the command that opens each")
 
 
 def cmd_runs(args: argparse.Namespace) -> int:

@@ -37,9 +37,34 @@ async def runs(conn: StoreConnection, path: DbTarget, args: argparse.Namespace) 
     from swarm_tui.report.listing import runs_listing, runs_table
 
     items = await runs_listing(conn, args.limit)
+    if not args.moments:
+        print(json.dumps([i.as_dict() for i in items], indent=2) if args.json
+              else runs_table(items))
+        return EXIT_OK
+    # --moments: each run's notable moments (read per run: not in the plain listing,
+    # which reads only the stored summaries)
+    from swarm_tui.commands.replay import moments_text, notable_moments
+    from swarm_tui.core.moments import iso, replay_command
+    from swarm_tui.store.runs import get_run
+
+    out: list[dict] = []
+    for item in items:
+        run = await get_run(conn, item.id, path)
+        moments = await notable_moments(conn, run)
+        if args.json:
+            out.append({**item.as_dict(), "moments": [
+                {"at": iso(at), "offset_s": round(at - run.started_at, 3), "what": what,
+                 "replay": replay_command(run.id, at)} for at, what in moments]})
+        else:
+            table = runs_table([item])  # the header once, over the first run
+            print(table.split("\n", 1)[1] if out else table)
+            text = moments_text(run, moments)
+            print("\n".join("  " + line for line in text.splitlines()) if text
+                  else "  (no notable moments)")
+            out.append({})
     if args.json:
-        print(json.dumps([i.as_dict() for i in items], indent=2))
-    else:
+        print(json.dumps(out, indent=2))
+    elif not items:
         print(runs_table(items))
     return EXIT_OK
 

@@ -108,6 +108,16 @@ def test_the_report_lists_the_runs_notable_moments_each_with_its_command(stored,
     opened = swarm(*command[1:], "--screenshot", str(tmp_path / "f.svg"), env=env)
     assert opened.returncode == 0, opened.stderr
     assert "failed" in opened.stdout or "errors" in opened.stdout
+    # `runs --moments`: the same moments under the run's row, and in its JSON
+    listed = swarm("runs", "--moments", env=env)
+    assert listed.returncode == 0, listed.stderr
+    head, row, *under = listed.stdout.splitlines()
+    assert head.startswith("RUN") and row.startswith(run_id)
+    assert " ".join(command) in listed.stdout and "first failed call" in under[1]
+    data = json.loads(swarm("runs", "--moments", "--json", env=env).stdout)
+    first_json = next(m for m in data[0]["moments"] if m["what"] == "first failed call")
+    assert first_json["replay"] == " ".join(command) and data[0]["id"] == run_id
+    assert "moments" not in json.loads(swarm("runs", "--json", env=env).stdout)[0]
 
 
 async def test_scrubbing_moves_the_console_through_the_run(stored):
