@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import time
 
+from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.coordinate import Coordinate
@@ -55,6 +56,10 @@ def add_key_form(gateways: list[str]) -> FormScreen:
          Field("key-label", "label (optional)")], "Add")
 
 
+KEY_CHANGES = ("add", "retire", "enable")
+KEY_CHANGE_KEYS = {"a": "add key", "r": "retire key", "e": "enable key"}
+
+
 class KeysScreen(Screen[None]):
     BINDINGS = [
         Binding("escape,q", "app.pop_screen", "Back", id="keys.back"),
@@ -73,8 +78,10 @@ class KeysScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         at = self.source.at
         when = "" if at is None else time.strftime("%H:%M:%S", time.localtime(at))
-        yield Label("API keys (fingerprints only) — a: add  r: retire  e: enable" if not when
-                    else f"API keys at {when} (a replay: read-only)", id="runs-title")
+        title = ("API keys (fingerprints only) — a: add  r: retire  e: enable" if not
+                 self.readonly else "API keys (fingerprints only; read-only console)")
+        yield Label(title if not when else f"API keys at {when} (a replay: read-only)",
+                    id="runs-title")
         yield DataTable(id="keys-table", cursor_type="row", zebra_stripes=True)
         yield Label("", id="keys-note")
         yield Footer()
@@ -139,6 +146,16 @@ class KeysScreen(Screen[None]):
         if not self.rows or table.cursor_row >= len(self.rows):
             return None
         return self.rows[table.cursor_row]
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """A read-only console (a replay among them) offers no key change in its footer;
+        the keys still answer, in words (on_key)."""
+        return not (self.readonly and action in KEY_CHANGES)
+
+    def on_key(self, event: events.Key) -> None:
+        if self.readonly and event.key in KEY_CHANGE_KEYS:
+            event.stop()
+            self._allowed(KEY_CHANGE_KEYS[event.key])
 
     def _allowed(self, what: str) -> bool:
         if self.readonly:

@@ -76,10 +76,20 @@ async def test_readonly_keys_panel_changes_nothing():
     async with app.run_test(size=(120, 30)) as pilot:
         await pilot.press("k")
         await wait_for(lambda: isinstance(app.screen, KeysScreen) and app.screen.rows)
+        # its footer offers no change (a replay's keys panel offered them, then refused)
+        await wait_for(lambda: "Back" in footer_words(app))
+        assert not {"Add key", "Retire", "Enable"} & footer_words(app)
+        assert "read-only" in str(app.screen.query_one("#runs-title").render())
         for n, key in enumerate(("a", "r", "e"), 1):
             await pilot.press(key)
             await wait_for(lambda n=n: notes(app, "read-only console") == n)  # refused
             assert isinstance(app.screen, KeysScreen)
+
+
+def footer_words(app: SwarmApp) -> set[str]:
+    from textual.widgets._footer import FooterKey
+
+    return {k.description for k in app.screen.query(FooterKey)}
 
 
 @pytest.mark.slow
