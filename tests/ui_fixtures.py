@@ -163,7 +163,7 @@ def keys_snapshot() -> Snapshot:
     """The mid-run snapshot with four keys in every state (fixed times, UTC)."""
     import dataclasses
 
-    from swarm_tui.engine.snapshot import KeyRow
+    from swarm_tui.core.records import KeyRow
 
     t = CANARY_NOW
     keys = (

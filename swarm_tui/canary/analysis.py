@@ -14,9 +14,9 @@ from enum import StrEnum
 from pydantic import BaseModel, Field
 
 from swarm_tui.canary.stats import binomial_excess_p, mann_whitney_greater, wilson
+from swarm_tui.core.canary import BASELINE, CANDIDATE
 from swarm_tui.engine.aggregate import Usage
 from swarm_tui.engine.looplag import CLIENT_BOUND_MS
-from swarm_tui.engine.routing import BASELINE, CANDIDATE
 from swarm_tui.engine.state import TaskState
 from swarm_tui.engine.summary import Percentiles
 from swarm_tui.settings.sections import CanaryGates

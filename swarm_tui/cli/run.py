@@ -198,12 +198,12 @@ async def _resume(conn, path, args: argparse.Namespace, console: bool = False):
     console needs to execute it (the claim still held)."""
     from swarm_tui.engine.state import RunStatus
     from swarm_tui.execution.stored_run import Outcome, Resumed, execute, pinned_gateway
+    from swarm_tui.report.history import load_summary
     from swarm_tui.sim.settings import SimSettings
     from swarm_tui.store.ownership import Claim, take_lock
     from swarm_tui.store.runs import (
         claim_run,
         get_run,
-        load_summary,
         release_run,
         resumable_tasks,
         spent_usd,

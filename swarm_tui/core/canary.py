@@ -11,6 +11,9 @@ ABORTED = "aborted"          # 0 % on the candidate; retry starts over
 COMPLETE = "complete"        # 100 % on the candidate
 START = "start"  # the first time a canary is seen: recorded, never requested
 
+BASELINE = "baseline"  # the bucket of every task until a canary splits traffic
+CANDIDATE = "candidate"
+
 
 @dataclass(frozen=True)
 class CanaryState:

@@ -5,11 +5,9 @@ from __future__ import annotations
 import hashlib
 from typing import Protocol
 
+from swarm_tui.core.canary import BASELINE, CANDIDATE
 from swarm_tui.settings.sections import RoutingConfig
 from swarm_tui.workload import Task, TaskHead
-
-BASELINE = "baseline"  # the bucket of every task until a canary splits traffic
-CANDIDATE = "candidate"
 
 
 def canary_slot(user_id: str) -> int:

@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 
 from hdrh.histogram import HdrHistogram
 
+from swarm_tui.core.records import KeyRow
 from swarm_tui.core.states import KeyState
 from swarm_tui.engine import events as ev
 from swarm_tui.engine.state import STATES, RunStatus, TaskState
@@ -51,26 +52,6 @@ class SlotCell:
     cell: AgentCell | None      # None: idle
     started_s: float | None     # run seconds when its current call was sent
     chars: int | None           # streamed characters so far (None: not known here)
-
-
-@dataclass(frozen=True, slots=True)
-class KeyRow:
-    """One API key as the keys panel shows it: fingerprint, never the key."""
-
-    gateway: str
-    fingerprint: str
-    label: str | None
-    source: str
-    state: str                  # active | cooling | disabled | retired
-    cooling_until: float | None  # unix seconds
-    reason: str | None
-    in_flight: int
-    calls: int
-    rate_limited: int
-    errors: int
-    tokens_in: int
-    tokens_out: int
-    last_used: float | None
 
 
 def key_rows(gateways) -> tuple[KeyRow, ...]:

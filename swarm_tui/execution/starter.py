@@ -17,11 +17,12 @@ from swarm_tui.errors import EXIT_BUDGET_STOPPED, EXIT_OK, EXIT_SLA_BREACHED
 from swarm_tui.execution.stored_run import Outcome
 from swarm_tui.execution.wiring import RunOptions
 from swarm_tui.execution.workers import prepare
+from swarm_tui.report.history import load_summary
 from swarm_tui.settings.loader import LoadedConfig
 from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.reconcile import import_worker_journals
 from swarm_tui.store.retry import retrying
-from swarm_tui.store.runs import get_run, load_summary
+from swarm_tui.store.runs import get_run
 from swarm_tui.store.target import DbTarget
 from swarm_tui.workload import Workload
 

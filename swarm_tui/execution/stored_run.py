@@ -13,10 +13,11 @@ from swarm_tui.errors import UserError
 from swarm_tui.execution.lifecycle import OnStart, RunLifecycle
 from swarm_tui.execution.wiring import RunOptions, RunSetup
 from swarm_tui.redact import without_userinfo
+from swarm_tui.report.history import load_summary
 from swarm_tui.settings.loader import LoadedConfig
 from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.ownership import Claim, take_lock
-from swarm_tui.store.runs import create_run, get_run, load_summary, refresh_stats, save_summary
+from swarm_tui.store.runs import create_run, get_run, refresh_stats, save_summary
 from swarm_tui.store.target import DbTarget
 from swarm_tui.workload import Task, Workload
 

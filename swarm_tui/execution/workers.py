@@ -38,6 +38,7 @@ from swarm_tui.execution.stored_run import Outcome, config_snapshot, pinned_gate
 from swarm_tui.execution.wiring import RunOptions, RunSetup
 from swarm_tui.ops.alerts import Alert
 from swarm_tui.ops.attach import end_alert_of, page_once
+from swarm_tui.report.history import load_summary
 from swarm_tui.settings.loader import LoadedConfig
 from swarm_tui.settings.sections import AlertKind
 from swarm_tui.store.conn import StoreConnection
@@ -55,7 +56,6 @@ from swarm_tui.store.ownership import take_lock
 from swarm_tui.store.runs import (
     create_run,
     get_run,
-    load_summary,
     log_events,
     refresh_stats,
     save_summary,

@@ -11,7 +11,29 @@ from typing import IO, Any
 from swarm_tui.engine.summary import RunSummary
 from swarm_tui.store import reads
 from swarm_tui.store.conn import StoreConnection
-from swarm_tui.store.runs import ENDED, RunRecord, load_summary, tasks_sent_twice
+from swarm_tui.store.lost_sends import lost_sends
+from swarm_tui.store.reads import live_figures
+from swarm_tui.store.runs import ENDED, RunRecord, task_rows, tasks_sent_twice
+
+
+async def load_summary(conn: StoreConnection, run: RunRecord) -> RunSummary:
+    """The run's summary computed from its stored rows (what `report` prints): the
+    engine's builder over the rows the store hands back (the store keeps rows; building
+    the summary is not its job)."""
+    from swarm_tui.engine.summary import SummaryBuilder
+
+    builder = SummaryBuilder()
+    async for rows in task_rows(conn, run.id):
+        for row in rows:
+            builder.add(row)
+    live = await live_figures(conn, run.id)  # the executor's last heartbeat
+    lag = (live.get("run_lag_p95_ms"), live.get("run_lag_max_ms"))
+    summary = builder.summary(run_id=run.id, sla=run.sla, wall_ms=run.wall_ms, name=run.name,
+                              client_lag=lag, status=run.effective_status(),
+                              simulated=run.simulated, started_at=run.started_at)
+    summary.sent_twice = len(await tasks_sent_twice(conn, run.id))
+    summary.sent_lost, summary.sent_lost_tokens_in = await lost_sends(conn, run.id)
+    return summary
 
 
 async def run_summary(conn: StoreConnection, run: RunRecord) -> RunSummary:

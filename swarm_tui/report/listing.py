@@ -42,7 +42,7 @@ async def runs_listing(conn: StoreConnection, limit: int) -> list[RunListItem]:
         if run.summary is not None and status in ENDED:
             s: dict[str, Any] = run.summary
         else:
-            from swarm_tui.store.runs import load_summary
+            from swarm_tui.report.history import load_summary
 
             s = (await load_summary(conn, run)).model_dump()
         items.append(RunListItem(

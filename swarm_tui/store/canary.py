@@ -13,7 +13,7 @@ import time
 from pydantic import BaseModel
 
 from swarm_tui.core import canary as st
-from swarm_tui.engine.routing import BASELINE, CANDIDATE
+from swarm_tui.core.canary import BASELINE, CANDIDATE
 from swarm_tui.settings.sections import CanaryConfig
 from swarm_tui.store.audited import CANARY_CREATE, CANARY_MOVE, on_server
 from swarm_tui.store.conn import StoreConnection

@@ -7,8 +7,8 @@ import json
 from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any
 
+from swarm_tui.core.records import KeyRow
 from swarm_tui.core.states import KeyState
-from swarm_tui.engine.snapshot import KeyRow
 from swarm_tui.store.conn import StoreConnection
 
 ATTEMPT_COLS = ("number", "model", "key_fp", "queue_ms", "latency_ms", "ttft_ms",

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from swarm_tui.core.states import RunStatus
 from swarm_tui.errors import UserError
 from swarm_tui.store.conn import BUSY_TIMEOUT_MS, StoreConnection, dialect_of
-from swarm_tui.store.lost_sends import book_lost_sends, lost_sends
+from swarm_tui.store.lost_sends import book_lost_sends
 from swarm_tui.store.ownership import Claim, owner_alive, pid_alive
 from swarm_tui.store.target import DbTarget
 
@@ -264,25 +264,6 @@ async def task_rows(conn: StoreConnection, run_id: str, chunk: int = 2000
             "WHERE r.run_id = ? ORDER BY r.seq", (run_id, run_id)) as cur:
         while rows := await cur.fetchmany(chunk):
             yield [StoredTask(*r) for r in rows]
-
-
-async def load_summary(conn: StoreConnection, run: RunRecord) -> RunSummary:
-    """The run's summary computed from its stored rows (what `report` prints)."""
-    from swarm_tui.engine.summary import SummaryBuilder
-    from swarm_tui.store.reads import live_figures
-
-    builder = SummaryBuilder()
-    async for rows in task_rows(conn, run.id):
-        for row in rows:
-            builder.add(row)
-    live = await live_figures(conn, run.id)  # the executor's last heartbeat
-    lag = (live.get("run_lag_p95_ms"), live.get("run_lag_max_ms"))
-    summary = builder.summary(run_id=run.id, sla=run.sla, wall_ms=run.wall_ms, name=run.name,
-                              client_lag=lag, status=run.effective_status(),
-                              simulated=run.simulated, started_at=run.started_at)
-    summary.sent_twice = len(await tasks_sent_twice(conn, run.id))
-    summary.sent_lost, summary.sent_lost_tokens_in = await lost_sends(conn, run.id)
-    return summary
 
 
 async def tasks_sent_twice(conn: StoreConnection, run_id: str) -> set[int]:

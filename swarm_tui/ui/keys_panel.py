@@ -13,8 +13,8 @@ from textual.coordinate import Coordinate
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Label
 
+from swarm_tui.core.records import KeyRow
 from swarm_tui.core.states import KeyState
-from swarm_tui.engine.snapshot import KeyRow
 from swarm_tui.errors import UserError
 from swarm_tui.ui.screens import ConfirmScreen, Field, FormScreen, fit_columns
 

@@ -54,8 +54,14 @@ def test_a_planted_layer_violation_turns_the_contracts_red(tmp_path):
     clean = subprocess.run(lint, cwd=tmp_path, env=env, capture_output=True, text=True,
                            timeout=120)
     assert clean.returncode == 0, clean.stdout
-    states = tmp_path / "swarm_tui" / "core" / "states.py"
-    states.write_text(states.read_text() + "\nimport swarm_tui.engine.runner  # planted\n")
-    red = subprocess.run(lint, cwd=tmp_path, env=env, capture_output=True, text=True,
-                         timeout=120)
-    assert red.returncode != 0 and "core is the floor" in red.stdout, red.stdout
+    for module, planted, contract in (
+            ("core/states.py", "swarm_tui.engine.runner", "core is the floor"),
+            # the store keeps rows: a record it needs comes from core, not the engine
+            ("store/reads.py", "swarm_tui.engine.snapshot", "store keeps rows")):
+        path = tmp_path / "swarm_tui" / module
+        kept = path.read_text()
+        path.write_text(kept + f"\nimport {planted}  # planted\n")
+        red = subprocess.run(lint, cwd=tmp_path, env=env, capture_output=True, text=True,
+                             timeout=120)
+        assert red.returncode != 0 and contract in red.stdout, red.stdout
+        path.write_text(kept)

@@ -102,7 +102,7 @@ def test_status_bar_at_80_columns_with_canary_keys_and_a_long_run_id(snap_compar
     """The bar degrades by priority: state, done/total, success, p95 and cost stay."""
     import dataclasses
 
-    from swarm_tui.engine.snapshot import KeyRow
+    from swarm_tui.core.records import KeyRow
 
     keys = tuple(KeyRow("sim", f"sk-…{i}{i}{i}{i}#abc12{i}", None, "env:K", state, None, None,
                         3, 120, 2, 2, 1000, 2000, None)
@@ -136,7 +136,7 @@ def test_keys_panel_with_long_labels_and_a_cooldown(snap_compare, size, monkeypa
     429s; 160 columns show every column (issue 36)."""
     import dataclasses
 
-    from swarm_tui.engine.snapshot import KeyRow
+    from swarm_tui.core.records import KeyRow
     from swarm_tui.ui import keys_panel
 
     now = 1_796_000_000.0
