@@ -119,6 +119,16 @@ def serve(command: str, host: str, port: int, write: bool, *,
         raise UserError(f"serve {where}: cannot listen: {e.strerror or e}") from None
 
 
+async def _never_framed(request: web.Request, response: web.StreamResponse) -> None:
+    """No page of the console inside another site's frame (clicks a page elsewhere could
+    steer), and none kept by a cache on the way (the scripts, the same for everyone, may
+    be)."""
+    response.headers["Content-Security-Policy"] = "frame-ancestors 'none'"
+    response.headers["X-Frame-Options"] = "DENY"
+    if not request.path.startswith("/static/"):
+        response.headers.setdefault("Cache-Control", "no-store")
+
+
 class _LoggedInServer(Server):
     """textual-serve's server with the login in front of every route, and a moment's page:
     `/at/RUN/TIME` opens the console replaying that run at that time (its websocket is
@@ -133,6 +143,7 @@ class _LoggedInServer(Server):
     async def _make_app(self) -> web.Application:
         app = await super()._make_app()
         app.middlewares.append(self.login.middleware)
+        app.on_response_prepare.append(_never_framed)
         if self.moment is not None:
             app.add_routes([
                 web.get("/at/{run}/{at}", self.handle_moment, name="moment"),

@@ -271,6 +271,10 @@ async def test_serve_answers_nothing_without_the_login_and_no_other_origin(serve
                 assert TOKEN not in cookie  # the cookie is a session, not the token
             async with http.get(base + "/") as r:  # the session's cookie is kept
                 assert r.status == 200 and "swarm-tui" in await r.text()
+                # never inside another site's frame, never kept by a cache
+                assert r.headers["Content-Security-Policy"] == "frame-ancestors 'none'"
+                assert r.headers["X-Frame-Options"] == "DENY"
+                assert r.headers["Cache-Control"] == "no-store"
             # a page elsewhere in the engineer's browser: the cookie goes along, the
             # Origin says where the page came from
             with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
