@@ -8,7 +8,7 @@ answering 5 % 503s into ~100 % task success, hiding exactly what a canary is for
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from enum import StrEnum
 
 from pydantic import BaseModel, Field
@@ -231,7 +231,8 @@ def _p95_gate(p95: float, latencies: list[float], gates: CanaryGates) -> Verdict
 
 
 def _vs_baseline(gate: str, cand_v: float | None, base_v: float | None, limit: float,
-                 cand: BucketFigures, base: BucketFigures, min_samples: int, fmt
+                 cand: BucketFigures, base: BucketFigures, min_samples: int,
+                 fmt: Callable[[float, float], str]
                  ) -> Verdict:
     if cand.succeeded < min_samples or base.succeeded < min_samples:
         n = min(cand.succeeded, base.succeeded)

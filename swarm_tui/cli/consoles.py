@@ -7,6 +7,7 @@ import argparse
 import functools
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from swarm_tui.cli.flags import (
     DEMO_CONSOLE_S,
@@ -19,6 +20,10 @@ from swarm_tui.cli.flags import (
 )
 from swarm_tui.cli.shared import config_of, open_console, opts_from_args, run_async, with_db
 from swarm_tui.errors import EXIT_INTERNAL, EXIT_OK, UserError
+
+if TYPE_CHECKING:
+    from swarm_tui.store.conn import StoreConnection
+    from swarm_tui.store.target import DbTarget
 
 
 def cmd_console(args: argparse.Namespace) -> int:
@@ -195,7 +200,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-async def _moment(conn, path, args: argparse.Namespace) -> tuple[str, float, float]:
+async def _moment(conn: StoreConnection, path: DbTarget, args: argparse.Namespace
+                  ) -> tuple[str, float, float]:
     from swarm_tui.commands.replay import resolve_moment
     from swarm_tui.store.runs import get_run
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from swarm_tui.cli.flags import (
     DEMO_CONSOLE_S,
@@ -28,6 +29,14 @@ from swarm_tui.cli.shared import (
     with_db,
 )
 from swarm_tui.errors import UserError
+
+if TYPE_CHECKING:
+    from swarm_tui.execution.stored_run import Resumed
+    from swarm_tui.execution.wiring import RunOptions
+    from swarm_tui.settings.loader import LoadedConfig
+    from swarm_tui.store.conn import StoreConnection
+    from swarm_tui.store.target import DbTarget
+    from swarm_tui.workload import Workload
 
 
 def add_run(sub: argparse._SubParsersAction) -> None:
@@ -105,7 +114,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     return run_async(with_db(args, _run, cfg, opts, tasks, args))
 
 
-def _load_tasks(args: argparse.Namespace, console: bool = False):
+def _load_tasks(args: argparse.Namespace, console: bool = False) -> Workload:
     from swarm_tui.workload import Workload
 
     if (args.workload is None) == (args.demo is None):
@@ -133,7 +142,8 @@ def _load_tasks(args: argparse.Namespace, console: bool = False):
     return tasks
 
 
-async def _run(conn, path, cfg, opts, tasks, args) -> int:
+async def _run(conn: StoreConnection, path: DbTarget, cfg: LoadedConfig, opts: RunOptions,
+               tasks: Workload, args: argparse.Namespace) -> int:
     from swarm_tui.execution.stored_run import execute
     from swarm_tui.store.runs import new_run_id
 
@@ -142,7 +152,8 @@ async def _run(conn, path, cfg, opts, tasks, args) -> int:
     return await finish_stored(conn, path, cfg, outcome, args.json)
 
 
-async def _run_workers(conn, path, cfg, opts, tasks, args) -> int:
+async def _run_workers(conn: StoreConnection, path: DbTarget, cfg: LoadedConfig,
+                       opts: RunOptions, tasks: Workload, args: argparse.Namespace) -> int:
     """`run --workers N`: store the run split into batches, start N `worker` processes
     on this host, wait for them, and print the run's summary as `run` does."""
     from swarm_tui.execution.starter import run_with_workers
@@ -193,7 +204,9 @@ def cmd_resume(args: argparse.Namespace) -> int:
         resumed.claim.release()
 
 
-async def _resume(conn, path, args: argparse.Namespace, console: bool = False):
+async def _resume(conn: StoreConnection, path: DbTarget, args: argparse.Namespace,
+                  console: bool = False
+                  ) -> int | tuple[LoadedConfig, RunOptions, Workload, Resumed]:
     """Resume headless and return the exit code; with `console`, hand back what the
     console needs to execute it (the claim still held)."""
     from swarm_tui.engine.state import RunStatus
@@ -281,7 +294,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return run_async(with_db(args, _worker, cfg, opts, args, create=False))
 
 
-async def _worker(conn, path, cfg, opts, args) -> int:
+async def _worker(conn: StoreConnection, path: DbTarget, cfg: LoadedConfig, opts: RunOptions,
+                  args: argparse.Namespace) -> int:
     from swarm_tui.execution.workers import work_to_the_end
     from swarm_tui.store.leases import newest_split_run
 

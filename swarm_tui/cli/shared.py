@@ -8,28 +8,36 @@ import argparse
 import os
 import sqlite3
 import sys
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from swarm_tui.cli.exits import exit_code
 from swarm_tui.errors import EXIT_BUDGET_STOPPED, EXIT_INTERNAL, EXIT_OK, UserError
 
 if TYPE_CHECKING:
+    from swarm_tui.execution.stored_run import Outcome
+    from swarm_tui.execution.wiring import RunOptions
     from swarm_tui.settings.loader import LoadedConfig
+    from swarm_tui.sim.settings import SimSettings
+    from swarm_tui.store.conn import StoreConnection
+    from swarm_tui.store.target import DbTarget
+
+T = TypeVar("T")
 
 
-def run_async(coro):
+def run_async(coro: Coroutine[Any, Any, T]) -> T:
     from swarm_tui.aio import run_async as run
 
     return run(coro)
 
 
-def sim_settings(args: argparse.Namespace, prefix: str = ""):
+def sim_settings(args: argparse.Namespace, prefix: str = "") -> SimSettings:
     from pydantic import ValidationError
 
     from swarm_tui.settings.sections import format_validation_error
     from swarm_tui.sim.settings import SimSettings
 
-    def get(name: str):
+    def get(name: str) -> Any:
         return getattr(args, prefix + name)
 
     fields = {
@@ -73,7 +81,8 @@ def config_of(args: argparse.Namespace) -> LoadedConfig:
     return load_config(args.config, {f: getattr(args, f, None) for f in FLAG_SETTINGS})
 
 
-def opts_from_args(args: argparse.Namespace, preflight_default: bool = False, **extra):
+def opts_from_args(args: argparse.Namespace, preflight_default: bool = False,
+                   **extra: Any) -> RunOptions:
     from swarm_tui.execution.wiring import RunOptions
 
     insecure = getattr(args, "insecure_key_file", False)
@@ -87,7 +96,8 @@ def opts_from_args(args: argparse.Namespace, preflight_default: bool = False, **
                       metrics_linger_s=getattr(args, "metrics_linger", None) or 0.0, **extra)
 
 
-async def with_db(args: argparse.Namespace, fn, *rest, create: bool = True):
+async def with_db(args: argparse.Namespace, fn: Callable[..., Awaitable[T]], *rest: Any,
+                  create: bool = True) -> T:
     """Open the store (one-line errors), run `fn(conn, path, ...)`, always close."""
     from swarm_tui.store.db import db_error, open_db, resolve_db_path
 
@@ -101,14 +111,15 @@ async def with_db(args: argparse.Namespace, fn, *rest, create: bool = True):
         await conn.close()
 
 
-async def finish_stored(conn, path, cfg, outcome, as_json: bool) -> int:
+async def finish_stored(conn: StoreConnection, path: DbTarget, cfg: LoadedConfig,
+                        outcome: Outcome, as_json: bool) -> int:
     from swarm_tui.commands import history
 
     text = await history.summary_json(conn, path, outcome.summary, cfg) if as_json else None
     return finish(outcome, as_json, text)
 
 
-def finish(outcome, as_json: bool, json_text: str | None = None) -> int:
+def finish(outcome: Outcome, as_json: bool, json_text: str | None = None) -> int:
     from swarm_tui.report.summary_text import summary_text
 
     summary = outcome.summary
@@ -128,7 +139,7 @@ def interactive() -> bool:
     return sys.stdin.isatty() and sys.stdout.isatty() and not os.environ.get("CI")
 
 
-def open_console(args: argparse.Namespace, cfg, **kw) -> int:
+def open_console(args: argparse.Namespace, cfg: LoadedConfig, **kw: Any) -> int:
     from swarm_tui.ui.app import SwarmApp
 
     ui = cfg.settings.ui

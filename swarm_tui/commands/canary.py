@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from typing import TYPE_CHECKING
 
 from swarm_tui.canary import state as st
 from swarm_tui.canary import stored
@@ -16,6 +17,10 @@ from swarm_tui.settings.sections import CanaryConfig
 from swarm_tui.store import canary as cs
 from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.target import DbTarget
+
+if TYPE_CHECKING:
+    from swarm_tui.canary.analysis import Analysis
+
 
 
 def canary_config(cfg: LoadedConfig) -> CanaryConfig:
@@ -74,7 +79,7 @@ async def run(conn: StoreConnection, path: DbTarget, cfg: LoadedConfig,
     return EXIT_OK
 
 
-def status_text(c: CanaryConfig, state: st.CanaryState, analysis) -> str:
+def status_text(c: CanaryConfig, state: st.CanaryState, analysis: Analysis) -> str:
     bake = c.bake_s(state.stage_index(c.stages))
     since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(state.stage_started_at))
     lines = [

@@ -92,7 +92,7 @@ async def run(conn: StoreConnection, path: DbTarget, cfg: LoadedConfig,
     return await _steer(conn, args)
 
 
-async def _list(conn: StoreConnection, cfg: LoadedConfig, args) -> int:
+async def _list(conn: StoreConnection, cfg: LoadedConfig, args: argparse.Namespace) -> int:
     items = {(k.gateway, k.fingerprint): k for k in configured(cfg, args.insecure_key_file)}
     for (run_id, gw, fp, label, source, state, until, reason, fly, calls, r429,
          errs) in await _live(conn):
@@ -125,7 +125,7 @@ async def _list(conn: StoreConnection, cfg: LoadedConfig, args) -> int:
     return EXIT_OK
 
 
-def _read_secret(args) -> str:
+def _read_secret(args: argparse.Namespace) -> str:
     if args.from_env:
         secret = os.environ.get(args.from_env, "")
         if not secret.strip():
@@ -140,7 +140,7 @@ def _read_secret(args) -> str:
     return secret
 
 
-def run_add(cfg: LoadedConfig, args) -> int:
+def run_add(cfg: LoadedConfig, args: argparse.Namespace) -> int:
     name = _gateway(cfg, args.gateway)
     gw = cfg.settings.gateways[name]
     if gw.key_file is None:
@@ -183,7 +183,7 @@ def _ends_with_newline(path: Path) -> bool:
         return fh.read(1) == b"\n"
 
 
-async def _steer(conn: StoreConnection, args) -> int:
+async def _steer(conn: StoreConnection, args: argparse.Namespace) -> int:
     """retire / enable in every running swarm that holds the key."""
     ref = args.fingerprint
     running = {r.id for r in await list_runs(conn, 200)

@@ -42,7 +42,7 @@ from swarm_tui.engine.state import (
 )
 from swarm_tui.gateway.client import GatewayClient
 from swarm_tui.gateway.errors import AUTH, RATE_LIMITED, CallError
-from swarm_tui.gateway.keypool import KeyPool
+from swarm_tui.gateway.keypool import KeyPool, KeySlot
 from swarm_tui.prices import PriceTable
 from swarm_tui.settings.sections import RetryConfig, RoutingConfig
 from swarm_tui.workload import Task, TaskHead
@@ -549,7 +549,8 @@ class SwarmRunner:
         agent.handle = task
         self.emit(ev.STARTED, agent, attempt)
 
-    def _attempt_done(self, agent: Agent, attempt: Attempt, gw: GatewayClient, slot) -> None:
+    def _attempt_done(self, agent: Agent, attempt: Attempt, gw: GatewayClient,
+                      slot: KeySlot) -> None:
         """A task cancelled before its first step never runs its body: release its slot
         and key here so the run cannot wait forever for it."""
         if attempt.outcome != AttemptOutcome.RUNNING:
@@ -651,7 +652,8 @@ class SwarmRunner:
         agent.body = body  # kept for its retries; let go of when the task is final
         return body
 
-    async def _attempt(self, agent: Agent, attempt: Attempt, gw: GatewayClient, slot) -> None:
+    async def _attempt(self, agent: Agent, attempt: Attempt, gw: GatewayClient,
+                       slot: KeySlot) -> None:
         try:
             try:
                 task = await self._body(agent, attempt)
@@ -726,7 +728,7 @@ class SwarmRunner:
             return
         self._failed_attempt(agent, attempt, res.error)
 
-    def _unlaunch(self, agent: Agent, attempt: Attempt, gw: GatewayClient, slot) -> None:
+    def _unlaunch(self, agent: Agent, attempt: Attempt, gw: GatewayClient, slot: KeySlot) -> None:
         """Routing moved (a canary abort, a new stage) while this task's prompt was read:
         nothing was sent, so it goes back to the head of the queue and is routed again at
         its launch — a worker sends no first call to an aborted candidate once it knows."""
@@ -743,7 +745,7 @@ class SwarmRunner:
         self.emit(ev.QUEUED, agent)
         self._wake.set()
 
-    def _unreadable(self, agent: Agent, attempt: Attempt, gw: GatewayClient, slot,
+    def _unreadable(self, agent: Agent, attempt: Attempt, gw: GatewayClient, slot: KeySlot,
                     e: Exception) -> None:
         gw.release(slot, attempt.model)
         self.in_flight -= 1

@@ -12,9 +12,9 @@ import itertools
 import operator
 import time
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from hdrh.histogram import HdrHistogram
 
@@ -23,6 +23,12 @@ from swarm_tui.core.states import KeyState
 from swarm_tui.engine import events as ev
 from swarm_tui.engine.state import STATES, RunStatus, TaskState
 from swarm_tui.settings.sections import SlaConfig
+
+if TYPE_CHECKING:
+    from swarm_tui.engine.runner import SwarmRunner
+    from swarm_tui.engine.state import Agent
+    from swarm_tui.gateway.client import GatewayClient
+
 
 LOG_LINES = 300
 SPARK_SECONDS = 60
@@ -54,7 +60,7 @@ class SlotCell:
     chars: int | None           # streamed characters so far (None: not known here)
 
 
-def key_rows(gateways) -> tuple[KeyRow, ...]:
+def key_rows(gateways: Mapping[str, GatewayClient]) -> tuple[KeyRow, ...]:
     mono, now = time.monotonic(), time.time()
     rows = []
     for gw in gateways.values():
@@ -127,12 +133,12 @@ _CELL_KINDS = frozenset({ev.QUEUED, ev.STARTED, ev.FIRST_TOKEN, ev.RETRY_SCHEDUL
                          ev.SUCCEEDED, ev.FAILED, ev.CANCELLED})
 
 
-def _chars_of(a) -> Callable[[], int]:
+def _chars_of(a: Agent) -> Callable[[], int]:
     """The agent's streamed characters, read when a snapshot is built."""
     return lambda: a.live_chars
 
 
-def _cell(a) -> AgentCell:
+def _cell(a: Agent) -> AgentCell:
     return AgentCell(a.seq, a.task.id, a.state, a.model, a.bucket, a.latency_ms, a.cost_usd,
                      a.prior_attempts + a.sent, a.error_class)
 
@@ -380,7 +386,7 @@ def _slot_cells(m: LiveMetrics, cells: tuple[AgentCell | None, ...], concurrency
     return tuple(out)
 
 
-def live_snapshot(runner, metrics: LiveMetrics, *, run_id: str, simulated: bool,
+def live_snapshot(runner: SwarmRunner, metrics: LiveMetrics, *, run_id: str, simulated: bool,
                   sla: SlaConfig, tasks_per_day: int, readonly: bool = False,
                   status: str | None = None) -> Snapshot:
     """Read the runner and the metrics; never mutate them."""

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from typing import IO
 
 import uvicorn
 
@@ -154,7 +155,7 @@ class SimProcess:
         self._proc = None
 
 
-def _readline_with_timeout(stream, timeout_s: float) -> str:
+def _readline_with_timeout(stream: IO[str], timeout_s: float) -> str:
     result: list[str] = []
     reader = threading.Thread(target=lambda: result.append(stream.readline()), daemon=True)
     reader.start()

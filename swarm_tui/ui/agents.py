@@ -8,6 +8,8 @@ scrolling. Drawn with the Line API, redrawn whole each refresh (the times move a
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.segment import Segment
 from rich.style import Style
 from textual.strip import Strip
@@ -78,7 +80,7 @@ class AgentsView(Widget, can_focus=True):
                                                                "agentgrid--cursor"}
     BINDINGS = [*CURSOR_BINDINGS]
 
-    def __init__(self, **kw) -> None:
+    def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
         self.slots: tuple[SlotCell, ...] = ()
         self.now_s = 0.0

@@ -11,6 +11,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from rich.text import Text
+from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
@@ -183,7 +184,7 @@ class CanaryScreen(Screen[None]):
             return False
         return self.view.state.status in st.ALLOWED[str(parameters[0])]
 
-    def on_key(self, event) -> None:
+    def on_key(self, event: events.Key) -> None:
         for b in self.BINDINGS:
             if isinstance(b, Binding) and b.action.startswith("act(") and \
                     event.key in b.key.split(","):

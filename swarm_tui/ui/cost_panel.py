@@ -15,6 +15,7 @@ from textual.widgets import Footer, Static
 
 from swarm_tui.engine.cost import CostReport
 from swarm_tui.report.cost import routing_line, usd, what_if_lines
+from swarm_tui.run_sources.base import RunSource
 from swarm_tui.ui.widgets import SPARK
 
 BAR = 24
@@ -73,7 +74,7 @@ def panel_text(r: CostReport) -> Text:
 class CostScreen(Screen[None]):
     BINDINGS = [Binding("escape,q", "app.pop_screen", "Back", id="cost.back")]
 
-    def __init__(self, source, refresh_s: float = 1.0) -> None:
+    def __init__(self, source: RunSource, refresh_s: float = 1.0) -> None:
         super().__init__()
         self.source = source
         self.refresh_s = refresh_s

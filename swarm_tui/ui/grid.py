@@ -6,7 +6,7 @@ here each frame re-renders only the rows whose states changed.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from rich.segment import Segment
 from rich.style import Style
@@ -52,7 +52,7 @@ class AgentGrid(ScrollView, can_focus=True):
             super().__init__()
             self.cell = cell
 
-    def __init__(self, **kw) -> None:
+    def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
         self.cells: tuple[AgentCell, ...] = ()
         self.cursor = 0

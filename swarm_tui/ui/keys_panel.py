@@ -16,6 +16,7 @@ from textual.widgets import DataTable, Footer, Label
 from swarm_tui.core.records import KeyRow
 from swarm_tui.core.states import KeyState
 from swarm_tui.errors import UserError
+from swarm_tui.run_sources.base import RunSource
 from swarm_tui.ui.screens import ConfirmScreen, Field, FormScreen, fit_columns
 
 # fixed widths: a key's state changes length (active → cooling until 12:00:00) in place
@@ -68,7 +69,7 @@ class KeysScreen(Screen[None]):
         Binding("e", "enable", "Enable", id="keys.enable"),
     ]
 
-    def __init__(self, source, readonly: bool, refresh_s: float = 0.5) -> None:
+    def __init__(self, source: RunSource, readonly: bool, refresh_s: float = 0.5) -> None:
         super().__init__()
         self.source = source
         self.readonly = readonly

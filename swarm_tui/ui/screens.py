@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from textual.actions import SkipAction
 from textual.app import ComposeResult
@@ -15,6 +17,10 @@ from textual.widgets import Button, DataTable, Footer, Input, Label, Static
 from swarm_tui.core import fmt
 from swarm_tui.engine.state import TaskState
 from swarm_tui.run_sources import AgentDetail
+
+if TYPE_CHECKING:
+    from swarm_tui.report.listing import RunListItem
+
 
 
 def detail_text(d: AgentDetail) -> str:
@@ -204,7 +210,8 @@ class RunsScreen(Screen[None]):
         Binding("c", "compare", "Compare with mark", id="runs.compare"),
     ]
 
-    def __init__(self, items: list, on_open, on_compare) -> None:
+    def __init__(self, items: list[RunListItem], on_open: Callable[[str], object],
+                 on_compare: Callable[[str, str], object]) -> None:
         super().__init__()
         self.items = items
         self.on_open = on_open
@@ -229,7 +236,7 @@ class RunsScreen(Screen[None]):
         self.query_one(DataTable).focus()
 
     @staticmethod
-    def _cells(r) -> tuple[str, ...]:
+    def _cells(r: RunListItem) -> tuple[str, ...]:
         p95 = "-" if r.p95_ms is None else f"{r.p95_ms:.0f}"
         cost = fmt.usd(r.cost_usd) + ("+?" if r.unpriced_tasks else "")
         return (r.id, (r.name or ("sim" if r.simulated else ""))[:12], r.status,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
+from typing import Any
 
 from textual.content import Content
 from textual.events import Resize
@@ -159,7 +160,7 @@ class EventLog(RichLog, can_focus=True):
 
     MAX_LINES = 500
 
-    def __init__(self, **kw) -> None:
+    def __init__(self, **kw: Any) -> None:
         super().__init__(max_lines=self.MAX_LINES, wrap=False, markup=False, highlight=False,
                          **kw)
         self._last: str | None = None
