@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +24,7 @@ from swarm_tui.errors import UserError
 from swarm_tui.execution.stored_run import Outcome, Resumed
 from swarm_tui.execution.wiring import RunOptions, RunSetup
 from swarm_tui.run_sources.base import AgentDetail
+from swarm_tui.run_sources.engine_host import EngineGone, EngineHost
 from swarm_tui.settings.loader import LoadedConfig
 from swarm_tui.settings.sections import CanaryConfig
 from swarm_tui.store import reads
@@ -40,11 +40,9 @@ if TYPE_CHECKING:
 class LiveSource:
     """Runs the swarm in this process and stores it.
 
-    The engine gets its own event loop on one dedicated thread (not a Textual thread
-    worker, and never one per agent): measured, on the console's own loop a wave of
-    1,000 calls ending together held key presses up to a second; on its own loop
-    the GIL hands the UI a turn every few ms. Snapshots only read engine state;
-    controls are marshalled onto the engine's loop.
+    The engine runs on its own thread and loop (run_sources/engine_host.py: not a
+    Textual thread worker, and never one per agent). Snapshots only read engine state;
+    controls reach its loop through the host.
     """
 
     kind = "live"
@@ -66,14 +64,18 @@ class LiveSource:
         self.canary: CanaryController | None = None
         self.outcome: Outcome | None = None
         self.error: str | None = None
-        self.loop: asyncio.AbstractEventLoop | None = None
+        self.engine = EngineHost()
         self._want_paused = False
-        self._done = threading.Event()
         self._reader: StoreConnection | None = None  # the detail view's, on the UI loop
 
     async def start(self) -> None:
         """Awaitable from the UI's loop; the engine runs on its own thread and loop."""
-        await asyncio.to_thread(self._thread_main)
+        await self.engine.run(self._engine)
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        """The engine's loop (tests reach the runner through it)."""
+        return self.engine.loop
 
     def canary_live(self) -> tuple[CanaryConfig, CanaryView | None] | None:
         c = self.canary
@@ -81,30 +83,20 @@ class LiveSource:
             return None
         return c.cfg, c.view if self.active else None
 
-    def _thread_main(self) -> None:
-        from swarm_tui.aio import run_async
-
-        try:
-            run_async(self._engine())
-        finally:
-            self._done.set()
-
     async def shutdown(self, timeout_s: float = 30.0) -> None:
         """The console is closing: a run cannot outlive its process, so cancel it cleanly
         (results flushed, unsent tasks resumable) and wait for the engine thread."""
         if self._reader is not None:
             await self._reader.close()
             self._reader = None
-        if self.loop is None:
+        if not self.engine.started:
             return
         if self.active and self.runner is not None:
-            self.loop.call_soon_threadsafe(self.runner.cancel)
-        await asyncio.to_thread(self._done.wait, timeout_s)
+            self.engine.call(self.runner.cancel)
+        await self.engine.wait(timeout_s)
 
     async def _engine(self) -> None:
         from swarm_tui.execution.stored_run import execute
-
-        self.loop = asyncio.get_running_loop()
 
         def attach(runner: SwarmRunner, session: RunSetup,
                    canary: CanaryController | None) -> None:
@@ -175,8 +167,8 @@ class LiveSource:
         """add (ref = gateway) / retire / enable (ref = fingerprint), on the engine's loop."""
         from swarm_tui.gateway import keyops
 
-        runner, loop = self.runner, self._engine_loop()
-        if runner is None or loop is None or not self.active:
+        runner = self.runner
+        if runner is None or not self.engine.alive or not self.active:
             raise UserError(f"key {op}: no active run here")
 
         async def apply() -> str:
@@ -193,27 +185,21 @@ class LiveSource:
             runner.wake()  # a key back in the pool may unblock dispatch
             return msg
 
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(apply(), loop))
+        try:
+            return await self.engine.submit(apply())
+        except EngineGone:
+            raise UserError(f"key {op}: the run has ended") from None
 
     async def canary_act(self, action: str, arg: str | None, reason: str | None) -> bool:
         """Through this run's controller (on the engine's loop), so routing follows at
         once. False: no canary in this run (the caller acts on the store instead)."""
-        loop = self._engine_loop()
-        if self.canary is None or loop is None:
+        if self.canary is None or not self.engine.alive:
             return False  # the run has ended: the caller acts on the stored canary
         try:
-            fut = asyncio.run_coroutine_threadsafe(self.canary.act(action, arg, reason), loop)
-        except RuntimeError:  # the engine's loop closed between the check and the call
+            await self.engine.submit(self.canary.act(action, arg, reason))
+        except EngineGone:  # it ended between the check and the call
             return False
-        await asyncio.wrap_future(fut)
         return True
-
-    def _engine_loop(self) -> asyncio.AbstractEventLoop | None:
-        """The engine's loop while it still runs; None once the run (and its loop) ended."""
-        loop = self.loop
-        if loop is None or loop.is_closed() or self._done.is_set():
-            return None
-        return loop
 
     async def detail(self, seq: int) -> AgentDetail | None:
         r = self.runner
@@ -272,13 +258,10 @@ class LiveSource:
 
     # controls
     async def control(self, command: str, arg: str | None = None) -> bool:
-        loop = self._engine_loop()
-        if self.readonly or self.runner is None or loop is None:
+        if self.readonly or self.runner is None:
             return False
-        try:
-            loop.call_soon_threadsafe(apply_command, self.runner, command, arg)
-        except RuntimeError:  # closed meanwhile: the run is over
-            return False
+        if not self.engine.call(apply_command, self.runner, command, arg):
+            return False  # the run is over
         if command in ("pause", "resume"):
             self._want_paused = command == "pause"
         return True
