@@ -152,6 +152,9 @@ class StoreSource:
                 self.run_id = runs[0].id
             self.record = await get_run(self.conn, self.run_id, self.db_path)  # unknown: 1 line
             self.run_id = self.record.id  # `last` named the newest
+            span = self.span()
+            if self.at is not None and span is not None:  # `math.inf`: its end
+                self.at = min(max(self.at, span[0]), span[1])
             if self.kind == "watch":
                 self._listener = await Listener.open(self.db_path, (ROWS, CONTROL, CANARY))
         except BaseException:

@@ -347,6 +347,17 @@ async def test_history_replays_and_compares_stored_runs(stored_runs_db):
         await pilot.press("enter")  # replay the selected run from its rows
         await wait_for(lambda: app.snapshot is not None)
         assert app.snapshot.source == "replay" and app.snapshot.status == "finished"
+        # at its end, through the replay's timeline (as `swarm-tui replay RUN` opens it):
+        # the moment is the run's end and one step back needs no second read of the run
+        source = app.source
+        assert source is not None and source.span() is not None
+        assert source.at == source.span()[1]
+        timeline = source._timeline
+        assert timeline is not None
+        start, end = source.span()
+        await pilot.press("comma")
+        await wait_for(lambda: source.at == max(end - 1.0, start))
+        assert source._timeline is timeline
 
 
 def test_dashboard_no_color(snap_compare, monkeypatch):
