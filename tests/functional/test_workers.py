@@ -231,7 +231,14 @@ def test_a_signal_to_the_starter_reaches_its_workers(tmp_path, slow_sim, sig, mo
                 os.kill(pid, signal.SIGKILL)
     done = _count(db, "SELECT COUNT(*) FROM results WHERE state='succeeded'")
     assert 100 <= done < n
-    assert _count(db, "SELECT COUNT(*) FROM attempts") == _served(port)  # all on record
+    # all on record: every call the gateway answered is a stored attempt, and a stored
+    # attempt it did not answer is one the stop cancelled (its request cut on the wire or
+    # never written: under load a cancel lands mid-send — 183 stored, 182 served)
+    served = _served(port)
+    outcomes = dict(raw_rows(db, "SELECT outcome, COUNT(*) FROM attempts GROUP BY outcome"))
+    stored = sum(outcomes.values())
+    assert outcomes.get("ok", 0) <= served <= stored, (served, outcomes)
+    assert stored - served <= outcomes.get("cancelled", 0), (served, outcomes)
     r = swarm("resume", "last", "--config", str(cfg), "--headless", "--quiet", "--json",
               env={"GW_KEY": TEST_KEY, "SWARM_TUI_DB": str(db)}, timeout=120)
     assert json.loads(r.stdout)["succeeded"] == n, r.stderr
