@@ -220,3 +220,47 @@ def screen_text(app) -> str:
                          for strip in app.screen._compositor.render_strips())
     except RuntimeError:  # read mid screen change: the next poll sees it
         return ""
+
+
+async def wait_for(pred, timeout=60.0, what: str = "", seen=None):
+    """Wait on state; the deadline only stops a broken test (a slow machine takes longer,
+    it does not fail). When it fires it says what it waited for — `what`, or the
+    predicate's own source line — and what it saw last (`seen()`, when given)."""
+    import asyncio
+    import inspect
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        await asyncio.sleep(0.05)
+    if not what:
+        try:
+            what = inspect.getsource(pred).strip()
+        except (OSError, TypeError):
+            what = repr(pred)
+    last = f"; last seen: {seen()!r}" if seen is not None else ""
+    raise AssertionError(f"not reached in {timeout:.0f} s: {what}{last}")
+
+
+async def steady(pilot, polls: int = 3) -> None:
+    """Until the screen reads the same over `polls` polls in a row: nothing left to land
+    before a picture is taken."""
+    last, same = None, 0
+
+    def unchanged() -> bool:
+        nonlocal last, same
+        now = screen_text(pilot.app)
+        same, last = (same + 1 if now == last and now else 0), now
+        return same >= polls
+
+    await wait_for(unchanged, what="a steady screen")
+
+
+async def open_screen(pilot, key: str, screen: type) -> None:
+    """Press `key` once the console has drawn, then wait for `screen` on top, steady."""
+    await wait_for(lambda: pilot.app.snapshot is not None, what="the first snapshot")
+    await pilot.press(key)
+    await wait_for(lambda: isinstance(pilot.app.screen, screen), what=screen.__name__)
+    await steady(pilot)

@@ -171,6 +171,17 @@ def one_run_db(tmp_path_factory) -> pathlib.Path:
     return home
 
 
+def _python_in(home: pathlib.Path, code: str, timeout: float) -> subprocess.CompletedProcess:
+    """`python -c code` with its store and config under `home` (no user config)."""
+    env = {**os.environ, "SWARM_TUI_DB": str(home / "runs.db"),
+           "XDG_CONFIG_HOME": str(home / "xdg")}
+    env.pop("SWARM_TUI_CONFIG", None)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       timeout=timeout, stdin=subprocess.DEVNULL)
+    assert r.returncode == 0, r.stderr
+    return r
+
+
 @pytest.mark.parametrize("argv", [["runs"], ["runs", "--json"], ["canary", "--help"],
                                   ["--help"], ["run", "--help"]])
 def test_reading_commands_import_no_console_and_no_http_client(one_run_db, argv):
@@ -195,16 +206,10 @@ def test_reading_commands_import_no_console_and_no_http_client(one_run_db, argv)
             "    except SystemExit:\n"
             "        pass\n"
             f"heavy = {sorted(heavy)!r}\n"
-            "names = {m.split('.')[0] for m in sys.modules}\n"
-            "names |= {'.'.join(m.split('.')[:2]) for m in sys.modules}\n"
+            "names = {'.'.join(m.split('.')[:i]) for m in sys.modules for i in (1, 2, 3)}\n"
             "print(out.getvalue())\n"
             "print(sorted(names & set(heavy)))\n")
-    env = {**os.environ, "SWARM_TUI_DB": str(one_run_db / "runs.db"),
-           "XDG_CONFIG_HOME": str(one_run_db / "xdg")}
-    env.pop("SWARM_TUI_CONFIG", None)
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                       timeout=60)
-    assert r.returncode == 0, r.stderr
+    r = _python_in(one_run_db, code, timeout=60)
     if argv[0] == "runs":  # it listed the stored run (not "no runs recorded yet")
         assert "finished" in r.stdout, r.stdout
     assert r.stdout.strip().splitlines()[-1] == "[]"
@@ -219,10 +224,5 @@ def test_a_run_on_the_wire_path_never_imports_the_sdk(tmp_path):
             "code = main(['run', '--demo', '5', '--headless', '--quiet'])\n"
             "assert code in (0, 3), code  # (3: the SLA judged on a loaded machine)\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('openai', 'httpx2')))\n")
-    env = {**os.environ, "SWARM_TUI_DB": str(tmp_path / "runs.db"),
-           "XDG_CONFIG_HOME": str(tmp_path / "xdg")}
-    env.pop("SWARM_TUI_CONFIG", None)
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                       timeout=90, stdin=subprocess.DEVNULL)
-    assert r.returncode == 0, r.stderr
+    r = _python_in(tmp_path, code, timeout=90)
     assert r.stdout.strip().splitlines()[-1] == "[]", r.stdout

@@ -21,8 +21,17 @@ from swarm_tui.ui.canary_panel import CanaryScreen
 from swarm_tui.ui.screens import FormScreen
 from swarm_tui.workload import demo_tasks
 from tests.conftest import TEST_KEY
-from tests.functional.test_ui import notes, wait_for
-from tests.ui_fixtures import CANARY_NOW, FixedSource, canary_view, mid_run_snapshot, screen_text
+from tests.functional.test_ui import notes
+from tests.ui_fixtures import (
+    CANARY_NOW,
+    FixedSource,
+    canary_view,
+    mid_run_snapshot,
+    open_screen,
+    screen_text,
+    steady,
+    wait_for,
+)
 
 CFG = CanaryConfig(baseline="direct", candidate="gw", mode="manual", bake="1h")
 
@@ -45,7 +54,7 @@ async def test_panel_actions_confirm_and_follow_state_rules(tmp_path):
     async with app.run_test(size=(100, 40)) as pilot:
         await pilot.press("g")
         await wait_for(lambda: isinstance(app.screen, CanaryScreen) and app.screen.view)
-        await pilot.pause(0.1)
+        await steady(pilot)
         text = screen_text(app)
         assert "canary direct->gw" in text and "PROGRESSING" in text and "[5]" in text
         assert "gates: inconclusive" in text
@@ -163,9 +172,7 @@ def test_canary_panel_snapshot(snap_compare, monkeypatch):
     source.canary_view = view
 
     async def open_panel(pilot):
-        await pilot.pause(0.2)
-        await pilot.press("g")
-        await pilot.pause(0.3)
+        await open_screen(pilot, "g", CanaryScreen)
 
     # the source's own (live) view is shown; the store is never read
     app = SwarmApp(source, refresh_s=10, db_path=Path("/nonexistent/runs.db"), canary=view.cfg)

@@ -12,8 +12,15 @@ from swarm_tui.sim.settings import SimSettings
 from swarm_tui.ui.app import SwarmApp
 from swarm_tui.ui.cost_panel import CostScreen
 from swarm_tui.workload import demo_tasks
-from tests.functional.test_ui import notes, wait_for
-from tests.ui_fixtures import FixedSource, cost_report_fixture, mid_run_snapshot, screen_text
+from tests.functional.test_ui import notes
+from tests.ui_fixtures import (
+    FixedSource,
+    cost_report_fixture,
+    mid_run_snapshot,
+    open_screen,
+    screen_text,
+    wait_for,
+)
 
 
 @pytest.mark.slow
@@ -72,9 +79,7 @@ def test_cost_panel_snapshot(snap_compare):
     snap = dataclasses.replace(mid_run_snapshot(), budget_usd=0.50)
 
     async def open_panel(pilot):
-        await pilot.pause(0.2)
-        await pilot.press("dollar_sign")
-        await pilot.pause(0.3)
+        await open_screen(pilot, "dollar_sign", CostScreen)
 
     assert snap_compare(SwarmApp(CostSource(snap), refresh_s=10), terminal_size=(100, 32),
                         run_before=open_panel)

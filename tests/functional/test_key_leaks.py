@@ -18,8 +18,7 @@ from swarm_tui.ui.app import SwarmApp
 from swarm_tui.ui.keys_panel import KeysScreen
 from swarm_tui.workload import demo_tasks
 from tests.conftest import swarm
-from tests.functional.test_ui import wait_for
-from tests.ui_fixtures import screen_text
+from tests.ui_fixtures import screen_text, wait_for
 
 GOOD_ENV = ["sk-leakcheck-env-AAAA1111bbbb2222cccc3333",
             "sk-leakcheck-env-DDDD4444eeee5555ffff6666"]

@@ -15,8 +15,8 @@ from swarm_tui.ui.app import SwarmApp
 from swarm_tui.ui.keys_panel import KeysScreen
 from swarm_tui.ui.screens import ConfirmScreen, FormScreen
 from swarm_tui.workload import demo_tasks
-from tests.functional.test_ui import notes, wait_for
-from tests.ui_fixtures import FixedSource, keys_snapshot, screen_text
+from tests.functional.test_ui import notes
+from tests.ui_fixtures import FixedSource, keys_snapshot, open_screen, screen_text, wait_for
 
 NEW_KEY = "sk-added-from-console-0123456789abcdef"
 
@@ -100,9 +100,7 @@ def test_keys_panel_snapshot(snap_compare, monkeypatch):
     source.key_op = None
 
     async def open_panel(pilot):
-        await pilot.pause(0.2)
-        await pilot.press("k")
-        await pilot.pause(0.3)
+        await open_screen(pilot, "k", KeysScreen)
 
     assert snap_compare(SwarmApp(source, refresh_s=10), terminal_size=(100, 24),
                         run_before=open_panel)

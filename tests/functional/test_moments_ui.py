@@ -15,7 +15,7 @@ from swarm_tui.run_sources import StoreSource
 from swarm_tui.ui.app import SwarmApp
 from tests import moment_fixture as mf
 from tests.conftest import swarm
-from tests.ui_fixtures import screen_text
+from tests.ui_fixtures import screen_text, steady, wait_for
 from tests.unit.test_ui_snapshots import settle
 
 SIZE = (80, 24)  # the on-call's tmux pane
@@ -40,10 +40,7 @@ def console_at(db, moment: str) -> SwarmApp:
 
 
 async def drawn(pilot) -> None:
-    for _ in range(200):  # the first snapshot read from the store
-        if pilot.app.snapshot is not None:
-            break
-        await pilot.pause(0.02)
+    await wait_for(lambda: pilot.app.snapshot is not None, what="the first snapshot")
     await settle(pilot)
 
 
@@ -51,11 +48,8 @@ def press_then_wait(key: str, text: str):
     async def run_before(pilot) -> None:
         await drawn(pilot)
         await pilot.press(key)
-        for _ in range(300):
-            if text in screen_text(pilot.app):
-                break
-            await pilot.pause(0.02)
-        await pilot.pause(0.1)
+        await wait_for(lambda: text in screen_text(pilot.app), what=text)
+        await steady(pilot)
     return run_before
 
 
@@ -127,13 +121,7 @@ async def test_the_screenshot_of_a_moment_is_the_console_at_that_moment(
     app = console_at(incident_db, moment)
     async with app.run_test(size=SIZE) as pilot:
         await drawn(pilot)
-        last, same = "", 0
-        for _ in range(200):  # the same characters over three polls: nothing left to land
-            now = screen_text(app)
-            same, last = (same + 1 if now == last else 0), now
-            if same >= 3:
-                break
-            await pilot.pause(0.05)
+        await steady(pilot)
         console = app.export_screenshot()
     assert _svg_text(shot.read_text()) == _svg_text(console)
     assert f"{mf.MOMENTS[moment]:.0f}" in r.stdout or "+" in r.stdout  # the status block
@@ -148,16 +136,11 @@ async def test_mark_move_and_compare_say_what_changed(incident_db):
         assert not app.check_action("compare_moments", ())  # nothing marked yet
         await pilot.press("m")
         await pilot.press("greater_than_sign")
-        for _ in range(200):
-            if app.source.at == pytest.approx(mf.T0 + 17.5) and app.snapshot is not None \
-                    and app.snapshot.elapsed_s == pytest.approx(17.5):
-                break
-            await pilot.pause(0.02)
+        await wait_for(lambda: app.source.at == pytest.approx(mf.T0 + 17.5)
+                    and app.snapshot is not None
+                    and app.snapshot.elapsed_s == pytest.approx(17.5), what="the moved moment")
         await pilot.press("c")
-        for _ in range(200):
-            if "from 2026-12-04T16:00:07Z" in screen_text(app):
-                break
-            await pilot.pause(0.02)
+        await wait_for(lambda: "from 2026-12-04T16:00:07Z" in screen_text(app))
         text = screen_text(app)
     assert "from 2026-12-04T16:00:07Z to 2026-12-04T16:00:17Z (10.0 s)" in text, text
     assert "succeeded        15 →       34  (+19)" in text, text
@@ -171,14 +154,7 @@ async def test_space_plays_a_replay_and_stops_at_the_end(incident_db):
     async with app.run_test(size=SIZE) as pilot:
         await drawn(pilot)
         await pilot.press("space", "space")  # 1×, then 10×
-        for _ in range(400):
-            if app.source.at >= mf.T0 + mf.END_S:
-                break
-            await pilot.pause(0.05)
+        await wait_for(lambda: app.source.at >= mf.T0 + mf.END_S, what="the run's end")
         assert app.source.at == pytest.approx(mf.T0 + mf.END_S)  # 5.5 s of run at 10×
-        for _ in range(100):  # the player stops itself at the end
-            if app._speed is None:
-                break
-            await pilot.pause(0.05)
-        assert app._speed is None
+        await wait_for(lambda: app._speed is None, what="the player stopping itself")
         assert "‖ ├" in screen_text(app)  # the bar says paused

@@ -124,7 +124,7 @@ async def test_scrubbing_moves_the_console_through_the_run(stored):
     """In a replay , . step a second, < > ten, [ ] jump between notable moments; every
     step shows what had happened by then (issue 35)."""
     from swarm_tui.ui.app import SwarmApp
-    from tests.functional.test_ui import wait_for
+    from tests.ui_fixtures import wait_for
 
     db, run_id, _env = stored
     c = sqlite3.connect(db)
@@ -165,7 +165,7 @@ async def test_g_in_a_replay_of_a_run_still_executing_goes_live(tmp_path):
     import sys
 
     from swarm_tui.ui.app import SwarmApp
-    from tests.functional.test_ui import wait_for
+    from tests.ui_fixtures import wait_for
 
     db = tmp_path / "runs.db"
     env = {**os.environ, "SWARM_TUI_DB": str(db), "XDG_CONFIG_HOME": str(tmp_path / "x")}

@@ -3,14 +3,11 @@ the readonly/watch rules, keymaps, and watch catching up with another process.""
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 import json
 import os
 import sqlite3
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -22,7 +19,7 @@ from swarm_tui.ui.filtering import FilterError, parse_filter, sort_cells
 from swarm_tui.ui.grid import AgentGrid
 from swarm_tui.ui.screens import ConfirmScreen, DetailScreen, HelpScreen, RunsScreen
 from swarm_tui.workload import demo_tasks
-from tests.ui_fixtures import FixedSource, mid_run_snapshot
+from tests.ui_fixtures import FixedSource, mid_run_snapshot, screen_text, wait_for
 
 
 def live(cfg, tmp_path, n=400, profile="fixed:400", readonly=False, **sim) -> LiveSource:
@@ -34,24 +31,6 @@ def live(cfg, tmp_path, n=400, profile="fixed:400", readonly=False, **sim) -> Li
 def notes(app, text: str) -> int:
     """How many of the app's notifications say `text` (a refused action is one)."""
     return sum(text in str(n.message) for n in app._notifications)
-
-
-async def wait_for(pred, timeout=60.0, what: str = "", seen=None):
-    """Wait on state; the deadline only stops a broken test (a slow machine takes longer,
-    it does not fail). When it fires it says what it waited for — `what`, or the
-    predicate's own source line — and what it saw last (`seen()`, when given)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        await asyncio.sleep(0.05)
-    if not what:
-        try:
-            what = inspect.getsource(pred).strip()
-        except (OSError, TypeError):
-            what = repr(pred)
-    last = f"; last seen: {seen()!r}" if seen is not None else ""
-    raise AssertionError(f"not reached in {timeout:.0f} s: {what}{last}")
 
 
 @pytest.mark.slow
@@ -69,20 +48,19 @@ async def test_every_run_binding_against_a_live_run(cfg, tmp_path):
         await wait_for(lambda: not runner.paused)
         await pilot.press("plus")
         await wait_for(lambda: runner.limit == 30)
-        await pilot.pause(0.3)  # the next snapshot carries the new concurrency
+        # the next snapshot carries the new concurrency
+        await wait_for(lambda: app.snapshot is not None and app.snapshot.concurrency == 30)
         await pilot.press("minus")
-        await pilot.pause(0.3)
+        await wait_for(lambda: runner.limit == 20)
         await pilot.press("minus")
         await wait_for(lambda: runner.limit == 10)
-        await pilot.pause(0.3)
+        await wait_for(lambda: app.snapshot is not None and app.snapshot.concurrency == 10)
         await pilot.press("slash")
         await pilot.press(*"state:queued", "enter")
-        await pilot.pause(0.3)
         grid = app.screen.query_one(AgentGrid)
-        assert grid.cells and all(c.state == "queued" for c in grid.cells)
+        await wait_for(lambda: grid.cells and all(c.state == "queued" for c in grid.cells))
         await pilot.press("escape")
-        await pilot.pause(0.3)
-        assert len(grid.cells) == 4000
+        await wait_for(lambda: len(grid.cells) == 4000)
         await pilot.press("s")
         assert app.sort_order == "latency"
         await pilot.press("space")
@@ -163,7 +141,7 @@ async def test_keymap_rebinds_actions():
     source = FixedSource(mid_run_snapshot())
     app = SwarmApp(source, keymap={"run.pause": "z"}, refresh_s=10)
     async with app.run_test() as pilot:
-        await pilot.pause(0.2)
+        await wait_for(lambda: app.snapshot is not None)
         await pilot.press("z")
         assert source.commands == [("pause", None)]
         await pilot.press("p")  # no longer bound
@@ -172,8 +150,8 @@ async def test_keymap_rebinds_actions():
 
 async def test_command_palette_offers_every_action():
     app = SwarmApp(FixedSource(mid_run_snapshot()), refresh_s=10)
-    async with app.run_test() as pilot:
-        await pilot.pause(0.1)
+    async with app.run_test():
+        await wait_for(lambda: app.snapshot is not None)
         titles = [c.title for c in app.get_system_commands(app.screen)]
     for wanted in ("Pause / resume dispatch", "Cancel the run (asks first)", "Filter agents",
                    "Stored runs: replay, compare", "Show the key bindings"):
@@ -295,7 +273,7 @@ async def test_demo_key_starts_a_swarm_from_the_bare_console(cfg, tmp_path):
 
     app = SwarmApp(None, start_source=start, db_path=db, refresh_s=0.1, idle_message="press D")
     async with app.run_test() as pilot:
-        await pilot.pause(0.2)
+        await wait_for(lambda: "press D" in screen_text(app))  # the idle console, drawn
         assert app.source is None
         await pilot.press("D")
         assert isinstance(app.source, LiveSource)
@@ -310,7 +288,7 @@ async def test_demo_key_starts_a_swarm_from_the_bare_console(cfg, tmp_path):
 async def test_grid_navigation_keys():
     app = SwarmApp(FixedSource(mid_run_snapshot(1000)), refresh_s=10)
     async with app.run_test(size=(80, 24)) as pilot:
-        await pilot.pause(0.2)
+        await wait_for(lambda: app.snapshot is not None)
         await app.tick()
         grid = app.screen.query_one(AgentGrid)
         assert app.view == "agents" and not grid.display  # the agents view comes first
@@ -337,11 +315,9 @@ async def test_history_replays_and_compares_stored_runs(stored_runs_db):
     app = SwarmApp(None, db_path=stored_runs_db, refresh_s=0.1)
     async with app.run_test(size=(100, 30)) as pilot:
         await pilot.press("h")
-        await pilot.pause(0.3)
-        assert isinstance(app.screen, RunsScreen)
+        await wait_for(lambda: isinstance(app.screen, RunsScreen))
         await pilot.press("m", "down", "c")
-        await pilot.pause(0.3)
-        assert isinstance(app.screen, TextScreen)
+        await wait_for(lambda: isinstance(app.screen, TextScreen))
         assert "latency p95" in app.screen.text and "change" in app.screen.text
         await pilot.press("escape")
         await pilot.press("enter")  # replay the selected run from its rows
@@ -383,7 +359,7 @@ async def test_next_failed_copy_id_and_the_scrollable_log():
     assert len(failed) >= 2
     app = SwarmApp(FixedSource(snap), refresh_s=10)
     async with app.run_test(size=(80, 24)) as pilot:
-        await pilot.pause(0.2)
+        await wait_for(lambda: app.snapshot is not None)
         await app.tick()
         grid = app.screen.query_one(AgentGrid)
         await pilot.press("f")
@@ -413,7 +389,8 @@ async def test_a_replayed_run_shows_its_own_log_not_the_previous_runs(stored_run
         await wait_for(lambda: isinstance(app.screen, RunsScreen))
         await pilot.press("enter")
         await wait_for(lambda: app.snapshot is not None and app.snapshot.source == "replay")
-        await pilot.pause(0.3)
+        # the log redrawn from the replay's own lines (as many as it holds)
+        await wait_for(lambda: len(log.lines) == len(app.snapshot.log))
         assert not any("RETRY  demo-" in s.text for s in log.lines)
 
 
@@ -511,8 +488,8 @@ async def test_more_agents_than_cells_says_how_many_are_not_shown():
     cell = snap.agents[60]
     snap = dataclasses.replace(snap, slots=tuple(SlotCell(i, cell, 1.0, 40) for i in range(1000)))
     app = SwarmApp(FixedSource(snap), refresh_s=10)
-    async with app.run_test(size=(80, 24)) as pilot:
-        await pilot.pause(0.2)
+    async with app.run_test(size=(80, 24)):
+        await wait_for(lambda: app.snapshot is not None)
         await app.tick()
         view = app.screen.query_one(AgentsView)
         await wait_for(lambda: len(view.slots) == 1000)
@@ -565,8 +542,8 @@ async def test_cancelling_an_agent_whose_task_id_looks_like_markup(cfg, tmp_path
 @pytest.mark.parametrize("readonly", [False, True])
 async def test_the_palette_lists_each_command_once_and_only_what_can_be_done(readonly):
     app = SwarmApp(FixedSource(mid_run_snapshot(), readonly=readonly), refresh_s=10)
-    async with app.run_test() as pilot:
-        await pilot.pause(0.1)
+    async with app.run_test():
+        await wait_for(lambda: app.snapshot is not None)
         titles = [c.title for c in app.get_system_commands(app.screen)]
         assert titles and len(titles) == len(set(titles)), titles
         assert sum("Quit" in t for t in titles) == 1

@@ -8,8 +8,9 @@ import pathlib
 import pytest
 
 from swarm_tui.ui.app import SwarmApp
+from swarm_tui.ui.screens import ConfirmScreen, DetailScreen, RunsScreen
 from swarm_tui.ui.themes import load_themes
-from tests.ui_fixtures import FixedSource, mid_run_snapshot
+from tests.ui_fixtures import FixedSource, mid_run_snapshot, steady, wait_for
 
 SIZES = [(80, 24), (160, 50)]
 
@@ -22,13 +23,10 @@ def app(theme: str = "swarm-dark", **kw) -> SwarmApp:
 async def settle(pilot) -> None:
     """Wait for the state a picture needs (the grid focused: its cursor is drawn only
     then; on a loaded machine the focus came after the picture once), then one frame."""
-    await pilot.pause(0.2)
-    for _ in range(200):
-        if pilot.app.focused is not None:
-            break
-        await pilot.pause(0.02)
+    await wait_for(lambda: pilot.app.snapshot is not None, what="the first snapshot")
+    await wait_for(lambda: pilot.app.focused is not None, what="the grid focused")
     await pilot.app.tick()
-    await pilot.pause(0.1)
+    await steady(pilot)
     await log_at_bottom(pilot)
 
 
@@ -53,11 +51,13 @@ async def log_at_bottom(pilot) -> None:
     # held for five polls in a row: a height that settles later re-scrolls the log (its
     # on_resize), and the picture must come after that, not between the two
     streak = 0
-    for _ in range(400):
+
+    def held() -> bool:
+        nonlocal streak
         streak = streak + 1 if settled() else 0
-        if streak >= 5:
-            return
-        await pilot.pause(0.02)
+        return streak >= 5
+
+    await wait_for(held, what="the log at its newest line")
 
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
@@ -76,7 +76,8 @@ def test_agent_detail(snap_compare, size):
     async def open_detail(pilot):
         await settle(pilot)
         await pilot.press("right", "enter")
-        await pilot.pause(0.2)
+        await wait_for(lambda: isinstance(pilot.app.screen, DetailScreen), what="the detail")
+        await steady(pilot)
 
     assert snap_compare(app(), terminal_size=size, run_before=open_detail)
 
@@ -92,7 +93,8 @@ def test_history(snap_compare, size, stored_runs_db):
     async def open_history(pilot):
         await settle(pilot)
         await pilot.press("h")
-        await pilot.pause(0.3)
+        await wait_for(lambda: isinstance(pilot.app.screen, RunsScreen), what="the history")
+        await steady(pilot)
 
     assert snap_compare(app(db_path=stored_runs_db), terminal_size=size,
                         run_before=open_history)
@@ -119,7 +121,8 @@ def test_confirm_dialog_over_the_dashboard(snap_compare):
     async def ask(pilot):
         await settle(pilot)
         await pilot.press("x")
-        await pilot.pause(0.2)
+        await wait_for(lambda: isinstance(pilot.app.screen, ConfirmScreen), what="the dialog")
+        await steady(pilot)
 
     assert snap_compare(app(), terminal_size=(80, 24), run_before=ask)
 
