@@ -48,6 +48,8 @@ async def runs(conn: StoreConnection, path: DbTarget, args: argparse.Namespace) 
     from swarm_tui.store.runs import get_run
 
     out: list[dict] = []
+    if not args.json:
+        print(runs_table(items).split("\n", 1)[0])  # the header (or: no runs recorded yet)
     for item in items:
         run = await get_run(conn, item.id, path)
         moments = await notable_moments(conn, run)
@@ -55,17 +57,13 @@ async def runs(conn: StoreConnection, path: DbTarget, args: argparse.Namespace) 
             out.append({**item.as_dict(), "moments": [
                 {"at": iso(at), "offset_s": round(at - run.started_at, 3), "what": what,
                  "replay": replay_command(run.id, at)} for at, what in moments]})
-        else:
-            table = runs_table([item])  # the header once, over the first run
-            print(table.split("\n", 1)[1] if out else table)
-            text = moments_text(run, moments)
-            print("\n".join("  " + line for line in text.splitlines()) if text
-                  else "  (no notable moments)")
-            out.append({})
+            continue
+        print(runs_table([item]).split("\n", 1)[1])
+        text = moments_text(run, moments)
+        print("\n".join("  " + line for line in text.splitlines()) if text
+              else "  (no notable moments)")
     if args.json:
         print(json.dumps(out, indent=2))
-    elif not items:
-        print(runs_table(items))
     return EXIT_OK
 
 

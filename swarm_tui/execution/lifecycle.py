@@ -4,8 +4,8 @@ said when a consumer missed events, nor put its preflight warnings in the run's 
 
     async with RunLifecycle(...) as life:
         runner = await life.prepare(heads, ...)   # clients, preflight, canary, the runner
-        ...                                        # the caller's own: create the run / join it
-        interrupted = await life.execute(claim, started="session_started")
+        life.holds(claim)                          # the caller's own: create the run / join it
+        interrupted = await life.execute(runner, started="session_started")
 
 `execute` starts the store writer, the companions (canary, key-file watchers, metrics,
 alerts, traces), runs the runner to its end and stops them in order; leaving the block
@@ -53,7 +53,6 @@ class RunLifecycle:
         self.show_progress, self.whole_run = show_progress, whole_run
         self.bodies = StoredBodies(db_path, run_id, cfg.settings.store.unwritable_grace_s)
         self.companions: Companions | None = None
-        self.canary: CanaryController | None = None
         self.claim: Claim | None = None
         self.writer: StoreWriter | None = None
         self._warnings: list[str] = []
@@ -87,7 +86,7 @@ class RunLifecycle:
         if self.show_progress:
             for w in self._warnings:
                 print(f"swarm-tui: warning: {w}", file=sys.stderr)
-        self.canary = await self.companions.open_canary()
+        await self.companions.open_canary()
         return self.setup.make_runner(heads, consumers, seqs=seqs,
                                       prior_attempts=prior_attempts, bodies=self.bodies)
 
@@ -108,7 +107,7 @@ class RunLifecycle:
             writer.start()
             await self.companions.start(runner, run_alerts=self.whole_run)
             if on_start is not None:
-                on_start(runner, self.setup, self.canary)
+                on_start(runner, self.setup, self.companions.canary)
             try:
                 async with beside(runner) if beside is not None else nullcontext():
                     return await run_with_progress(runner, show=self.show_progress)

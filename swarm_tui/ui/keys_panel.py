@@ -57,8 +57,7 @@ def add_key_form(gateways: list[str]) -> FormScreen:
          Field("key-label", "label (optional)")], "Add")
 
 
-KEY_CHANGES = ("add", "retire", "enable")
-KEY_CHANGE_KEYS = {"a": "add key", "r": "retire key", "e": "enable key"}
+KEY_CHANGES = ("add", "retire", "enable")  # the actions a read-only console refuses
 
 
 class KeysScreen(Screen[None]):
@@ -154,9 +153,11 @@ class KeysScreen(Screen[None]):
         return not (self.readonly and action in KEY_CHANGES)
 
     def on_key(self, event: events.Key) -> None:
-        if self.readonly and event.key in KEY_CHANGE_KEYS:
+        action = next((b.action for b in self.BINDINGS if isinstance(b, Binding)
+                       and event.key in b.key.split(",")), None)
+        if self.readonly and action in KEY_CHANGES:
             event.stop()
-            self._allowed(KEY_CHANGE_KEYS[event.key])
+            self._allowed(f"{action} key")
 
     def _allowed(self, what: str) -> bool:
         if self.readonly:
