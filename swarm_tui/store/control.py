@@ -35,3 +35,31 @@ async def queue_command(conn: StoreConnection, run_id: str, command: str,
         "INSERT INTO control (run_id, at, actor, command, arg) VALUES (?,?,?,?,?)",
         (run_id, time.time(), actor_on(conn, os_user()), command, arg))
     await notify(conn, CONTROL, run_id)
+
+
+async def last_command_id(conn: StoreConnection, run_id: str) -> int:
+    """The newest command queued for the run (0: none): a worker applies what comes after."""
+    async with conn.execute("SELECT COALESCE(MAX(id), 0) FROM control WHERE run_id=?",
+                            (run_id,)) as cur:
+        return int((await cur.fetchone())[0])
+
+
+async def commands_after(conn: StoreConnection, run_id: str, after: int
+                         ) -> list[tuple[int, str, str | None, str | None]]:
+    """(id, command, arg, actor) queued after `after`, oldest first (workers: each applies
+    every one, leaving it for the others)."""
+    async with conn.execute("SELECT id, command, arg, actor FROM control WHERE run_id=? "
+                            "AND id > ? ORDER BY id", (run_id, after)) as cur:
+        return [tuple(r) for r in await cur.fetchall()]
+
+
+async def commands_pending(conn: StoreConnection, run_id: str
+                           ) -> list[tuple[int, str, str | None, str | None]]:
+    """(id, command, arg, actor) not yet done, oldest first (a single executor)."""
+    async with conn.execute("SELECT id, command, arg, actor FROM control WHERE run_id=? "
+                            "AND done_at IS NULL ORDER BY id", (run_id,)) as cur:
+        return [tuple(r) for r in await cur.fetchall()]
+
+
+async def mark_done(conn: StoreConnection, command_id: int) -> None:
+    await conn.execute("UPDATE control SET done_at=? WHERE id=?", (time.time(), command_id))

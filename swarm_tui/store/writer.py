@@ -19,9 +19,10 @@ import dataclasses
 import json
 import sqlite3
 import time
+from collections.abc import Awaitable, Callable, Iterator
 
 from swarm_tui.engine import events as ev
-from swarm_tui.engine.control import PERMIT_HOLD, Executor, apply_command
+from swarm_tui.engine.control import PERMIT_HOLD, Executor
 from swarm_tui.engine.snapshot import key_rows
 from swarm_tui.engine.state import Agent, Attempt
 from swarm_tui.store.conn import StoreConnection
@@ -67,11 +68,21 @@ INSERT_KEY_CHANGE = ("INSERT INTO key_changes (run_id, at, gateway, fingerprint,
 INSERT_EVENT = "INSERT INTO events (run_id, at, kind, actor, detail_json) VALUES (?, ?, ?, ?, ?)"
 SQL_BY_TABLE = {"attempt": INSERT_ATTEMPT, "result": INSERT_RESULT, "event": INSERT_EVENT}
 TABLE_ORDER = ("attempt", "result", "event")  # attempts first: a result's attempts exist
-CONTROL_POLL_S = 0.5
+CONTROL_POLL_S = 0.5  # between_flushes at least this often (a command queued)
 STORE_HOLD = "store"        # the runner's dispatch hold while results are unsaved
 BACKLOG_HOLD = "store-backlog"
 STORE_STOPPED = "store_unwritable"
 LOST_CLAIM = "lost_claim"
+
+
+class Signature:
+    """Who sent the command being applied, and whether the runner said what it did."""
+
+    __slots__ = ("actor", "said")
+
+    def __init__(self, actor: str) -> None:
+        self.actor = actor
+        self.said = False
 
 
 class WriterStats:
@@ -119,9 +130,10 @@ class StoreWriter:
         self._last_poll = 0.0
         self._last_keys = 0.0
         self._key_seen: dict[tuple[str, str], tuple] = {}  # each key as last committed
-        self._control_seen: int | None = None  # workers: the last command applied
-        self._applying: str | None = None  # who sent the command being applied now
-        self._applying_said = False  # …and whether the runner logged its effect
+        # the run host's step between two flushes (execution/control_poll.py applies the
+        # commands queued for the run): on the writer's connection, never during a commit
+        self.between_flushes: Callable[[], Awaitable[None]] | None = None
+        self._signing: Signature | None = None  # a queued command being applied now
         self._last_live: dict = {}  # the live figures last stored (same: no notification)
         self._stored = 0            # rows this writer committed …
         self._analyze_at = 1_000    # … and when PostgreSQL's statistics are refreshed next
@@ -155,9 +167,9 @@ class StoreWriter:
             # clock its attempts' sent_at is read from: "sent after it saw X" is decidable;
             # a command from the control table says who sent it, on the same line
             detail = e.detail
-            if self._applying is not None:
-                self._applying_said = True
-                detail = f"{detail} (by {self._applying})"
+            if self._signing is not None:
+                self._signing.said = True
+                detail = f"{detail} (by {self._signing.actor})"
             self._events.append((self.run_id, self._now(), "control", self._worker or None,
                                  detail))
         elif kind == ev.FALLBACK and e.agent is not None:  # for a watched/replayed log
@@ -264,10 +276,11 @@ class StoreWriter:
                 self._kick.clear()
                 await self.flush()
                 told = listener is not None and listener.take(CONTROL, self.run_id)
-                if self.error is None and (told or time.monotonic() - self._last_poll
-                                           >= CONTROL_POLL_S):
+                step = self.between_flushes
+                if step is not None and self.error is None and (
+                        told or time.monotonic() - self._last_poll >= CONTROL_POLL_S):
                     self._last_poll = time.monotonic()
-                    await self.apply_control()
+                    await step()
         finally:
             if listener is not None:
                 await listener.close()
@@ -276,44 +289,15 @@ class StoreWriter:
         if key in (self.run_id, "*"):  # "*": listening again after a lost link
             self._kick.set()
 
-    async def apply_control(self) -> None:
-        """Commands another process (`watch --write`) queued for this run. A single
-        executor marks each done; workers each apply every command queued since they
-        joined (a pause pauses them all), leaving it for the others."""
-        broadcast = isinstance(self.fence, LeaseFence)
+    @contextlib.contextmanager
+    def signed(self, actor: str) -> Iterator[Signature]:
+        """While a command another process sent is applied: the runner's CONTROL lines
+        carry who sent it, and `said` tells whether the runner logged anything."""
+        self._signing = sig = Signature(actor)
         try:
-            if broadcast and self._control_seen is None:
-                async with self.conn.execute("SELECT COALESCE(MAX(id), 0) FROM control "
-                                             "WHERE run_id=?", (self.run_id,)) as cur:
-                    self._control_seen = int((await cur.fetchone())[0])
-                return
-            sql = ("SELECT id, command, arg, actor FROM control WHERE run_id=? AND id > ? "
-                   "ORDER BY id" if broadcast else
-                   "SELECT id, command, arg, actor FROM control "
-                   "WHERE run_id=? AND done_at IS NULL AND ? = 0 ORDER BY id")
-            async with self.conn.execute(sql, (self.run_id, self._control_seen or 0)) as cur:
-                rows = list(await cur.fetchall())
-            for cid, command, arg, actor in rows:
-                self._applying, self._applying_said = actor or "?", False
-                try:
-                    ok = apply_command(self.runner, command, arg)
-                finally:
-                    self._applying = None
-                if broadcast:
-                    self._control_seen = cid
-                else:
-                    await self.conn.execute("UPDATE control SET done_at=? WHERE id=?",
-                                            (time.time(), cid))
-                if not ok or not self._applying_said:
-                    # what the runner said of it is the record (one line, with who sent
-                    # it: `watch --write` logged each command twice, once as raw JSON);
-                    # a refusal, or a command it applied silently, is said here
-                    what = f"{command} {arg or ''}".strip()
-                    self.log_event("control" if ok else "control_rejected",
-                                   f"{what} (by {actor or '?'})" if ok else
-                                   f"{what}: not applied (by {actor or '?'})", actor)
-        except sqlite3.Error:
-            pass  # a control poll that fails is tried again; the flush reports the store
+            yield sig
+        finally:
+            self._signing = None
 
     def _take_pending(self) -> list[tuple[str, tuple]]:
         rows = ([("attempt", r) for r in self._attempts] + [("result", r) for r in self._tasks]
