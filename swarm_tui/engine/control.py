@@ -17,7 +17,7 @@ from swarm_tui.engine.looplag import LoopLag
 from swarm_tui.errors import UserError
 
 if TYPE_CHECKING:  # types only: the store must not depend on the runner's module
-    from swarm_tui.engine.state import Agent, Attempt
+    from swarm_tui.engine.state import Attempt, TaskRecord
     from swarm_tui.gateway.client import GatewayClient
 
 
@@ -37,7 +37,7 @@ PERMIT_HOLD = "permit"  # the runner's hold while its send_permit refuses
 class Executor(Protocol):
     """What the store's writer reads and holds of the run it records."""
 
-    agents: list[Agent]
+    agents: list[TaskRecord]
     consumers: list[ev.Consumer]
     holds: dict[str, str]
     started_wall: float
@@ -62,8 +62,8 @@ class Executor(Protocol):
     def set_concurrency(self, n: int) -> None: ...
     def cancel_agent(self, index: int) -> None: ...
     def wake(self) -> None: ...
-    def emit(self, kind: ev.EventKind, agent: Agent | None = None, attempt: Attempt | None = None,
-             detail: str | None = None) -> None: ...
+    def emit(self, kind: ev.EventKind, agent: TaskRecord | None = None,
+             attempt: Attempt | None = None, detail: str | None = None) -> None: ...
 
 
 def apply_command(runner: Executor, command: str, arg: str | None) -> bool:

@@ -21,7 +21,7 @@ DAYS_PER_MONTH = 30
 
 
 class CostRow(Protocol):
-    """One task (an engine Agent, a stored task row), or a group of a stored run's
+    """One task (an engine TaskRecord, a stored task row), or a group of a stored run's
     succeeded tasks summed by the database (`tasks` of them: store/cost_rows.py)."""
 
     @property

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
-from swarm_tui.engine.state import Agent, Attempt
+from swarm_tui.engine.state import Attempt, TaskRecord
 
 
 class EventKind(StrEnum):
@@ -40,7 +40,7 @@ FINAL_KINDS = frozenset({SUCCEEDED, FAILED, CANCELLED})
 class Event:
     kind: EventKind
     at_ms: float                 # since run start
-    agent: Agent | None = None   # the live record: copy what you keep, it will change
+    agent: TaskRecord | None = None   # the live record: copy what you keep, it will change
     attempt: Attempt | None = None
     detail: str | None = None
 

@@ -35,9 +35,9 @@ from swarm_tui.engine.state import (
     RETRYING,
     RUNNING,
     SUCCEEDED,
-    Agent,
     Attempt,
     AttemptOutcome,
+    TaskRecord,
     TaskState,
 )
 from swarm_tui.gateway.client import GatewayClient
@@ -61,7 +61,7 @@ class RunPolicy:
     # False when a store keeps every result: a finished task's answer is let
     # go once its event is out (the writer copied them), so memory does not grow with the
     # answers of a long run (~4.8 KB each in the team's shape); the detail view reads the
-    # answer back from the store. Its attempts go too (their counts stay: Agent.settle).
+    # answer back from the store. Its attempts go too (their counts stay: TaskRecord.settle).
     keep_answers: bool = True
 
 
@@ -124,7 +124,7 @@ class SwarmRunner:
         # model — (retries, never sent) — so another model or the canary's other gateway
         # keeps dispatching (no head-of-line blocking), and a retry never queues behind
         # never-sent tasks.
-        self._parked: dict[tuple[str, str], tuple[deque[Agent], deque[Agent]]] = {}
+        self._parked: dict[tuple[str, str], tuple[deque[TaskRecord], deque[TaskRecord]]] = {}
         self._park_timers: dict[tuple[str, str], asyncio.TimerHandle] = {}
         self.stop_reason: str | None = None  # budget_stopped: no new sends, nothing cancelled
         # Reasons dispatch is held (e.g. the store cannot take results): nothing new is
@@ -150,12 +150,12 @@ class SwarmRunner:
         self.others_usd = 0.0
         self.budget_short = 0.0
         self._unpriced_warned: set[str] = set()
-        self._pending: deque[Agent] = deque()
-        self._retry_ready: deque[Agent] = deque()
+        self._pending: deque[TaskRecord] = deque()
+        self._retry_ready: deque[TaskRecord] = deque()
         # never-sent tasks back from parking, by their place in the workload: they rejoin
         # `_pending` in submission order (ahead of them, they once grouped a whole model
         # or gateway first — a canary's candidate then got no traffic within its bake)
-        self._unparked: list[tuple[int, Agent]] = []
+        self._unparked: list[tuple[int, TaskRecord]] = []
         self._wake = asyncio.Event()
         self.loop_lag = LoopLag()  # the client's own scheduling delay (client-bound mark)
         self._next_send = 0.0  # perf_counter time the pace allows the next send at
@@ -189,12 +189,12 @@ class SwarmRunner:
         self.feeding = False
         self._wake.set()
 
-    def _agent(self, i: int, task: TaskHead) -> Agent:
-        agent = Agent(i, i, task, "", "", "", (), runner=self)
+    def _agent(self, i: int, task: TaskHead) -> TaskRecord:
+        agent = TaskRecord(i, i, task, "", "", "", (), runner=self)
         self._route(agent)
         return agent
 
-    def _route(self, agent: Agent) -> None:
+    def _route(self, agent: TaskRecord) -> None:
         """Gateway, bucket and model for a task's first send. A canary stage change
         re-routes tasks not yet sent (a retry stays on its gateway: same user, same side)."""
         gw_name, agent.bucket = self.router.route(agent.task)
@@ -213,8 +213,8 @@ class SwarmRunner:
     def now_ms(self) -> float:
         return (time.perf_counter() - self.t0) * 1000.0
 
-    def emit(self, kind: ev.EventKind, agent: Agent | None = None, attempt: Attempt | None = None,
-             detail: str | None = None) -> None:
+    def emit(self, kind: ev.EventKind, agent: TaskRecord | None = None,
+             attempt: Attempt | None = None, detail: str | None = None) -> None:
         event = ev.Event(kind, self.now_ms(), agent, attempt, detail)
         for consumer in self.consumers:
             try:
@@ -277,7 +277,7 @@ class SwarmRunner:
                 self.retry_waiting -= 1
 
     # -- budget -----------------------------------------------------------------------------
-    def call_estimate_usd(self, agent: Agent) -> float | None:
+    def call_estimate_usd(self, agent: TaskRecord) -> float | None:
         """What the agent's next call may cost, at most: its prompt's guaranteed token
         bound (UTF-8 bytes: no script passes it) plus its max_tokens — which a capped run
         sends with every call (DEFAULT_OUTPUT_ESTIMATE when the task gives none) — at the
@@ -291,7 +291,7 @@ class SwarmRunner:
             return dearest
         return bound if dearest is None else max(bound, dearest)
 
-    def _over_budget(self, agent: Agent) -> bool:
+    def _over_budget(self, agent: TaskRecord) -> bool:
         """True: do not send this call now. Spent + the in-flight calls' estimates + this
         call would pass the cap: wait while calls are in flight (each completion wakes
         dispatch to look again); with none in flight, stop dispatch for good."""
@@ -352,7 +352,7 @@ class SwarmRunner:
         self.budget_short = 0.0
         self._wake.set()
 
-    def _settle_estimate(self, agent: Agent) -> None:
+    def _settle_estimate(self, agent: TaskRecord) -> None:
         self.in_flight_est_usd -= agent.budget_est
         agent.budget_est = 0.0
 
@@ -505,7 +505,7 @@ class SwarmRunner:
         self._pace_timer = None
         self._wake.set()
 
-    def _next_ready(self) -> Agent | None:
+    def _next_ready(self) -> TaskRecord | None:
         while self._retry_ready:
             agent = self._retry_ready.popleft()
             if agent.state == QUEUED:
@@ -520,7 +520,7 @@ class SwarmRunner:
                 return agent
         return None
 
-    def _launch(self, agent: Agent) -> None:
+    def _launch(self, agent: TaskRecord) -> None:
         """Send the agent's next attempt — or, when none of its gateway's keys is usable,
         park it until the first one cools down (or fail it if none ever will)."""
         if agent.route_version != self.router.version and not agent.attempts:
@@ -549,7 +549,7 @@ class SwarmRunner:
         agent.handle = task
         self.emit(ev.STARTED, agent, attempt)
 
-    def _attempt_done(self, agent: Agent, attempt: Attempt, gw: GatewayClient,
+    def _attempt_done(self, agent: TaskRecord, attempt: Attempt, gw: GatewayClient,
                       slot: KeySlot) -> None:
         """A task cancelled before its first step never runs its body: release its slot
         and key here so the run cannot wait forever for it."""
@@ -562,7 +562,7 @@ class SwarmRunner:
         self._finish_cancelled(agent)
         self._wake.set()
 
-    def _no_key(self, agent: Agent, gw: GatewayClient) -> None:
+    def _no_key(self, agent: TaskRecord, gw: GatewayClient) -> None:
         """No key may take this model's call now: park the task until one may (or, with
         every key disabled or retired, until an operator adds or enables one)."""
         key = (gw.name, agent.model)
@@ -615,7 +615,7 @@ class SwarmRunner:
             self._arm(key)
             return
         n = max(1, pool.ready_count(key[1]))
-        batch: list[Agent] = []
+        batch: list[TaskRecord] = []
         while retries and len(batch) < n:
             batch.append(retries.popleft())
         self._retry_ready.extendleft(reversed(batch))
@@ -632,13 +632,13 @@ class SwarmRunner:
         if (retries or fresh) and key not in self._park_timers:
             self._arm(key)
 
-    def first_token(self, agent: Agent, at: float) -> None:
+    def first_token(self, agent: TaskRecord, at: float) -> None:
         self.emit(ev.FIRST_TOKEN, agent, agent.attempts[-1])
 
-    def progress(self, agent: Agent) -> None:
+    def progress(self, agent: TaskRecord) -> None:
         self.emit(ev.PROGRESS, agent, agent.attempts[-1], str(agent.live_chars // 4))
 
-    async def _body(self, agent: Agent, attempt: Attempt) -> Task:
+    async def _body(self, agent: TaskRecord, attempt: Attempt) -> Task:
         """The task's prompt for this send: at hand (read ahead), or waited for — a wait
         booked as queue time, like the client's own delay before the wire."""
         body = agent.body or self.bodies.ready(agent.index, agent.seq)
@@ -652,7 +652,7 @@ class SwarmRunner:
         agent.body = body  # kept for its retries; let go of when the task is final
         return body
 
-    async def _attempt(self, agent: Agent, attempt: Attempt, gw: GatewayClient,
+    async def _attempt(self, agent: TaskRecord, attempt: Attempt, gw: GatewayClient,
                        slot: KeySlot) -> None:
         try:
             try:
@@ -728,7 +728,8 @@ class SwarmRunner:
             return
         self._failed_attempt(agent, attempt, res.error)
 
-    def _unlaunch(self, agent: Agent, attempt: Attempt, gw: GatewayClient, slot: KeySlot) -> None:
+    def _unlaunch(self, agent: TaskRecord, attempt: Attempt, gw: GatewayClient,
+                  slot: KeySlot) -> None:
         """Routing moved (a canary abort, a new stage) while this task's prompt was read:
         nothing was sent, so it goes back to the head of the queue and is routed again at
         its launch — a worker sends no first call to an aborted candidate once it knows."""
@@ -745,7 +746,7 @@ class SwarmRunner:
         self.emit(ev.QUEUED, agent)
         self._wake.set()
 
-    def _unreadable(self, agent: Agent, attempt: Attempt, gw: GatewayClient, slot: KeySlot,
+    def _unreadable(self, agent: TaskRecord, attempt: Attempt, gw: GatewayClient, slot: KeySlot,
                     e: Exception) -> None:
         gw.release(slot, attempt.model)
         self.in_flight -= 1
@@ -758,7 +759,7 @@ class SwarmRunner:
         self._finish_cancelled(agent)
         self._wake.set()
 
-    def _failed_attempt(self, agent: Agent, attempt: Attempt, err: CallError) -> None:
+    def _failed_attempt(self, agent: TaskRecord, attempt: Attempt, err: CallError) -> None:
         attempt.outcome = AttemptOutcome.ERROR
         attempt.status_code = err.status_code
         attempt.error_class = err.error_class
@@ -803,7 +804,7 @@ class SwarmRunner:
         attempt.reported = True
         self.emit(ev.RETRY_SCHEDULED, agent, attempt, detail)
 
-    def _rate_limited(self, agent: Agent, attempt: Attempt, err: CallError,
+    def _rate_limited(self, agent: TaskRecord, attempt: Attempt, err: CallError,
                       pool: KeyPool) -> tuple[float | None, str]:
         """A 429 is the gateway's pace, not the task's failure: it never spends one of the
         task's attempts. Another key ready for the model takes it at once; else the task
@@ -821,7 +822,7 @@ class SwarmRunner:
         wait = retry_wait_s(self.policy.retry, 1, err.retry_after_s, self.rng)
         return wait, "rate_limited 429"
 
-    def _fall_back(self, agent: Agent, attempt: Attempt | None, why: str) -> str:
+    def _fall_back(self, agent: TaskRecord, attempt: Attempt | None, why: str) -> str:
         previous, agent.model = agent.model, agent.fallbacks[0]
         agent.fallbacks = agent.fallbacks[1:]
         agent.attempts_on_model = 0
@@ -829,7 +830,7 @@ class SwarmRunner:
         self.emit(ev.FALLBACK, agent, attempt, detail)
         return detail
 
-    def _retry_due(self, agent: Agent) -> None:
+    def _retry_due(self, agent: TaskRecord) -> None:
         if agent.state != RETRYING:  # cancelled meanwhile (which counted the wait off)
             return
         self.retry_waiting -= 1
@@ -837,11 +838,11 @@ class SwarmRunner:
         self._retry_ready.append(agent)
         self._wake.set()
 
-    def _finish_cancelled(self, agent: Agent) -> None:
+    def _finish_cancelled(self, agent: TaskRecord) -> None:
         if not agent.final:
             self._finish(agent, CANCELLED, ev.CANCELLED)
 
-    def _finish(self, agent: Agent, state: TaskState, kind: ev.EventKind) -> None:
+    def _finish(self, agent: TaskRecord, state: TaskState, kind: ev.EventKind) -> None:
         agent.state = state
         agent.handle = None
         agent.body = None

@@ -26,7 +26,7 @@ from swarm_tui.settings.sections import SlaConfig
 
 if TYPE_CHECKING:
     from swarm_tui.engine.runner import SwarmRunner
-    from swarm_tui.engine.state import Agent
+    from swarm_tui.engine.state import TaskRecord
     from swarm_tui.gateway.client import GatewayClient
 
 
@@ -133,12 +133,12 @@ _CELL_KINDS = frozenset({ev.QUEUED, ev.STARTED, ev.FIRST_TOKEN, ev.RETRY_SCHEDUL
                          ev.SUCCEEDED, ev.FAILED, ev.CANCELLED})
 
 
-def _chars_of(a: Agent) -> Callable[[], int]:
+def _chars_of(a: TaskRecord) -> Callable[[], int]:
     """The agent's streamed characters, read when a snapshot is built."""
     return lambda: a.live_chars
 
 
-def _cell(a: Agent) -> AgentCell:
+def _cell(a: TaskRecord) -> AgentCell:
     return AgentCell(a.seq, a.task.id, a.state, a.model, a.bucket, a.latency_ms, a.cost_usd,
                      a.prior_attempts + a.sent, a.error_class)
 

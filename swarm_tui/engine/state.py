@@ -1,4 +1,7 @@
-"""Agent and attempt records: the engine's mutable state, read by consumers and snapshots."""
+"""Task and attempt records: the engine's mutable state, read by consumers and snapshots.
+
+A `TaskRecord` is one task of the run as the engine holds it (its state, its attempts, its
+result); an *agent* on the screen is a concurrency slot (engine/snapshot.py `SlotCell`)."""
 
 from __future__ import annotations
 
@@ -52,7 +55,7 @@ class Attempt:
 
 
 @dataclass(slots=True, eq=False)
-class Agent:
+class TaskRecord:
     """One sub-agent = one task. Updated in place by the runner."""
 
     index: int               # position in this runner

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
     from swarm_tui.canary.controller import CanaryController
     from swarm_tui.engine.runner import SwarmRunner
-    from swarm_tui.engine.state import Agent, Attempt
+    from swarm_tui.engine.state import Attempt, TaskRecord
 
 NS = "swarm_tui"
 # Latency buckets in seconds: the console's edges, and 10 ms to 120 s at steps of ×1.2 —
@@ -118,7 +118,7 @@ class RunMetrics:
             self.count_task(a.gateway, a.model, a.bucket, str(a.state), a.tokens_in,
                             a.tokens_out, a.cost_usd)
 
-    def _attempt(self, a: Agent, x: Attempt) -> None:
+    def _attempt(self, a: TaskRecord, x: Attempt) -> None:
         self.count_call(x.gateway, x.model, a.bucket, str(x.outcome), x.error_class,
                         x.latency_ms, x.ttft_ms)
 

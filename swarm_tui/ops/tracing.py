@@ -16,7 +16,7 @@ from swarm_tui.settings.sections import TelemetryConfig
 
 if TYPE_CHECKING:
     from swarm_tui.engine.runner import SwarmRunner
-    from swarm_tui.engine.state import Agent, Attempt
+    from swarm_tui.engine.state import Attempt, TaskRecord
 
 
 class AttemptTracer:
@@ -56,7 +56,7 @@ class AttemptTracer:
         if e.kind == ev.RETRY_SCHEDULED or e.kind in ev.FINAL_KINDS:
             self._span(e.agent, e.attempt)
 
-    def _span(self, a: Agent, x: Attempt) -> None:
+    def _span(self, a: TaskRecord, x: Attempt) -> None:
         # attempt times are ms since the run started; spans want ns since the epoch
         t0 = self._runner.started_wall * 1e9
         start = int(t0 + x.started_ms * 1e6)

@@ -20,7 +20,7 @@ from swarm_tui.store.ownership import Claim, owner_alive, pid_alive
 from swarm_tui.store.target import DbTarget
 
 if TYPE_CHECKING:  # (imported where used: `runs` reads rows, not models — issue 34)
-    from swarm_tui.engine.state import Agent
+    from swarm_tui.engine.state import TaskRecord
     from swarm_tui.engine.summary import RunSummary
     from swarm_tui.settings.sections import SlaConfig
     from swarm_tui.workload import Task, TaskHead
@@ -85,7 +85,7 @@ def _record(row: tuple) -> RunRecord:
                      owner_started=owner_started, lock_path=lock_path)
 
 
-async def create_run(conn: StoreConnection, run_id: str, agents: Sequence[Agent],
+async def create_run(conn: StoreConnection, run_id: str, agents: Sequence[TaskRecord],
                      tasks: Iterable[Task], *, name: str | None, simulated: bool,
                      config: dict[str, Any], claim: Claim) -> None:
     """The run and its task rows; `tasks` are the agents' whole tasks, in their order (a
@@ -222,7 +222,7 @@ async def list_runs(conn: StoreConnection, limit: int = 50) -> list[RunRecord]:
 
 @dataclass(slots=True)
 class StoredTask:
-    """A task row as the summary needs it (the engine's Agent has the same attributes)."""
+    """A task row as the summary needs it (the engine's TaskRecord has the same attributes)."""
 
     state: str
     model: str

@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from swarm_tui.engine import events as ev
 from swarm_tui.engine.control import PERMIT_HOLD, Executor
 from swarm_tui.engine.snapshot import key_rows
-from swarm_tui.engine.state import Agent, Attempt
+from swarm_tui.engine.state import Attempt, TaskRecord
 from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.fences import LeaseFence, LostClaim, RunFence
 from swarm_tui.store.lost_sends import supersede_lost
@@ -138,7 +138,7 @@ class StoreWriter:
         self._stored = 0            # rows this writer committed …
         self._analyze_at = 1_000    # … and when PostgreSQL's statistics are refreshed next
         # the calls in flight, for watchers' agents view (agent, run seconds at its send)
-        self._working: dict[int, tuple[Agent, float]] = {}
+        self._working: dict[int, tuple[TaskRecord, float]] = {}
         runner.consumers.append(self.on_event)
 
     # -- the consumer: called inline by the engine, so only appends ------------------------
@@ -188,14 +188,14 @@ class StoreWriter:
                 self.runner.hold(BACKLOG_HOLD, f"store: {pending} results not yet written; "
                                                "dispatch waits for the writer")
 
-    def _task_row(self, a: Agent) -> tuple:
+    def _task_row(self, a: TaskRecord) -> tuple:
         finished = self.runner.started_wall + (a.finished_ms or 0.0) / 1000.0
         return (self.run_id, a.seq, a.state, a.model, a.gateway, a.bucket, a.key_fp,
                 a.prior_attempts + a.sent, a.tokens_in, a.tokens_out, a.cached_in,
                 int(a.usage_estimated), a.cost_usd, a.latency_ms, a.ttft_ms, a.queue_ms,
                 a.status_code, a.error_class, a.error_message, a.response_text, finished)
 
-    def _attempt_row(self, a: Agent, x: Attempt) -> tuple:
+    def _attempt_row(self, a: TaskRecord, x: Attempt) -> tuple:
         sent = self.runner.started_wall + x.started_ms / 1000.0
         self._attempt_n += 1
         return (f"{self.claim.token}:{self._attempt_n}", self.run_id, a.seq, x.number, x.model,
@@ -420,7 +420,7 @@ class StoreWriter:
         self._spilled = []
         self.journal.clear()
 
-    def _in_flight_entry(self, a: Agent, t: float) -> list:
+    def _in_flight_entry(self, a: TaskRecord, t: float) -> list:
         """[seq, state, sent (unix s), chars, model, attempt number, gateway, key, prompt
         tokens (estimated)] — store/lost_sends.py reads it after a crash."""
         x = a.attempts[-1] if a.attempts else None

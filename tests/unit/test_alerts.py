@@ -6,7 +6,7 @@ from __future__ import annotations
 from swarm_tui.canary import state as cs
 from swarm_tui.engine import events as ev
 from swarm_tui.engine.looplag import LoopLag
-from swarm_tui.engine.state import Agent, Attempt
+from swarm_tui.engine.state import Attempt, TaskRecord
 from swarm_tui.ops.alerts import Alert, AlertWatch, canary_alert
 from swarm_tui.settings.sections import AlertKind, AlertsConfig, SlaConfig
 from swarm_tui.workload import Task
@@ -23,7 +23,7 @@ class Clock:
 
 
 def _call(ok: bool, latency_ms: float = 100.0) -> ev.Event:
-    agent = Agent(0, 0, Task(id="t", prompt="p"), "m", "gw", "baseline", [], [])
+    agent = TaskRecord(0, 0, Task(id="t", prompt="p"), "m", "gw", "baseline", [], [])
     x = Attempt(1, "m", "gw", "fp", 0.0, 0.0, latency_ms=latency_ms if ok else None,
                 outcome="ok" if ok else "error", error_class=None if ok else "server")
     return ev.Event(ev.SUCCEEDED if ok else ev.RETRY_SCHEDULED, 0.0, agent, x)
