@@ -164,6 +164,8 @@ class SwarmApp(App[int]):
         self._want_concurrency: int | None = None
         self._bindings_for: tuple[bool, bool] | None = None
         self._said_client_bound = False  # the `?` after p95 explained once
+        self._ticking = False  # a tick is reading the source (never two at once)
+        self._tick_again = False  # …and another was asked for meanwhile
 
     # -- lifecycle -----------------------------------------------------------------------
     def on_mount(self) -> None:
@@ -209,8 +211,18 @@ class SwarmApp(App[int]):
             self.screen.query_one(EventLog).reset()  # never another run's lines
         # live: the worker lasts the run (exclusive: one engine); stored: it opens and ends
         live = source.kind == "live"
-        self._worker = self.run_worker(source.start(), name="engine" if live else "open",
-                                       exclusive=live, exit_on_error=False)
+        self._worker = self.run_worker(self._first_frame(source), name="engine" if live
+                                       else "open", exclusive=live, exit_on_error=False)
+
+    async def _first_frame(self, source: RunSource) -> None:
+        """Start the source and draw it at once, not a refresh period later (a replay's
+        moment was on screen only at the first tick after its open)."""
+        if source.kind == "live":  # the engine's start lasts the run: draw it starting
+            self.call_after_refresh(self.tick)
+            await source.start()
+            return
+        await source.start()
+        await self.tick()
 
     def _shown_dashboard(self) -> Dashboard | None:
         """The dashboard if it is the screen shown; None otherwise — also while the app
@@ -222,6 +234,19 @@ class SwarmApp(App[int]):
         return screen if isinstance(screen, Dashboard) else None
 
     async def tick(self) -> None:
+        if self._ticking:  # one read of the source at a time: the running tick reads
+            self._tick_again = True  # once more when it ends (a seek, a first frame)
+            return
+        self._ticking = True
+        try:
+            self._tick_again = True
+            while self._tick_again:
+                self._tick_again = False
+                await self._tick()
+        finally:
+            self._ticking = False
+
+    async def _tick(self) -> None:
         can = (self.may_control(), self.source is None)
         if can != self._bindings_for:  # a run started, ended, was replaced: redo footer
             self._bindings_for = can
