@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from swarm_tui.engine.events import Consumer
+from swarm_tui.engine.state import RunStatus
 from swarm_tui.engine.summary import RunSummary
 from swarm_tui.errors import UserError
 from swarm_tui.execution.lifecycle import OnStart, RunLifecycle
@@ -17,7 +18,13 @@ from swarm_tui.report.history import load_summary
 from swarm_tui.settings.loader import LoadedConfig
 from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.ownership import Claim, take_lock
-from swarm_tui.store.runs import create_run, get_run, refresh_stats, save_summary
+from swarm_tui.store.runs import (
+    create_run,
+    get_run,
+    get_settled_run,
+    refresh_stats,
+    save_summary,
+)
 from swarm_tui.store.target import DbTarget
 from swarm_tui.workload import Task, Workload
 
@@ -113,4 +120,15 @@ async def execute(
     await refresh_stats(conn, "results", "attempts")
     summary = await load_summary(conn, await get_run(conn, run_id, db_path))
     await save_summary(conn, summary)
+    await keep_replay(conn, run_id, db_path)
     return Outcome(summary, interrupted)
+
+
+async def keep_replay(conn: StoreConnection, run_id: str, db_path: DbTarget) -> None:
+    """The run's replay timeline stored now that it has ended (run_sources/timeline.py):
+    ~15 µs a task here, so a page's link to any moment of it opens at once."""
+    from swarm_tui.run_sources.timeline import keep_timeline
+
+    run, status = await get_settled_run(conn, run_id, db_path)
+    if status != RunStatus.RUNNING and run.finished_at is not None:
+        await keep_timeline(conn, run_id, run.started_at, run.finished_at)

@@ -34,7 +34,7 @@ from swarm_tui.errors import UserError
 from swarm_tui.execution.feed import feeding
 from swarm_tui.execution.lifecycle import RunLifecycle
 from swarm_tui.execution.shared_budget import SharedBudget
-from swarm_tui.execution.stored_run import Outcome, config_snapshot, pinned_gateway
+from swarm_tui.execution.stored_run import Outcome, config_snapshot, keep_replay, pinned_gateway
 from swarm_tui.execution.wiring import RunOptions, RunSetup
 from swarm_tui.ops.alerts import Alert
 from swarm_tui.ops.attach import end_alert_of, page_once
@@ -223,6 +223,7 @@ async def work(conn: StoreConnection, db_path: DbTarget, cfg: LoadedConfig, opts
         await save_summary(conn, summary)
     if ended or last_out:
         await _page_the_end(conn, cfg, summary, cap)
+        await keep_replay(conn, run_id, db_path)  # after its end's alerts are in its log
     return Outcome(summary, interrupted)
 
 

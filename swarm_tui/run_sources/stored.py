@@ -244,10 +244,12 @@ class StoreSource:
         replay), the calls out then and the tasks waiting out a retry drawn on a copy."""
         assert self.conn is not None and self.run_id is not None
         if self._timeline is None or self.record is None:
-            run, _status = await get_settled_run(self.conn, self.run_id, self.db_path)
+            run, status = await get_settled_run(self.conn, self.run_id, self.db_path)
             self.record = run
             end = run.finished_at or run.heartbeat_at or time.time()
-            self._timeline = await Timeline.load(self.conn, run.id, run.started_at, end)
+            ended = run.finished_at if status != RunStatus.RUNNING else None
+            self._timeline = await Timeline.load(self.conn, run.id, run.started_at, end,
+                                                 ended_at=ended)
             await self.moments()  # for the time bar, drawn with the first moment
         run, tl = self.record, self._timeline
         tl.move_to(at)

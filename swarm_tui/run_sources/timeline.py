@@ -1,32 +1,44 @@
 """A stored run held in time order, so a replay moves to any moment by applying the rows
 between where it is and where it goes (issue 35: scrubbing).
 
-The rows are read once per replay: each result and each answered call as a change at the
-moment it happened. Moving forward applies the changes up to the new moment to the same
-`LiveMetrics` a live run's events feed (engine/snapshot.py); moving back restores the last
-checkpoint before the moment (a copy of the figures and of the cell list — the cells
-themselves are shared, they never change) and applies forward from there. So a step costs
-the rows of that step, and a jump at most one checkpoint's worth."""
+Each result and each answered call is a change at the moment it happened, kept as
+columns (arrays and lists, not a tuple per row). The figures (latency sketches, counters,
+the sparkline's seconds) move forward by applying changes to the same `LiveMetrics` a
+live run's events feed (engine/snapshot.py), and back by restoring the last checkpoint of
+the figures before the moment. The grid's cells move on their own: a task's cell is its
+final cell once its result's change is applied, its queued cell before — so a step sets
+the cells of the results it crosses, either way, and a jump picks each task's cell anew.
+
+A finished run's timeline is stored once, whole (store/replay_index.py: its columns and
+every checkpoint's figures in one blob), so opening any moment of it reads one row
+instead of every result and call: `Timeline.load` takes the stored one when it is still
+the run's, and otherwise builds it from the rows (and stores it, for a finished run)."""
 
 from __future__ import annotations
 
 import bisect
 import copy
 import gc
+import json
+import operator
 import sys
+from array import array
 from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from hdrh.histogram import HdrHistogram
+
 from swarm_tui.engine.snapshot import LOG_LINES, AgentCell, LiveMetrics
 from swarm_tui.engine.state import TaskState
-from swarm_tui.store import reads
+from swarm_tui.store import reads, replay_index
 
 if TYPE_CHECKING:
     from swarm_tui.store.conn import StoreConnection
 
-CHECKPOINT_EVERY = 8_000  # changes between two checkpoints (~0.8 MB each at 100,000 tasks)
+CHECKPOINT_EVERY = 4_000  # changes between two checkpoints of the figures
 RESULT, CALL = 0, 1
+FORMAT = 1  # the stored timeline's layout (a blob of another layout is built again)
 # a stored event's tag in the log (six columns, as the live log's) and its text when it
 # carries none ("SESSIO" was a cut `session_started`)
 EVENT_TAGS = {"control": "CTRL  ", "fallback": "FALLBK", "session_started": "START ",
@@ -35,6 +47,8 @@ EVENT_TEXT = {"session_started": "an executor took the run (a new session)"}
 
 _SCALARS = ("succeeded", "failed", "calls_ok", "calls_failed", "tokens_in", "tokens_out",
             "cost_usd", "unpriced", "estimated")
+_STATE = operator.attrgetter("state")
+_NAN = float("nan")
 
 
 def event_line(kind: str, detail: str | None) -> str:
@@ -49,90 +63,187 @@ def call_line(task_id: str, number: int, error_class: str | None, status: int | 
 
 
 @dataclass(slots=True)
-class _Checkpoint:
-    pos: int                 # changes applied
-    cells: list[AgentCell | None]
-    counts: Counter[str]
-    latency: object
-    ttft: object
+class _Figures:
+    """The figures after `pos` changes (the cells are not in it: they move on their own)."""
+
+    pos: int
+    latency: HdrHistogram
+    ttft: HdrHistogram
     hist: list[int]
     errors: Counter[str]
     per_second: list[tuple[int, int]]
     scalars: tuple
 
+    def to_json(self) -> dict:
+        return {"pos": self.pos, "latency": self.latency.encode().decode(),
+                "ttft": self.ttft.encode().decode(), "hist": self.hist,
+                "errors": dict(self.errors), "per_second": self.per_second,
+                "scalars": list(self.scalars)}
+
+    @classmethod
+    def from_json(cls, d: dict) -> _Figures:
+        return cls(int(d["pos"]), HdrHistogram.decode(d["latency"].encode()),
+                   HdrHistogram.decode(d["ttft"].encode()), [int(x) for x in d["hist"]],
+                   Counter({str(k): int(v) for k, v in d["errors"].items()}),
+                   [(int(s), int(n)) for s, n in d["per_second"]], tuple(d["scalars"]))
+
+
+class Columns:
+    """One run's tasks, changes, results and answered calls as columns."""
+
+    def __init__(self) -> None:
+        # tasks, in seq order: what their queued cell shows
+        self.seqs: list[int] = []
+        self.task_ids: list[str] = []
+        self.models0: list[str] = []
+        self.buckets: list[str] = []
+        # changes in time order: (time, kind, ref) — a result's ref is its number among
+        # the results (in change order), a call's is 1 if it was answered ok
+        self.times = array("d")
+        self.kinds = bytearray()
+        self.refs = array("q")
+        # results, in change order
+        self.r_task = array("q")  # the task's index (-1: a task not listed)
+        self.r_state: list[str] = []
+        self.r_model: list[str] = []
+        self.r_bucket: list[str] = []
+        self.r_error: list[str | None] = []
+        self.r_latency: list[float | None] = []
+        self.r_ttft: list[float | None] = []
+        self.r_cost: list[float | None] = []
+        self.r_tin: list[int] = []
+        self.r_tout: list[int] = []
+        self.r_est: list[int] = []
+        self.r_attempts: list[int] = []
+        # log lines (shown, happened, text), in the order they happened
+        self.lines: list[tuple[float, float, str]] = []
+
 
 class Timeline:
     """One replayed run's changes in time order, and its figures at the current moment."""
 
-    def __init__(self, started_at: float, tasks: list[tuple], results: list[tuple],
-                 calls: list[tuple[float, bool]], lines: list[tuple[float, float, str]],
-                 clock_end: float) -> None:
+    def __init__(self, started_at: float, clock_end: float, cols: Columns,
+                 calls_out: CallsOut, checkpoints: list[_Figures] | None = None) -> None:
         self.started_at = started_at
-        self.index = {seq: i for i, (seq, *_rest) in enumerate(tasks)}
-        self.task_ids = [t[1] for t in tasks]
-        self.buckets = [t[3] for t in tasks]
-        # (time, kind, row): results at their end, calls at their answer; a result after
-        # the calls it ended with (same instant: its last call is counted first)
-        changes: list[tuple[float, int, Any]] = (
-            [(r[13], RESULT, r) for r in results] + [(t, CALL, ok) for t, ok in calls])
-        changes.sort(key=lambda c: (c[0], c[1] == RESULT))
-        self.changes = changes
-        self.times = [c[0] for c in changes]
-        # log lines (when shown, when they happened, text), in the order the log shows
-        self.lines = sorted(lines, key=lambda x: x[1])
-        self.line_times = [x[1] for x in self.lines]
+        self.cols = c = cols
+        self.task_ids, self.buckets = c.task_ids, c.buckets
+        self.index = {seq: i for i, seq in enumerate(c.seqs)}
+        self.times = c.times
+        self.lines = c.lines
+        self.line_times = [x[1] for x in c.lines]
+        self.calls_out = calls_out
+        n, end = len(c.seqs), len(c.times) + 1
+        # each task's final cell, and the change that ends it (`end`: none stored)
+        self.final: list[AgentCell | None] = [None] * n
+        self.result_pos = [end] * n
+        ids, seqs = c.task_ids, c.seqs
+        r_at = [0] * len(c.r_task)
+        for pos, (kind, ref) in enumerate(zip(c.kinds, c.refs, strict=True)):
+            if kind == RESULT:
+                r_at[ref] = pos
+        for r, (i, state, model, bucket, latency, cost, attempts, error) in enumerate(zip(
+                c.r_task, c.r_state, c.r_model, c.r_bucket, c.r_latency, c.r_cost,
+                c.r_attempts, c.r_error, strict=True)):
+            if i >= 0:
+                self.final[i] = AgentCell(seqs[i], ids[i], state, model, bucket, latency, cost,
+                                          attempts, error)
+                self.result_pos[i] = r_at[r]
+        self._queued: list[AgentCell] | None = None  # built the first time one is needed
         self.metrics = LiveMetrics(clock=lambda: clock_end - started_at)
-        queued = TaskState.QUEUED
-        self.metrics.cells = [AgentCell(seq, task_id, queued, model, bucket, None, None, 0, None)
-                              for seq, task_id, model, bucket in tasks]
-        self.metrics.counts[queued] = len(tasks)
-        self.pos = 0
-        self.checkpoints = [self._save()]
-        self.calls_out = CallsOut()
-        self.calls_out.freeze()
+        self.pos = 0  # changes applied to the figures
+        self.cells_pos = -1  # changes applied to the cells (-1: none drawn yet)
+        self.checkpoints = checkpoints or [self._save()]
+        self.complete = checkpoints is not None  # every checkpoint is there (stored)
 
+    # -- building ------------------------------------------------------------------------
     @classmethod
     async def load(cls, conn: StoreConnection, run_id: str, started_at: float,
-                   clock_end: float) -> Timeline:
-        tasks = await reads.task_list(conn, run_id)
-        # a state, model, bucket and gateway per row, each its own string as read: one
-        # string each (100,000 rows: ~20 MB less)
-        intern = sys.intern
-        results = [(r[0], r[1], intern(r[2]), intern(r[3]), intern(r[4]), *r[5:14],
-                    intern(r[14]) if r[14] is not None else None)
-                   for r in await reads.results_after(conn, run_id, 0)]
-        calls, lines = [], []
-        ids = {t[0]: t[1] for t in tasks}
-        out = CallsOut()
-        async for rows in reads.call_rows(conn, run_id):
-            out.add(rows)
-            for seq, n, outcome, sent_at, c, sc, wait, msg, *_rest, latency, _i, _o in rows:
-                if outcome not in ("ok", "error"):
-                    continue  # a cancelled call was never answered
-                end = sent_at + (latency or 0.0) / 1000.0
-                calls.append((end, outcome == "ok"))
-                if outcome == "error":
-                    lines.append((end, sent_at, call_line(ids.get(seq, f"#{seq}"), n, c, sc,
-                                                          wait, msg)))
-        out.freeze()
-        lines += [(at, at, event_line(kind, detail))
-                  for _id, at, kind, detail in await reads.events_after(conn, run_id, 0)]
-        tl = cls(started_at, tasks, results, calls, lines, clock_end)
-        tl.calls_out = out
+                   clock_end: float, *, ended_at: float | None = None) -> Timeline:
+        """The run's timeline: the stored one when it is still the run's (`ended_at`: the
+        run has ended then), else built from the rows — and stored, for a run that ended."""
+        tl = None
+        if ended_at is not None:
+            stored = await replay_index.read(conn, run_id, ended_at)
+            if stored is not None:
+                tl = _decode(stored, started_at, clock_end)
+        if tl is None:
+            tl = await cls.from_rows(conn, run_id, started_at, clock_end)
+            if ended_at is not None:
+                tl.complete_checkpoints()
+                await replay_index.write(conn, run_id, ended_at, tl.encode())
         # what was read stays as long as the replay: out of the collector's walks (a full
         # collection over it paused a step by ~300 ms at 100,000 tasks)
         gc.freeze()
         return tl
+
+    @classmethod
+    async def from_rows(cls, conn: StoreConnection, run_id: str, started_at: float,
+                        clock_end: float) -> Timeline:
+        c = Columns()
+        intern = sys.intern
+        for seq, task_id, model, bucket in await reads.task_list(conn, run_id):
+            c.seqs.append(seq)
+            c.task_ids.append(task_id)
+            c.models0.append(intern(model))
+            c.buckets.append(intern(bucket))
+        index = {seq: i for i, seq in enumerate(c.seqs)}
+        changes: list[tuple[float, int, int]] = []
+        for r, (_rowid, seq, state, model, bucket, latency, ttft, t_in, t_out, cost, est,
+                attempts, error, finished, _gw) in enumerate(
+                await reads.results_after(conn, run_id, 0)):
+            c.r_task.append(index.get(seq, -1))
+            c.r_state.append(intern(state))
+            c.r_model.append(intern(model))
+            c.r_bucket.append(intern(bucket))
+            c.r_error.append(intern(error) if error is not None else None)
+            c.r_latency.append(latency)
+            c.r_ttft.append(ttft)
+            c.r_cost.append(cost)
+            c.r_tin.append(t_in)
+            c.r_tout.append(t_out)
+            c.r_est.append(int(bool(est)))
+            c.r_attempts.append(attempts)
+            changes.append((finished, RESULT, r))
+        ids = dict(zip(c.seqs, c.task_ids, strict=True))
+        out = CallsOut()
+        lines = c.lines
+        async for rows in reads.call_rows(conn, run_id):
+            out.add(rows)
+            for seq, n, outcome, sent_at, cls_, sc, wait, msg, *_rest, latency, _i, _o in rows:
+                if outcome not in ("ok", "error"):
+                    continue  # a cancelled call was never answered
+                end = sent_at + (latency or 0.0) / 1000.0
+                changes.append((end, CALL, int(outcome == "ok")))
+                if outcome == "error":
+                    lines.append((end, sent_at, call_line(ids.get(seq, f"#{seq}"), n, cls_,
+                                                          sc, wait, msg)))
+        out.freeze()
+        lines += [(at, at, event_line(kind, detail))
+                  for _id, at, kind, detail in await reads.events_after(conn, run_id, 0)]
+        lines.sort(key=lambda x: x[1])
+        # a result after the calls it ended with (same instant: its last call first)
+        changes.sort(key=lambda ch: (ch[0], ch[1] == RESULT))
+        c.times = array("d", [ch[0] for ch in changes])
+        c.kinds = bytearray(ch[1] for ch in changes)
+        c.refs = array("q", [ch[2] for ch in changes])
+        return cls(started_at, clock_end, c, out)
+
+    def complete_checkpoints(self) -> None:
+        """Every checkpoint of the figures, to the run's end (before it is stored)."""
+        if not self.complete:
+            self._apply(len(self.times))
+            self.complete = True
 
     # -- moving --------------------------------------------------------------------------
     def move_to(self, at: float) -> LiveMetrics:
         """The figures and cells with every change up to `at` applied (the moment's log
         included); the caller may overlay calls in flight on a copy (`display`)."""
         target = bisect.bisect_right(self.times, at)
-        k = bisect.bisect_right([c.pos for c in self.checkpoints], target) - 1
+        k = bisect.bisect_right([cp.pos for cp in self.checkpoints], target) - 1
         if target < self.pos or self.checkpoints[k].pos > self.pos:
             self._restore(self.checkpoints[k])  # back, or forward past a checkpoint
         self._apply(target)
+        self._move_cells(target)
         self._log_at(at)
         return self.metrics
 
@@ -147,26 +258,25 @@ class Timeline:
         return m
 
     def _apply(self, target: int) -> None:
-        m, changes, start = self.metrics, self.changes, self.started_at
-        index, task_ids = self.index, self.task_ids
+        """The figures forward to `target` changes (checkpoints saved on the way)."""
+        m, c, start = self.metrics, self.cols, self.started_at
+        times, kinds, refs = c.times, c.kinds, c.refs
+        r_state, r_latency, r_ttft, r_tin, r_tout, r_cost, r_est, r_error = (
+            c.r_state, c.r_latency, c.r_ttft, c.r_tin, c.r_tout, c.r_cost, c.r_est, c.r_error)
         last_cp = self.checkpoints[-1].pos
         held: Counter[tuple[bool, int]] = Counter()  # latencies recorded once per value
+        succeeded, failed = TaskState.SUCCEEDED, TaskState.FAILED
         for pos in range(self.pos, target):
-            at, kind, row = changes[pos]
-            if kind == CALL:
-                m.call_ended(row)
+            if kinds[pos] == CALL:
+                m.call_ended(bool(refs[pos]))
             else:
-                (_rowid, seq, state, model, bucket, latency, ttft, t_in, t_out, cost,
-                 estimated, attempts, error_class, _finished, _gw) = row
-                i = index.get(seq)
-                if i is not None:
-                    m.put_cell(i, AgentCell(seq, task_ids[i], state, model, bucket, latency,
-                                            cost, attempts, error_class))
-                if state == TaskState.SUCCEEDED:
-                    m.task_succeeded(latency, ttft, t_in, t_out, cost, bool(estimated),
-                                     at - start, held)
-                elif state == TaskState.FAILED:
-                    m.task_failed(error_class, at - start)
+                r = refs[pos]
+                state = r_state[r]
+                if state == succeeded:
+                    m.task_succeeded(r_latency[r], r_ttft[r], r_tin[r], r_tout[r], r_cost[r],
+                                     bool(r_est[r]), times[pos] - start, held)
+                elif state == failed:
+                    m.task_failed(r_error[r], times[pos] - start)
             if pos + 1 - last_cp >= CHECKPOINT_EVERY:
                 m.record_held(held)
                 self.pos = pos + 1
@@ -174,6 +284,46 @@ class Timeline:
                 last_cp = pos + 1
         m.record_held(held)
         self.pos = max(self.pos, target)
+
+    def _move_cells(self, target: int) -> None:
+        """Each task's cell as of `target` changes: the results crossed set (forward) or
+        taken back (backward); a long way, every cell picked anew."""
+        m, c, before = self.metrics, self.cols, self.cells_pos
+        if before < 0 or abs(target - before) > len(self.final) // 4:
+            self._cells_at(target)
+        elif target > before:
+            for pos in range(before, target):
+                if c.kinds[pos] == RESULT:
+                    i = c.r_task[c.refs[pos]]
+                    if i >= 0:
+                        m.put_cell(i, self.final[i])  # type: ignore[arg-type]  # has one
+        else:
+            queued = self._queued_cells()
+            for pos in range(target, before):
+                if c.kinds[pos] == RESULT:
+                    i = c.r_task[c.refs[pos]]
+                    if i >= 0:
+                        m.put_cell(i, queued[i])
+        self.cells_pos = target
+
+    def _cells_at(self, target: int) -> None:
+        m = self.metrics
+        if max(self.result_pos, default=0) < target:  # every task had ended
+            cells = list(self.final)
+        else:
+            cells = [f if p < target else q for f, p, q in
+                     zip(self.final, self.result_pos, self._queued_cells(), strict=True)]
+        m.cells = cells  # (a task without a result has its queued cell)
+        m.counts = Counter(map(_STATE, cells))
+
+    def _queued_cells(self) -> list[AgentCell]:
+        if self._queued is None:
+            queued = TaskState.QUEUED
+            c = self.cols
+            self._queued = [AgentCell(seq, task_id, queued, model, bucket, None, None, 0, None)
+                            for seq, task_id, model, bucket in
+                            zip(c.seqs, c.task_ids, c.models0, c.buckets, strict=True)]
+        return self._queued
 
     def _log_at(self, at: float) -> None:
         """The log as it read at `at`: the last lines shown by then, in the order they
@@ -186,15 +336,14 @@ class Timeline:
             log.append(f"{happened - self.started_at:7.1f}s {text}")
 
     # -- checkpoints -----------------------------------------------------------------------
-    def _save(self) -> _Checkpoint:
+    def _save(self) -> _Figures:
         m = self.metrics
-        return _Checkpoint(self.pos, list(m.cells), Counter(m.counts), copy.deepcopy(m.latency),
-                           copy.deepcopy(m.ttft), list(m.hist), Counter(m.errors),
-                           list(m._per_second), tuple(getattr(m, n) for n in _SCALARS))
+        return _Figures(self.pos, copy.deepcopy(m.latency), copy.deepcopy(m.ttft), list(m.hist),
+                        Counter(m.errors), list(m._per_second),
+                        tuple(getattr(m, n) for n in _SCALARS))
 
-    def _restore(self, cp: _Checkpoint) -> None:
+    def _restore(self, cp: _Figures) -> None:
         m = self.metrics
-        m.cells, m.counts = list(cp.cells), Counter(cp.counts)
         m.latency, m.ttft = copy.deepcopy(cp.latency), copy.deepcopy(cp.ttft)
         m.hist, m.errors = list(cp.hist), Counter(cp.errors)
         m._per_second.clear()
@@ -203,28 +352,133 @@ class Timeline:
             setattr(m, name, value)
         self.pos = cp.pos
 
+    # -- stored ----------------------------------------------------------------------------
+    def encode(self) -> bytes:
+        """The whole timeline as one blob: a JSON header (names, the log, every
+        checkpoint's figures) and the columns as arrays. Numbers only and text — nothing
+        in it is executed when read."""
+        c, out = self.cols, self.calls_out
+        words = _Words()
+        arrays: dict[str, array] = {
+            "times": c.times, "kinds": array("B", c.kinds), "refs": c.refs,
+            "r_task": c.r_task,
+            "r_state": words.codes(c.r_state), "r_model": words.codes(c.r_model),
+            "r_bucket": words.codes(c.r_bucket), "r_error": words.codes(c.r_error),
+            "r_latency": _floats(c.r_latency), "r_ttft": _floats(c.r_ttft),
+            "r_cost": _floats(c.r_cost), "r_tin": array("q", c.r_tin),
+            "r_tout": array("q", c.r_tout), "r_est": array("B", c.r_est),
+            "r_attempts": array("q", c.r_attempts),
+            "seqs": array("q", c.seqs), "models0": words.codes(c.models0),
+            "buckets": words.codes(c.buckets),
+            **out.columns(words),
+        }
+        header = {"format": FORMAT, "words": words.list, "task_ids": c.task_ids,
+                  "lines": c.lines, "checkpoints": [cp.to_json() for cp in self.checkpoints],
+                  "keys": out.key_names(), "longest": out.longest, "waits": out.waits,
+                  "arrays": [(name, a.typecode, len(a)) for name, a in arrays.items()]}
+        head = json.dumps(header, separators=(",", ":")).encode()
+        return b"".join([len(head).to_bytes(8, "little"), head,
+                         *(a.tobytes() for a in arrays.values())])
+
+
+async def keep_timeline(conn: StoreConnection, run_id: str, started_at: float,
+                        ended_at: float) -> bool:
+    """A run that has just ended: its timeline built and stored now, by the process that
+    ended it, so the first replay of it (a page's link) reads one row too."""
+    tl = await Timeline.from_rows(conn, run_id, started_at, ended_at)
+    tl.complete_checkpoints()
+    return await replay_index.write(conn, run_id, ended_at, tl.encode())
+
+
+class _Words:
+    """Repeated strings (states, models, buckets, gateways, keys) as numbers into a list."""
+
+    def __init__(self) -> None:
+        self.list: list[str | None] = [None]
+        self._code: dict[str | None, int] = {None: 0}
+
+    def codes(self, values: list[str | None] | list[str]) -> array:
+        code = self._code
+        for v in set(values) - code.keys():
+            code[v] = len(self.list)
+            self.list.append(v)
+        return array("I", map(code.__getitem__, values))
+
+
+def _floats(values: list[float | None]) -> array:
+    return array("d", (_NAN if v is None else v for v in values))
+
+
+def _nones(a: array) -> list[float | None]:
+    return [None if v != v else v for v in a]  # NaN: none stored
+
+
+def _decode(blob: bytes, started_at: float, clock_end: float) -> Timeline | None:
+    """A stored timeline, or None when it is not one this version reads."""
+    try:
+        size = int.from_bytes(blob[:8], "little")
+        header = json.loads(blob[8:8 + size])
+        if header.get("format") != FORMAT:
+            return None
+        arrays: dict[str, array] = {}
+        at = 8 + size
+        for name, typecode, n in header["arrays"]:
+            a = array(typecode)
+            end = at + n * a.itemsize
+            a.frombytes(blob[at:end])
+            arrays[name] = a
+            at = end
+        words = [sys.intern(w) if isinstance(w, str) else None for w in header["words"]]
+        word: Any = words.__getitem__  # (a stored None is only ever an error class)
+        c = Columns()
+        c.seqs = arrays["seqs"].tolist()
+        c.task_ids = header["task_ids"]
+        c.models0 = list(map(word, arrays["models0"]))
+        c.buckets = list(map(word, arrays["buckets"]))
+        c.times, c.kinds, c.refs = arrays["times"], bytearray(arrays["kinds"]), arrays["refs"]
+        c.r_task = arrays["r_task"]
+        c.r_state = list(map(word, arrays["r_state"]))
+        c.r_model = list(map(word, arrays["r_model"]))
+        c.r_bucket = list(map(word, arrays["r_bucket"]))
+        c.r_error = list(map(word, arrays["r_error"]))
+        c.r_latency, c.r_ttft = _nones(arrays["r_latency"]), _nones(arrays["r_ttft"])
+        c.r_cost = _nones(arrays["r_cost"])
+        c.r_tin, c.r_tout = arrays["r_tin"].tolist(), arrays["r_tout"].tolist()
+        c.r_est, c.r_attempts = arrays["r_est"].tolist(), arrays["r_attempts"].tolist()
+        c.lines = [(float(a), float(b), str(t)) for a, b, t in header["lines"]]
+        out = CallsOut.from_columns(arrays, words, header)
+        checkpoints = [_Figures.from_json(d) for d in header["checkpoints"]]
+        if len(c.seqs) != len(c.task_ids) or not checkpoints or at != len(blob):
+            return None
+        return Timeline(started_at, clock_end, c, out, checkpoints)
+    except (ValueError, KeyError, TypeError, IndexError, OverflowError):
+        return None  # not a timeline this version wrote: built again from the rows
+
 
 class _KeyTrack:
     """One key's calls: sends and answers in time order, with running sums of what the
     key pool counts at an answer (429s, errors, tokens)."""
 
     def __init__(self) -> None:
-        self.sent: list[float] = []
+        self.sent: list[float] | array = []
         self.ends: list[tuple[float, int, int, int, int]] = []  # (end, 429, error, in, out)
+        self.end_times: list[float] | array = array("d")
+        self.sums: list[array] = []  # 429s, errors, tokens in, tokens out: before each end
 
     def freeze(self) -> None:
-        self.sent.sort()
+        self.sent = array("d", sorted(self.sent))
         self.ends.sort()
-        self.end_times = [e[0] for e in self.ends]
-        self.sums: list[tuple[int, int, int, int]] = [(0, 0, 0, 0)]
-        for _t, limited, error, t_in, t_out in self.ends:
-            a, b, c, d = self.sums[-1]
-            self.sums.append((a + limited, b + error, c + t_in, d + t_out))
+        self.end_times = array("d", (e[0] for e in self.ends))
+        self.sums = [array("q", [0]) for _ in range(4)]
+        for _t, *counts in self.ends:
+            for s, n in zip(self.sums, counts, strict=True):
+                s.append(s[-1] + n)
+        self.ends = []
 
     def at(self, t: float) -> tuple:
         calls = bisect.bisect_right(self.sent, t)
         ended = bisect.bisect_right(self.end_times, t)
-        limited, errors, t_in, t_out = self.sums[ended]
+        limited, errors, t_in, t_out = (s[ended] for s in self.sums)
         return (calls, calls - ended, limited, errors, t_in, t_out,
                 self.sent[calls - 1] if calls else None)
 
@@ -234,12 +488,17 @@ class CallsOut:
     any moment: from the run's calls held in memory (a replay step reads no rows)."""
 
     def __init__(self) -> None:
-        self.by_sent: list[tuple[float, float, int, str]] = []
+        self._by_sent: list[tuple[float, float, int, str]] = []
+        self.sent_times = array("d")
+        self.ends = array("d")
+        self.seqs = array("q")
+        self.models: list[str] = []
+        self.longest = 0.0
         self.waits: list[tuple[float, float, int]] = []  # (answered, wait over, seq)
         self.keys: dict[tuple[str, str], _KeyTrack] = {}
 
     def add(self, rows: list[tuple]) -> None:
-        by_sent, intern = self.by_sent, sys.intern
+        by_sent, intern = self._by_sent, sys.intern
         for (seq, _n, outcome, sent, _c, status, wait, _msg, model, gw, fp, latency, t_in,
              t_out) in rows:
             end = sent + (latency or 0.0) / 1000.0
@@ -252,11 +511,17 @@ class CallsOut:
                 ok = outcome == "ok"
                 track.ends.append((end, int(status == 429), int(outcome == "error"),
                                    t_in if ok else 0, t_out if ok else 0))
+
     def freeze(self) -> None:
         """Once every call was added: in time order, for the moments' lookups."""
-        self.by_sent.sort()
-        self.sent_times = [c[0] for c in self.by_sent]
-        self.longest = max((c[1] - c[0] for c in self.by_sent), default=0.0)
+        self._by_sent.sort()
+        self.sent_times = array("d", (c[0] for c in self._by_sent))
+        self.ends = array("d", (c[1] for c in self._by_sent))
+        self.seqs = array("q", (c[2] for c in self._by_sent))
+        self.models = [c[3] for c in self._by_sent]
+        self.longest = max((e - s for s, e in zip(self.sent_times, self.ends, strict=True)),
+                           default=0.0)
+        self._by_sent = []
         for track in self.keys.values():
             track.freeze()
 
@@ -264,10 +529,41 @@ class CallsOut:
         """(seq, model, sent) of the calls sent by `t` and answered after it."""
         hi = bisect.bisect_right(self.sent_times, t)
         lo = bisect.bisect_left(self.sent_times, t - self.longest)
-        return [(seq, model, sent) for sent, end, seq, model in self.by_sent[lo:hi] if end > t]
+        ends, seqs, models, sent = self.ends, self.seqs, self.models, self.sent_times
+        return [(seqs[j], models[j], sent[j]) for j in range(lo, hi) if ends[j] > t]
 
     def waiting_at(self, t: float) -> list[int]:
         return [seq for end, over, seq in self.waits if end <= t < over]
 
     def key_counts(self, t: float) -> dict[tuple[str, str], tuple]:
         return {key: track.at(t) for key, track in self.keys.items()}
+
+    # -- stored ----------------------------------------------------------------------------
+    def key_names(self) -> list[list[str]]:
+        return [list(k) for k in self.keys]
+
+    def columns(self, words: _Words) -> dict[str, array]:
+        cols: dict[str, array] = {"c_sent": self.sent_times, "c_end": self.ends,
+                                  "c_seq": self.seqs, "c_model": words.codes(self.models)}
+        for n, track in enumerate(self.keys.values()):
+            cols[f"k{n}_sent"] = track.sent  # type: ignore[assignment]
+            cols[f"k{n}_end"] = track.end_times  # type: ignore[assignment]
+            for name, s in zip(("429", "err", "in", "out"), track.sums, strict=True):
+                cols[f"k{n}_{name}"] = s
+        return cols
+
+    @classmethod
+    def from_columns(cls, arrays: dict[str, array], words: list[str | None],
+                     header: dict[str, Any]) -> CallsOut:
+        out = cls()
+        out.sent_times, out.ends, out.seqs = arrays["c_sent"], arrays["c_end"], arrays["c_seq"]
+        word: Any = words.__getitem__
+        out.models = list(map(word, arrays["c_model"]))
+        out.longest = float(header["longest"])
+        out.waits = [(float(a), float(b), int(s)) for a, b, s in header["waits"]]
+        for n, (gw, fp) in enumerate(header["keys"]):
+            track = _KeyTrack()
+            track.sent, track.end_times = arrays[f"k{n}_sent"], arrays[f"k{n}_end"]
+            track.sums = [arrays[f"k{n}_{name}"] for name in ("429", "err", "in", "out")]
+            out.keys[(str(gw), str(fp))] = track
+        return out

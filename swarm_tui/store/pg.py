@@ -66,6 +66,7 @@ _DDL_RULES = (
                                                 "PRIMARY KEY"),
     (re.compile(r"\bINTEGER\b"), "BIGINT"),
     (re.compile(r"\bREAL\b"), "DOUBLE PRECISION"),  # PostgreSQL's REAL is 4 bytes
+    (re.compile(r"\bBLOB\b"), "BYTEA"),
 )
 _CREATE = re.compile(r"CREATE TABLE (\w+) \(")
 

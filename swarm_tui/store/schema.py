@@ -336,6 +336,19 @@ MIGRATIONS: list[str] = [
     """
     CREATE INDEX IF NOT EXISTS tasks_grid ON tasks(run_id, seq, task_id, model, bucket);
     """,
+    # 14 -> 15: a finished run's replay timeline, whole (store/replay_index.py): opening a
+    # moment of a 100,000-task run read every result and call again (1.2-1.8 s)
+    """
+    CREATE TABLE replay_index (
+        run_id TEXT PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE,
+        finished_at REAL NOT NULL,     -- the run's end it was built for
+        results INTEGER NOT NULL,      -- and its rows then: a resume adds some
+        attempts INTEGER NOT NULL,
+        events INTEGER NOT NULL,
+        built_at REAL NOT NULL,
+        data BLOB NOT NULL             -- run_sources/timeline.py's layout (a format inside)
+    );
+    """,
 ]
 # Python steps run with a migration, in its transaction (what SQL alone cannot rewrite)
 DATA_STEPS = {11: "scrub_configs", 12: "audit_functions"}

@@ -1,0 +1,127 @@
+"""A finished run's replay timeline is stored once, at its end (issue 35: any moment of a
+100,000-task run on screen in ≤ 300 ms): a replay read from it shows exactly what one
+built from the rows shows, at every moment and after steps both ways; a stored timeline
+that no longer matches its run, or that is not one, is built again from the rows."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import pytest
+
+from swarm_tui.run_sources import StoreSource
+from tests.conftest import swarm
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def stored(tmp_path_factory):
+    """A real run of 400 tasks over ~4 s with failed calls, retries and 429 cooldowns."""
+    tmp = tmp_path_factory.mktemp("replay_index")
+    env = {"SWARM_TUI_DB": str(tmp / "runs.db"), "XDG_CONFIG_HOME": str(tmp / "x")}
+    r = swarm("run", "--demo", "400", "--rate", "100", "--sim-rate-503", "0.04",
+              "--sim-rate-429", "0.03", "--headless", "--quiet", "--json", env=env,
+              timeout=120)
+    assert r.returncode in (0, 3), r.stderr
+    return tmp / "runs.db", json.loads(r.stdout)["run_id"]
+
+
+def _index_rows(db) -> list[tuple]:
+    c = sqlite3.connect(db)
+    try:
+        return c.execute("SELECT run_id, results, attempts, events, length(data) "
+                         "FROM replay_index").fetchall()
+    finally:
+        c.close()
+
+
+def _drop_index(db) -> None:
+    c = sqlite3.connect(db)
+    c.execute("DELETE FROM replay_index")
+    c.commit()
+    c.close()
+
+
+def _span(db) -> tuple[float, float]:
+    c = sqlite3.connect(db)
+    try:
+        return c.execute("SELECT started_at, finished_at FROM runs").fetchone()
+    finally:
+        c.close()
+
+
+def _seen(snap) -> dict:
+    """Everything a moment shows: cells, figures, log, histogram, keys."""
+    return {"agents": snap.agents, "counts": snap.counts, "in_flight": snap.in_flight,
+            "latency": snap.latency_ms, "ttft": snap.ttft_ms, "calls": snap.calls,
+            "success": (snap.success_rate, snap.call_success_rate), "cost": snap.cost_usd,
+            "tokens": (snap.tokens_in, snap.tokens_out), "log": snap.log,
+            "histogram": snap.histogram, "sparkline": snap.sparkline, "errors": snap.errors,
+            "slots": [(s.cell, s.started_s) for s in snap.slots if s.cell is not None],
+            "keys": [(k.fingerprint, k.state, k.calls, k.in_flight, k.rate_limited, k.errors)
+                     for k in snap.keys], "status": snap.status, "elapsed": snap.elapsed_s}
+
+
+async def _walk(db, run_id: str, moments: list[float]) -> list[dict]:
+    """One replay opened at the first moment, then moved to each of the others."""
+    source = StoreSource(db, run_id, at=moments[0])
+    await source.open()
+    try:
+        seen = [_seen(await source.snapshot())]
+        for at in moments[1:]:
+            source.seek(at)
+            seen.append(_seen(await source.snapshot()))
+    finally:
+        await source.close()
+    return seen
+
+
+async def test_a_replay_from_the_stored_timeline_shows_what_the_rows_show(stored):
+    db, run_id = stored
+    rows = _index_rows(db)
+    assert len(rows) == 1 and rows[0][0] == run_id and rows[0][4] > 0  # stored at its end
+    start, end = _span(db)
+    # forward, back by small steps, a jump back to the start, a jump to the end, back
+    moments = ([start + (end - start) * i / 17 for i in range(18)]
+               + [end - 0.3 * i for i in range(1, 9)] + [start + 0.05, end, start + 1.7])
+    from_index = await _walk(db, run_id, moments)
+    _drop_index(db)
+    from_rows = await _walk(db, run_id, moments)
+    assert len(_index_rows(db)) == 1  # built from the rows, and stored again
+    for at, a, b in zip(moments, from_index, from_rows, strict=True):
+        assert a == b, f"{at - start:.2f} s into the run"
+    assert from_index[0]["counts"].get("queued", 0) == 400  # the start: nothing done yet
+    assert sum(from_index[len(moments) - 2]["counts"].get(s, 0)
+               for s in ("succeeded", "failed")) == 400  # the end: every task
+
+
+async def test_a_stored_timeline_that_no_longer_matches_its_run_is_built_again(stored):
+    """A row added after the timeline was stored (a resume, a late alert delivery) makes it
+    another run's: the replay shows the new row, and stores the run as it is now."""
+    db, run_id = stored
+    start, end = _span(db)
+    c = sqlite3.connect(db)
+    c.execute("INSERT INTO events (run_id, at, kind, actor, detail_json) VALUES "
+              "(?, ?, 'control', NULL, 'late line for the replay')", (run_id, end - 0.01))
+    c.commit()
+    c.close()
+    events_before = _index_rows(db)[0][3]
+    seen = (await _walk(db, run_id, [end]))[0]
+    assert any("late line for the replay" in line for line in seen["log"])
+    assert _index_rows(db)[0][3] == events_before + 1
+
+
+async def test_a_blob_that_is_not_a_timeline_is_built_again_from_the_rows(stored):
+    db, run_id = stored
+    start, end = _span(db)
+    mid = start + (end - start) / 2
+    good = await _walk(db, run_id, [mid])
+    for junk in (b"", b"\x00" * 64, b"\xff" * 8 + b"{}", json.dumps({"format": 99}).encode()):
+        c = sqlite3.connect(db)
+        c.execute("UPDATE replay_index SET data=?", (junk,))
+        c.commit()
+        c.close()
+        assert await _walk(db, run_id, [mid]) == good, junk[:16]
+        assert _index_rows(db)[0][4] > 1_000  # replaced by a real one
