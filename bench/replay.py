@@ -3,8 +3,10 @@
 Makes the run (the real `swarm-tui run --demo N --headless`, its simulator in its own
 process) unless --db names one, then in a fresh process per moment builds the console's
 snapshot at 10 moments spread over the run and prints how long each seek took and the
-process's peak RSS. The baseline, measured in the same run, is the replay at the end (what
-`h` → a run has always done).
+process's peak RSS. The run's end stores its timeline (store/replay_index.py; with --db,
+the first seek stores it when the run has none); the baseline, measured in the same run,
+is the same replay built from the rows (the stored timeline dropped first), and what
+storing it costs the process that ends the run.
 
     python bench/replay.py [--tasks 100000] [--db FILE]
 """
@@ -65,6 +67,37 @@ def seek(db: str, run_id: str, at: float | None, steps: int = 0) -> None:
     print(json.dumps({"s": took, "rss_mb": rss, "steps": moved}))
 
 
+def keep(db: str, run_id: str) -> None:
+    """What the run's end spends storing its timeline (execution/stored_run.keep_replay)."""
+    import asyncio
+
+    from swarm_tui.replay.timeline import keep_timeline
+    from swarm_tui.store.db import open_db
+
+    async def go() -> float:
+        conn = await open_db(Path(db), create=False)
+        try:
+            async with conn.execute("SELECT started_at, finished_at FROM runs WHERE id=?",
+                                    (run_id,)) as cur:
+                start, end = await cur.fetchone()
+            t0 = time.perf_counter()
+            assert await keep_timeline(conn, run_id, start, end)
+            return time.perf_counter() - t0
+        finally:
+            await conn.close()
+
+    took = asyncio.run(go())
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({"s": took, "rss_mb": rss}))
+
+
+def drop_index(db: str) -> None:
+    c = sqlite3.connect(db)
+    c.execute("DELETE FROM replay_index")
+    c.commit()
+    c.close()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tasks", type=int, default=100_000)
@@ -74,6 +107,8 @@ def main() -> None:
     a = ap.parse_args()
     if a.child:
         db, run_id, at = a.child
+        if at == "keep":
+            return keep(db, run_id)
         return seek(db, run_id, None if at == "end" else float(at), steps=a.steps)
     with tempfile.TemporaryDirectory() as tmp:
         db = a.db or os.path.join(tmp, "runs.db")
@@ -95,14 +130,18 @@ def main() -> None:
                                  capture_output=True, text=True, check=True).stdout
             return json.loads(out.strip().splitlines()[-1])
 
-        base = child("end")
+        kept = child("keep")  # the run's end, again: built from the rows and stored
         moments = [start + (end - start) * i / 10 for i in range(1, 11)]
         seeks = [child(repr(t)) for t in moments]
         # in one console: 200 moves (±1 s, ±10 s, every fifth a jump anywhere)
         walk = child(repr(start + (end - start) / 2), steps=200)
+        drop_index(db)
+        base = child("end")  # no stored timeline: built from the rows (and stored again)
     times = [s["s"] for s in seeks]
-    print(f"run of {total:,} tasks, {end - start:.0f} s; replay at the end (baseline): "
-          f"{base['s'] * 1000:.0f} ms, peak RSS {base['rss_mb']:.0f} MB")
+    print(f"run of {total:,} tasks, {end - start:.0f} s; replay at the end built from the rows "
+          f"(baseline): {base['s'] * 1000:.0f} ms, peak RSS {base['rss_mb']:.0f} MB; storing "
+          f"the timeline at the run's end: {kept['s'] * 1000:.0f} ms "
+          f"(peak RSS {kept['rss_mb']:.0f} MB)")
     print("seek to 10 moments: " + ", ".join(f"{t * 1000:.0f}" for t in times) + " ms")
     print(f"median {statistics.median(times) * 1000:.0f} ms, max {max(times) * 1000:.0f} ms "
           f"({max(times) / base['s']:.2f}x the end); peak RSS max "

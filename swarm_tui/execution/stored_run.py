@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+import sqlite3
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -91,6 +93,25 @@ async def execute(
     A resume passes the `claim` it took before reading what to re-send; a new run takes
     its own. Results the store could not take end the command with exit 2 (one line
     naming the cause and the journal), never with exit 0."""
+    outcome = await _execute(conn, db_path, cfg, opts, tasks, run_id,
+                             show_progress=show_progress, seqs=seqs,
+                             prior_attempts=prior_attempts, claim=claim, consumers=consumers,
+                             on_start=on_start)
+    # the run's engine is gone with _execute's frame (its task records and the runner
+    # point at each other: a collection frees them), so the timeline is built in the
+    # memory they held — the run's peak RSS is not raised by it
+    if not outcome.interrupted:  # a Ctrl-C leaves at once (its first replay builds it)
+        gc.collect()
+        await keep_replay(conn, run_id, db_path)
+    return outcome
+
+
+async def _execute(
+    conn: StoreConnection, db_path: DbTarget, cfg: LoadedConfig, opts: RunOptions,
+    tasks: Workload | Sequence[Task], run_id: str, *, show_progress: bool,
+    seqs: list[int] | None, prior_attempts: list[int] | None, claim: Claim | None,
+    consumers: Iterable[Consumer], on_start: OnStart | None,
+) -> Outcome:
     workload = tasks if isinstance(tasks, Workload) else Workload.of(tasks)
     async with RunLifecycle(conn, db_path, cfg, opts, run_id,
                             show_progress=show_progress) as life:
@@ -120,15 +141,19 @@ async def execute(
     await refresh_stats(conn, "results", "attempts")
     summary = await load_summary(conn, await get_run(conn, run_id, db_path))
     await save_summary(conn, summary)
-    await keep_replay(conn, run_id, db_path)
     return Outcome(summary, interrupted)
 
 
 async def keep_replay(conn: StoreConnection, run_id: str, db_path: DbTarget) -> None:
-    """The run's replay timeline stored now that it has ended (run_sources/timeline.py):
+    """The run's replay timeline stored now that it has ended (replay/timeline.py):
     ~15 µs a task here, so a page's link to any moment of it opens at once."""
-    from swarm_tui.run_sources.timeline import keep_timeline
+    from swarm_tui.replay.timeline import keep_timeline
 
-    run, status = await get_settled_run(conn, run_id, db_path)
-    if status != RunStatus.RUNNING and run.finished_at is not None:
-        await keep_timeline(conn, run_id, run.started_at, run.finished_at)
+    try:
+        run, status = await get_settled_run(conn, run_id, db_path)
+        if status != RunStatus.RUNNING and run.finished_at is not None:
+            await keep_timeline(conn, run_id, run.started_at, run.finished_at)
+    except sqlite3.Error:
+        # the run and its summary are stored; the timeline only saves a replay its build
+        # (a store that failed just now: the first replay builds it from the rows)
+        pass

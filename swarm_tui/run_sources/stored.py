@@ -20,8 +20,8 @@ from swarm_tui.engine.snapshot import (
 )
 from swarm_tui.engine.state import RunStatus, TaskState
 from swarm_tui.errors import UserError
+from swarm_tui.replay.timeline import Timeline, call_line, event_line
 from swarm_tui.run_sources.base import AgentDetail, RowObserver
-from swarm_tui.run_sources.timeline import Timeline, call_line, event_line
 from swarm_tui.settings.loader import LoadedConfig
 from swarm_tui.settings.sections import CanaryConfig, SlaConfig
 from swarm_tui.store import reads

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import fcntl
 import os
 import sqlite3
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 from urllib.parse import quote
 
@@ -108,6 +111,23 @@ def _remove_new(path: Path) -> None:
             Path(str(path) + suffix).unlink()
 
 
+@contextlib.asynccontextmanager
+async def _migration_lock(path: Path) -> AsyncIterator[None]:
+    """One process migrates a database file at a time. Openers that read the old version
+    together each ran the next step; the second failed on what the first had just
+    committed (`table key_changes already exists`): a run and the `runs` typed beside it."""
+    from swarm_tui.store.ownership import lock_dir
+
+    folder = lock_dir(path)
+    folder.mkdir(mode=0o700, exist_ok=True)
+    fd = os.open(folder / "schema.lock", os.O_CREAT | os.O_RDWR, 0o600)
+    try:
+        await asyncio.to_thread(fcntl.flock, fd, fcntl.LOCK_EX)  # a migration is short
+        yield
+    finally:
+        os.close(fd)  # drops the lock
+
+
 async def _migrate(conn: StoreConnection, version: int) -> None:
     if version == SCHEMA_VERSION:
         return
@@ -154,7 +174,12 @@ async def open_db(path: DbTarget, *, create: bool = True, reconcile: bool = True
         # a big run's task rows go in as one transaction (1,000,000 tasks: a 4.4 GB WAL);
         # without a limit the WAL keeps that size on disk until the last connection closes
         await conn.execute(f"PRAGMA journal_size_limit = {WAL_KEEP_BYTES}")
-        await _migrate(conn, version)
+        if version < SCHEMA_VERSION:
+            async with _migration_lock(path):
+                # another opener may have migrated while this one waited: read it again
+                async with conn.execute("PRAGMA user_version") as cur:
+                    version = (await cur.fetchone() or [0])[0]
+                await _migrate(conn, version)
         if reconcile:
             await _reconcile(conn, path)
         return conn

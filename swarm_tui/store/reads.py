@@ -161,11 +161,21 @@ async def call_rows(conn: StoreConnection, run_id: str, chunk: int = 5_000
     """(seq, number, outcome, sent_at, error_class, status_code, retry_wait_s,
     error_message, model, gateway, key_fp, latency_ms, tokens_in, tokens_out) of every call
     of the run, in the order stored, a chunk at a time (a replay's timeline keeps a few
-    fields of each: run_sources/timeline.py)."""
+    fields of each: replay/timeline.py)."""
     async with conn.execute(
             "SELECT seq, number, outcome, sent_at, error_class, status_code, retry_wait_s, "
             "error_message, model, gateway, key_fp, latency_ms, tokens_in, tokens_out "
             "FROM attempts WHERE run_id=? ORDER BY id", (run_id,)) as cur:
+        while rows := await cur.fetchmany(chunk):
+            yield [tuple(r) for r in rows]
+
+
+async def result_rows(conn: StoreConnection, run_id: str, chunk: int = 5_000
+                      ) -> AsyncIterator[list[tuple]]:
+    """RESULT_FIELDS of every result of the run, in the order stored, a chunk at a time
+    (a replay's timeline keeps them as columns: the rows are never all held at once)."""
+    async with conn.execute(f"SELECT {', '.join(RESULT_FIELDS)} FROM results WHERE run_id=? "
+                            "ORDER BY rowid", (run_id,)) as cur:
         while rows := await cur.fetchmany(chunk):
             yield [tuple(r) for r in rows]
 

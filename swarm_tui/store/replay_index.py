@@ -1,5 +1,5 @@
 """A finished run's replay timeline, stored whole beside its rows (issue 35: any moment of
-a 100,000-task run on screen in a blink). run_sources/timeline.py builds and reads the blob;
+a 100,000-task run on screen in a blink). replay/timeline.py builds and reads the blob;
 here it is only a row: stored once the run has ended, and taken only while it is still
 that run's — the same end, the same number of results, calls and events (a resume ends it again
 and adds rows, so the stored one no longer matches and is built anew).

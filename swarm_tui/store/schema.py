@@ -346,7 +346,7 @@ MIGRATIONS: list[str] = [
         attempts INTEGER NOT NULL,
         events INTEGER NOT NULL,
         built_at REAL NOT NULL,
-        data BLOB NOT NULL             -- run_sources/timeline.py's layout (a format inside)
+        data BLOB NOT NULL             -- replay/timeline.py's layout (a format inside)
     );
     """,
 ]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import sqlite3
 
+import psycopg
 import pytest
 
 from swarm_tui.run_sources import StoreSource
@@ -101,7 +102,7 @@ async def test_a_stored_timeline_that_no_longer_matches_its_run_is_built_again(s
     """A row added after the timeline was stored (a resume, a late alert delivery) makes it
     another run's: the replay shows the new row, and stores the run as it is now."""
     db, run_id = stored
-    start, end = _span(db)
+    _start, end = _span(db)
     c = sqlite3.connect(db)
     c.execute("INSERT INTO events (run_id, at, kind, actor, detail_json) VALUES "
               "(?, ?, 'control', NULL, 'late line for the replay')", (run_id, end - 0.01))
@@ -125,3 +126,67 @@ async def test_a_blob_that_is_not_a_timeline_is_built_again_from_the_rows(stored
         c.close()
         assert await _walk(db, run_id, [mid]) == good, junk[:16]
         assert _index_rows(db)[0][4] > 1_000  # replaced by a real one
+
+
+async def test_on_postgresql_the_run_stores_its_timeline_and_a_reader_replays_from_it(
+        pg_server, tmp_path):
+    """The executor (the roles' executor) stores the timeline on the server; a reader,
+    who may not write one, opens any moment from it, and the same moments built from the
+    rows (after the stored one is dropped) read alike."""
+    from swarm_tui.store.target import PgTarget
+    from tests.conftest import new_pg_database, raw_rows
+
+    target = new_pg_database(pg_server)
+    r = swarm("--db", target.url, "db", "init", "--roles")
+    assert r.returncode == 0, r.stderr
+    with psycopg.connect(pg_server.url(), autocommit=True) as admin:
+        admin.execute("DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = "
+                      "'replay_ro') THEN CREATE ROLE replay_ro LOGIN; END IF; END $$")
+        admin.execute("GRANT swarm_tui_reader TO replay_ro")
+    r = swarm("--db", target.url, "run", "--demo", "200", "--rate", "100", "--sim-rate-503",
+              "0.05", "--headless", "--quiet", "--json", env={"XDG_CONFIG_HOME": str(tmp_path)},
+              timeout=120)
+    assert r.returncode in (0, 3), r.stderr
+    run_id = json.loads(r.stdout)["run_id"]
+    (stored,) = raw_rows(target, "SELECT run_id, results, attempts, octet_length(data) "
+                                 "FROM replay_index")
+    assert stored[0] == run_id and stored[1] == 200 and stored[3] > 0
+    start, end = raw_rows(target, "SELECT started_at, finished_at FROM runs")[0]
+    moments = [start + (end - start) * i / 6 for i in range(7)] + [start + 0.5]
+    reader = PgTarget(target.url.replace("postgresql://postgres@", "postgresql://replay_ro@", 1))
+    with psycopg.connect(reader.url) as ro:  # the reader reads the stored one …
+        assert ro.execute("SELECT COUNT(*) FROM replay_index").fetchone()[0] == 1
+        assert not ro.execute("SELECT has_table_privilege('replay_index', 'UPDATE')"
+                              ).fetchone()[0]  # … and may not write one
+    from_index = await _walk(reader, run_id, moments)
+    with psycopg.connect(target.url, autocommit=True) as admin:
+        admin.execute("DELETE FROM replay_index")
+    from_rows = await _walk(reader, run_id, moments)  # a reader builds it, and cannot keep it
+    assert raw_rows(target, "SELECT COUNT(*) FROM replay_index")[0][0] == 0
+    assert from_index == from_rows
+    assert sum(from_index[-2]["counts"].get(s, 0) for s in ("succeeded", "failed")) == 200
+
+
+def test_a_store_that_refuses_the_timeline_does_not_fail_the_run(tmp_path):
+    """The timeline is a convenience: a database that refuses it at the run's end (here a
+    trigger, as a full disk or a lost link would) leaves the run, its summary and its
+    exit code as they were, and its replay is built from the rows."""
+    env = {"SWARM_TUI_DB": str(tmp_path / "runs.db"), "XDG_CONFIG_HOME": str(tmp_path / "x")}
+    r = swarm("run", "--demo", "5", "--headless", "--quiet", env=env, timeout=60)
+    assert r.returncode in (0, 3), r.stderr  # 3: the demo missed its SLA (its own verdict)
+    c = sqlite3.connect(tmp_path / "runs.db")
+    c.execute("DELETE FROM replay_index")
+    c.execute("CREATE TRIGGER no_timeline BEFORE INSERT ON replay_index "
+              "BEGIN SELECT RAISE(FAIL, 'database or disk is full'); END")
+    c.commit()
+    c.close()
+    r = swarm("run", "--demo", "50", "--headless", "--quiet", "--json", env=env, timeout=60)
+    assert r.returncode in (0, 3), r.stderr  # 3: the demo missed its SLA (its own verdict)
+    assert "Traceback" not in r.stderr and r.stderr.strip() == ""
+    summary = json.loads(r.stdout)
+    assert summary["succeeded"] + summary["failed"] == 50
+    assert _index_rows(tmp_path / "runs.db") == []
+    r = swarm("replay", summary["run_id"], "--at", "end", "--screenshot",
+              str(tmp_path / "end.svg"), env=env, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "end.svg").stat().st_size > 1_000 and "50/50" in r.stdout

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import math
+import os
 import sqlite3
+import subprocess
+import sys
 
 import pytest
 
@@ -254,3 +258,29 @@ async def test_a_big_run_is_created_without_a_wal_the_size_of_its_workload(tmp_p
     finally:
         await conn.close()
         await gw.aclose()
+
+
+@pytest.mark.slow
+def test_processes_opening_an_old_database_together_migrate_it_once(tmp_path):
+    """A run and the `runs` an on-call types beside it opened a database that needed a
+    migration at the same moment: both read the old version, the second ran a step the
+    first had just committed ("table key_changes already exists"), and failed. Each opener
+    now migrates under one lock and reads the version again once it holds it."""
+    path = tmp_path / "old.db"
+    raw = sqlite3.connect(path)
+    for v in range(5):
+        raw.executescript(MIGRATIONS[v])
+    raw.execute("PRAGMA user_version = 5")
+    raw.commit()
+    raw.close()
+    path.chmod(0o600)
+    env = {**os.environ, "SWARM_TUI_DB": str(path), "XDG_CONFIG_HOME": str(tmp_path)}
+    procs = [subprocess.Popen([sys.executable, "-m", "swarm_tui", "runs", "--json"], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              stdin=subprocess.DEVNULL) for _ in range(6)]
+    outs = [p.communicate(timeout=60) for p in procs]
+    assert [p.returncode for p in procs] == [0] * 6, [err for _out, err in outs if err]
+    assert all(json.loads(out) == [] for out, _err in outs)
+    raw = sqlite3.connect(path)
+    assert raw.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    raw.close()

@@ -108,13 +108,15 @@ class Columns:
         self.r_model: list[str] = []
         self.r_bucket: list[str] = []
         self.r_error: list[str | None] = []
-        self.r_latency: list[float | None] = []
-        self.r_ttft: list[float | None] = []
-        self.r_cost: list[float | None] = []
-        self.r_tin: list[int] = []
-        self.r_tout: list[int] = []
-        self.r_est: list[int] = []
-        self.r_attempts: list[int] = []
+        # numbers as arrays (8 bytes a value, not a float object each: 100,000 tasks held
+        # ~60 MB less while a run's end built its timeline); NaN: none stored
+        self.r_latency = array("d")
+        self.r_ttft = array("d")
+        self.r_cost = array("d")
+        self.r_tin = array("q")
+        self.r_tout = array("q")
+        self.r_est = array("B")
+        self.r_attempts = array("q")
         # log lines (shown, happened, text), in the order they happened
         self.lines: list[tuple[float, float, str]] = []
 
@@ -127,33 +129,27 @@ class Timeline:
         self.started_at = started_at
         self.cols = c = cols
         self.task_ids, self.buckets = c.task_ids, c.buckets
-        self.index = {seq: i for i, seq in enumerate(c.seqs)}
+        self._index: dict[int, int] | None = None
         self.times = c.times
         self.lines = c.lines
         self.line_times = [x[1] for x in c.lines]
         self.calls_out = calls_out
-        n, end = len(c.seqs), len(c.times) + 1
-        # each task's final cell, and the change that ends it (`end`: none stored)
-        self.final: list[AgentCell | None] = [None] * n
-        self.result_pos = [end] * n
-        ids, seqs = c.task_ids, c.seqs
-        r_at = [0] * len(c.r_task)
-        for pos, (kind, ref) in enumerate(zip(c.kinds, c.refs, strict=True)):
-            if kind == RESULT:
-                r_at[ref] = pos
-        for r, (i, state, model, bucket, latency, cost, attempts, error) in enumerate(zip(
-                c.r_task, c.r_state, c.r_model, c.r_bucket, c.r_latency, c.r_cost,
-                c.r_attempts, c.r_error, strict=True)):
-            if i >= 0:
-                self.final[i] = AgentCell(seqs[i], ids[i], state, model, bucket, latency, cost,
-                                          attempts, error)
-                self.result_pos[i] = r_at[r]
+        # each task's final cell, and the change that ends it: built at the first move
+        self.final: list[AgentCell | None] = []
+        self.result_pos: list[int] = []
         self._queued: list[AgentCell] | None = None  # built the first time one is needed
         self.metrics = LiveMetrics(clock=lambda: clock_end - started_at)
         self.pos = 0  # changes applied to the figures
         self.cells_pos = -1  # changes applied to the cells (-1: none drawn yet)
         self.checkpoints = checkpoints or [self._save()]
         self.complete = checkpoints is not None  # every checkpoint is there (stored)
+
+    @property
+    def index(self) -> dict[int, int]:
+        """seq -> the task's position (the cells' order)."""
+        if self._index is None:
+            self._index = {seq: i for i, seq in enumerate(self.cols.seqs)}
+        return self._index
 
     # -- building ------------------------------------------------------------------------
     @classmethod
@@ -187,24 +183,25 @@ class Timeline:
             c.models0.append(intern(model))
             c.buckets.append(intern(bucket))
         index = {seq: i for i, seq in enumerate(c.seqs)}
-        changes: list[tuple[float, int, int]] = []
-        for r, (_rowid, seq, state, model, bucket, latency, ttft, t_in, t_out, cost, est,
-                attempts, error, finished, _gw) in enumerate(
-                await reads.results_after(conn, run_id, 0)):
-            c.r_task.append(index.get(seq, -1))
-            c.r_state.append(intern(state))
-            c.r_model.append(intern(model))
-            c.r_bucket.append(intern(bucket))
-            c.r_error.append(intern(error) if error is not None else None)
-            c.r_latency.append(latency)
-            c.r_ttft.append(ttft)
-            c.r_cost.append(cost)
-            c.r_tin.append(t_in)
-            c.r_tout.append(t_out)
-            c.r_est.append(int(bool(est)))
-            c.r_attempts.append(attempts)
-            changes.append((finished, RESULT, r))
-        ids = dict(zip(c.seqs, c.task_ids, strict=True))
+        times, kinds, refs = c.times, c.kinds, c.refs  # in the order read; sorted below
+        async for rows in reads.result_rows(conn, run_id):
+            for (_rowid, seq, state, model, bucket, latency, ttft, t_in, t_out, cost, est,
+                 attempts, error, finished, _gw) in rows:
+                times.append(finished)
+                kinds.append(RESULT)
+                refs.append(len(c.r_task))
+                c.r_task.append(index.get(seq, -1))
+                c.r_state.append(intern(state))
+                c.r_model.append(intern(model))
+                c.r_bucket.append(intern(bucket))
+                c.r_error.append(intern(error) if error is not None else None)
+                c.r_latency.append(_NAN if latency is None else latency)
+                c.r_ttft.append(_NAN if ttft is None else ttft)
+                c.r_cost.append(_NAN if cost is None else cost)
+                c.r_tin.append(t_in)
+                c.r_tout.append(t_out)
+                c.r_est.append(int(bool(est)))
+                c.r_attempts.append(attempts)
         out = CallsOut()
         lines = c.lines
         async for rows in reads.call_rows(conn, run_id):
@@ -213,19 +210,25 @@ class Timeline:
                 if outcome not in ("ok", "error"):
                     continue  # a cancelled call was never answered
                 end = sent_at + (latency or 0.0) / 1000.0
-                changes.append((end, CALL, int(outcome == "ok")))
+                times.append(end)
+                kinds.append(CALL)
+                refs.append(int(outcome == "ok"))
                 if outcome == "error":
-                    lines.append((end, sent_at, call_line(ids.get(seq, f"#{seq}"), n, cls_,
-                                                          sc, wait, msg)))
+                    i = index.get(seq)
+                    lines.append((end, sent_at, call_line(
+                        c.task_ids[i] if i is not None else f"#{seq}", n, cls_, sc, wait,
+                        msg)))
         out.freeze()
         lines += [(at, at, event_line(kind, detail))
                   for _id, at, kind, detail in await reads.events_after(conn, run_id, 0)]
         lines.sort(key=lambda x: x[1])
-        # a result after the calls it ended with (same instant: its last call first)
-        changes.sort(key=lambda ch: (ch[0], ch[1] == RESULT))
-        c.times = array("d", [ch[0] for ch in changes])
-        c.kinds = bytearray(ch[1] for ch in changes)
-        c.refs = array("q", [ch[2] for ch in changes])
+        # in time order; a result after the calls it ended with (same instant: its last
+        # call first); otherwise as read (two stable sorts of one permutation)
+        order = sorted(range(len(times)), key=kinds.__getitem__, reverse=True)
+        order.sort(key=times.__getitem__)
+        c.times = array("d", map(times.__getitem__, order))
+        c.kinds = bytearray(map(kinds.__getitem__, order))
+        c.refs = array("q", map(refs.__getitem__, order))
         return cls(started_at, clock_end, c, out)
 
     def complete_checkpoints(self) -> None:
@@ -273,8 +276,11 @@ class Timeline:
                 r = refs[pos]
                 state = r_state[r]
                 if state == succeeded:
-                    m.task_succeeded(r_latency[r], r_ttft[r], r_tin[r], r_tout[r], r_cost[r],
-                                     bool(r_est[r]), times[pos] - start, held)
+                    latency, ttft, cost = r_latency[r], r_ttft[r], r_cost[r]
+                    m.task_succeeded(None if latency != latency else latency,  # NaN: none
+                                     None if ttft != ttft else ttft, r_tin[r], r_tout[r],
+                                     None if cost != cost else cost, bool(r_est[r]),
+                                     times[pos] - start, held)
                 elif state == failed:
                     m.task_failed(r_error[r], times[pos] - start)
             if pos + 1 - last_cp >= CHECKPOINT_EVERY:
@@ -285,9 +291,29 @@ class Timeline:
         m.record_held(held)
         self.pos = max(self.pos, target)
 
+    def _final_cells(self) -> None:
+        c = self.cols
+        n, end = len(c.seqs), len(c.times) + 1
+        self.final, self.result_pos = [None] * n, [end] * n  # `end`: no result stored
+        ids, seqs = c.task_ids, c.seqs
+        r_at = [0] * len(c.r_task)
+        for pos, (kind, ref) in enumerate(zip(c.kinds, c.refs, strict=True)):
+            if kind == RESULT:
+                r_at[ref] = pos
+        for r, (i, state, model, bucket, latency, cost, attempts, error) in enumerate(zip(
+                c.r_task, c.r_state, c.r_model, c.r_bucket, c.r_latency, c.r_cost,
+                c.r_attempts, c.r_error, strict=True)):
+            if i >= 0:
+                self.final[i] = AgentCell(seqs[i], ids[i], state, model, bucket,
+                                          None if latency != latency else latency,
+                                          None if cost != cost else cost, attempts, error)
+                self.result_pos[i] = r_at[r]
+
     def _move_cells(self, target: int) -> None:
         """Each task's cell as of `target` changes: the results crossed set (forward) or
         taken back (backward); a long way, every cell picked anew."""
+        if self.cells_pos < 0:
+            self._final_cells()
         m, c, before = self.metrics, self.cols, self.cells_pos
         if before < 0 or abs(target - before) > len(self.final) // 4:
             self._cells_at(target)
@@ -364,10 +390,9 @@ class Timeline:
             "r_task": c.r_task,
             "r_state": words.codes(c.r_state), "r_model": words.codes(c.r_model),
             "r_bucket": words.codes(c.r_bucket), "r_error": words.codes(c.r_error),
-            "r_latency": _floats(c.r_latency), "r_ttft": _floats(c.r_ttft),
-            "r_cost": _floats(c.r_cost), "r_tin": array("q", c.r_tin),
-            "r_tout": array("q", c.r_tout), "r_est": array("B", c.r_est),
-            "r_attempts": array("q", c.r_attempts),
+            "r_latency": c.r_latency, "r_ttft": c.r_ttft, "r_cost": c.r_cost,
+            "r_tin": c.r_tin, "r_tout": c.r_tout, "r_est": c.r_est,
+            "r_attempts": c.r_attempts,
             "seqs": array("q", c.seqs), "models0": words.codes(c.models0),
             "buckets": words.codes(c.buckets),
             **out.columns(words),
@@ -377,8 +402,8 @@ class Timeline:
                   "keys": out.key_names(), "longest": out.longest, "waits": out.waits,
                   "arrays": [(name, a.typecode, len(a)) for name, a in arrays.items()]}
         head = json.dumps(header, separators=(",", ":")).encode()
-        return b"".join([len(head).to_bytes(8, "little"), head,
-                         *(a.tobytes() for a in arrays.values())])
+        # (the arrays joined as they are: no copy of each first)
+        return b"".join([len(head).to_bytes(8, "little"), head, *arrays.values()])
 
 
 async def keep_timeline(conn: StoreConnection, run_id: str, started_at: float,
@@ -403,14 +428,6 @@ class _Words:
             code[v] = len(self.list)
             self.list.append(v)
         return array("I", map(code.__getitem__, values))
-
-
-def _floats(values: list[float | None]) -> array:
-    return array("d", (_NAN if v is None else v for v in values))
-
-
-def _nones(a: array) -> list[float | None]:
-    return [None if v != v else v for v in a]  # NaN: none stored
 
 
 def _decode(blob: bytes, started_at: float, clock_end: float) -> Timeline | None:
@@ -441,10 +458,10 @@ def _decode(blob: bytes, started_at: float, clock_end: float) -> Timeline | None
         c.r_model = list(map(word, arrays["r_model"]))
         c.r_bucket = list(map(word, arrays["r_bucket"]))
         c.r_error = list(map(word, arrays["r_error"]))
-        c.r_latency, c.r_ttft = _nones(arrays["r_latency"]), _nones(arrays["r_ttft"])
-        c.r_cost = _nones(arrays["r_cost"])
-        c.r_tin, c.r_tout = arrays["r_tin"].tolist(), arrays["r_tout"].tolist()
-        c.r_est, c.r_attempts = arrays["r_est"].tolist(), arrays["r_attempts"].tolist()
+        c.r_latency, c.r_ttft, c.r_cost = (arrays["r_latency"], arrays["r_ttft"],
+                                           arrays["r_cost"])
+        c.r_tin, c.r_tout = arrays["r_tin"], arrays["r_tout"]
+        c.r_est, c.r_attempts = arrays["r_est"], arrays["r_attempts"]
         c.lines = [(float(a), float(b), str(t)) for a, b, t in header["lines"]]
         out = CallsOut.from_columns(arrays, words, header)
         checkpoints = [_Figures.from_json(d) for d in header["checkpoints"]]
@@ -460,20 +477,23 @@ class _KeyTrack:
     key pool counts at an answer (429s, errors, tokens)."""
 
     def __init__(self) -> None:
-        self.sent: list[float] | array = []
-        self.ends: list[tuple[float, int, int, int, int]] = []  # (end, 429, error, in, out)
-        self.end_times: list[float] | array = array("d")
-        self.sums: list[array] = []  # 429s, errors, tokens in, tokens out: before each end
+        self.sent = array("d")
+        self.end_times = array("d")
+        self.counts = [array("q") for _ in range(4)]  # per answer: 429, error, in, out
+        self.sums: list[array] = []  # the same, summed over the answers before each
 
     def freeze(self) -> None:
         self.sent = array("d", sorted(self.sent))
-        self.ends.sort()
-        self.end_times = array("d", (e[0] for e in self.ends))
-        self.sums = [array("q", [0]) for _ in range(4)]
-        for _t, *counts in self.ends:
-            for s, n in zip(self.sums, counts, strict=True):
-                s.append(s[-1] + n)
-        self.ends = []
+        order = sorted(range(len(self.end_times)), key=self.end_times.__getitem__)
+        self.end_times = array("d", map(self.end_times.__getitem__, order))
+        self.sums = []
+        for counts in self.counts:
+            total, sums = 0, array("q", [0])
+            for j in order:
+                total += counts[j]
+                sums.append(total)
+            self.sums.append(sums)
+        self.counts = []
 
     def at(self, t: float) -> tuple:
         calls = bisect.bisect_right(self.sent, t)
@@ -488,7 +508,6 @@ class CallsOut:
     any moment: from the run's calls held in memory (a replay step reads no rows)."""
 
     def __init__(self) -> None:
-        self._by_sent: list[tuple[float, float, int, str]] = []
         self.sent_times = array("d")
         self.ends = array("d")
         self.seqs = array("q")
@@ -498,30 +517,35 @@ class CallsOut:
         self.keys: dict[tuple[str, str], _KeyTrack] = {}
 
     def add(self, rows: list[tuple]) -> None:
-        by_sent, intern = self._by_sent, sys.intern
+        intern = sys.intern
         for (seq, _n, outcome, sent, _c, status, wait, _msg, model, gw, fp, latency, t_in,
              t_out) in rows:
             end = sent + (latency or 0.0) / 1000.0
-            by_sent.append((sent, end, seq, intern(model)))
+            self.sent_times.append(sent)
+            self.ends.append(end)
+            self.seqs.append(seq)
+            self.models.append(intern(model))
             if outcome == "error" and wait is not None:
                 self.waits.append((end, end + wait, seq))
             if fp is not None:
                 track = self.keys.setdefault((gw, fp), _KeyTrack())
                 track.sent.append(sent)
+                track.end_times.append(end)
                 ok = outcome == "ok"
-                track.ends.append((end, int(status == 429), int(outcome == "error"),
-                                   t_in if ok else 0, t_out if ok else 0))
+                for counts, n in zip(track.counts, (
+                        int(status == 429), int(outcome == "error"), t_in if ok else 0,
+                        t_out if ok else 0), strict=True):
+                    counts.append(n or 0)
 
     def freeze(self) -> None:
-        """Once every call was added: in time order, for the moments' lookups."""
-        self._by_sent.sort()
-        self.sent_times = array("d", (c[0] for c in self._by_sent))
-        self.ends = array("d", (c[1] for c in self._by_sent))
-        self.seqs = array("q", (c[2] for c in self._by_sent))
-        self.models = [c[3] for c in self._by_sent]
-        self.longest = max((e - s for s, e in zip(self.sent_times, self.ends, strict=True)),
-                           default=0.0)
-        self._by_sent = []
+        """Once every call was added: in time order of their sends, for the lookups."""
+        sent = self.sent_times
+        order = sorted(range(len(sent)), key=sent.__getitem__)
+        self.sent_times = array("d", map(sent.__getitem__, order))
+        self.ends = array("d", map(self.ends.__getitem__, order))
+        self.seqs = array("q", map(self.seqs.__getitem__, order))
+        self.models = list(map(self.models.__getitem__, order))
+        self.longest = max(map(operator.sub, self.ends, self.sent_times), default=0.0)
         for track in self.keys.values():
             track.freeze()
 
@@ -546,8 +570,8 @@ class CallsOut:
         cols: dict[str, array] = {"c_sent": self.sent_times, "c_end": self.ends,
                                   "c_seq": self.seqs, "c_model": words.codes(self.models)}
         for n, track in enumerate(self.keys.values()):
-            cols[f"k{n}_sent"] = track.sent  # type: ignore[assignment]
-            cols[f"k{n}_end"] = track.end_times  # type: ignore[assignment]
+            cols[f"k{n}_sent"] = track.sent
+            cols[f"k{n}_end"] = track.end_times
             for name, s in zip(("429", "err", "in", "out"), track.sums, strict=True):
                 cols[f"k{n}_{name}"] = s
         return cols
@@ -565,5 +589,6 @@ class CallsOut:
             track = _KeyTrack()
             track.sent, track.end_times = arrays[f"k{n}_sent"], arrays[f"k{n}_end"]
             track.sums = [arrays[f"k{n}_{name}"] for name in ("429", "err", "in", "out")]
+            track.counts = []
             out.keys[(str(gw), str(fp))] = track
         return out
