@@ -39,6 +39,10 @@ RUN_TABLES: dict[str, tuple[str, str]] = {
                 "done_at", "batch"),
     "workers": ("run_id, worker, token, host, pid, started_at, heartbeat_at, ended_at, "
                 "live_json, granted_usd, spent_usd", "worker"),
+    # the run's stored replay timeline: still its own in the destination (the same end and
+    # rows), so the first replay there reads it instead of building it
+    "replay_index": ("run_id, finished_at, results, attempts, events, built_at, data",
+                     "run_id"),
 }
 
 

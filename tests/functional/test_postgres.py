@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 
@@ -129,6 +130,19 @@ def test_runs_copied_from_sqlite_into_postgresql_and_back_read_the_same(pg_serve
             else:  # sums: each engine adds floats in its own order (last-digit differences)
                 assert json.loads(here.stdout) == _approx(json.loads(there.stdout)), command
     assert json.loads(swarm("--db", str(back), "runs", "--json", env=env).stdout)[0]["id"] == ids[1]
+    # each run's stored replay timeline went with it, byte for byte, and opens the same
+    laptop_rows = sqlite3.connect(laptop).execute(
+        "SELECT run_id, data FROM replay_index ORDER BY run_id").fetchall()
+    assert [(r, bytes(d)) for r, d in raw_rows(team, "SELECT run_id, data FROM replay_index "
+                                                     "ORDER BY run_id")] == laptop_rows
+    assert len(laptop_rows) == 2
+    statuses = []
+    for db in (str(laptop), team.url):
+        shot = swarm("--db", db, "replay", ids[0], "--at", "+0.5s", "--screenshot",
+                     str(tmp_path / "at.svg"), env=env)
+        assert shot.returncode == 0, shot.stderr
+        statuses.append(shot.stdout)
+    assert statuses[0] == statuses[1] and ids[0] in statuses[0]
     assert_one_line_error(swarm("db", "copy", str(laptop), team.url, "--run", "nope", env=env),
                           2, "no run nope")
 
