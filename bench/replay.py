@@ -8,13 +8,16 @@ the first seek stores it when the run has none); the baseline, measured in the s
 is the same replay built from the rows (the stored timeline dropped first), and what
 storing it costs the process that ends the run.
 
-    python bench/replay.py [--tasks 100000] [--db FILE]
+    python bench/replay.py [--tasks 100000] [--db FILE | --db postgresql://…]
+
+(A PostgreSQL store: copy a run there first, `swarm-tui db copy RUN.db postgresql://…`.)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import resource
 import sqlite3
@@ -36,12 +39,15 @@ def seek(db: str, run_id: str, at: float | None, steps: int = 0) -> None:
 
     from swarm_tui.run_sources import StoreSource
     from swarm_tui.runtime import tune_gc
+    from swarm_tui.store.db import resolve_db_path
 
     tune_gc()  # as the console does
+    if db.startswith("postgres"):  # the driver imported before the timer, as aiosqlite is
+        import swarm_tui.store.pg  # noqa: F401
 
     async def go() -> tuple[float, list[float]]:
         t0 = time.perf_counter()
-        s = StoreSource(Path(db), run_id, replay=True, at=at)
+        s = StoreSource(resolve_db_path(db), run_id, replay=True, at=at)
         await s.open()
         moved = []
         try:
@@ -72,10 +78,10 @@ def keep(db: str, run_id: str) -> None:
     import asyncio
 
     from swarm_tui.replay.timeline import keep_timeline
-    from swarm_tui.store.db import open_db
+    from swarm_tui.store.db import open_db, resolve_db_path
 
     async def go() -> float:
-        conn = await open_db(Path(db), create=False)
+        conn = await open_db(resolve_db_path(db), create=False)
         try:
             async with conn.execute("SELECT started_at, finished_at FROM runs WHERE id=?",
                                     (run_id,)) as cur:
@@ -91,11 +97,25 @@ def keep(db: str, run_id: str) -> None:
     print(json.dumps({"s": took, "rss_mb": rss}))
 
 
-def drop_index(db: str) -> None:
+def sql(db: str, query: str) -> tuple | None:
+    """One statement on the bench's store (SQLite file or PostgreSQL URL), its first row."""
+    if db.startswith("postgres"):
+        import psycopg
+
+        with psycopg.connect(db, autocommit=True) as pg:
+            cur = pg.execute(query)
+            return cur.fetchone() if cur.description else None
     c = sqlite3.connect(db)
-    c.execute("DELETE FROM replay_index")
-    c.commit()
-    c.close()
+    try:
+        row = c.execute(query).fetchone()
+        c.commit()
+        return row
+    finally:
+        c.close()
+
+
+def drop_index(db: str) -> None:
+    sql(db, "DELETE FROM replay_index")
 
 
 def main() -> None:
@@ -109,7 +129,7 @@ def main() -> None:
         db, run_id, at = a.child
         if at == "keep":
             return keep(db, run_id)
-        return seek(db, run_id, None if at == "end" else float(at), steps=a.steps)
+        return seek(db, run_id, math.inf if at == "end" else float(at), steps=a.steps)
     with tempfile.TemporaryDirectory() as tmp:
         db = a.db or os.path.join(tmp, "runs.db")
         if not a.db:
@@ -118,11 +138,8 @@ def main() -> None:
                             "fixed:100", "--rate", "0", "--sim-rate-503", "0.01"],
                            env={**os.environ, "SWARM_TUI_DB": db}, check=False,
                            capture_output=True, stdin=subprocess.DEVNULL)
-        c = sqlite3.connect(db)
-        run_id, start, end, total = c.execute(
-            "SELECT id, started_at, finished_at, total FROM runs ORDER BY started_at DESC "
-            "LIMIT 1").fetchone()
-        c.close()
+        run_id, start, end, total = sql(db, "SELECT id, started_at, finished_at, total FROM "
+                                            "runs ORDER BY started_at DESC LIMIT 1") or ()
 
         def child(at: str, steps: int = 0) -> dict:
             out = subprocess.run([sys.executable, __file__, "--child", db, run_id, at,

@@ -267,6 +267,15 @@ class PgConnection:
         params = tuple(parameters) if parameters is not None else None
         return _Execution(lambda: self._run("execute", translate(sql), params or ()))
 
+    def execute_binary(self, sql: str, parameters: Iterable[Any] | None = None) -> _Execution:
+        """A read whose results come in PostgreSQL's binary format: a bytea as its bytes
+        (as text it is hex, twice the size, then decoded: a 21 MB replay timeline took
+        ~170 ms to read that way). No NUMERIC among its columns: read as binary, one is a
+        Decimal, not the int or float the store's other reads give."""
+        params = tuple(parameters) if parameters is not None else None
+        return _Execution(lambda: self._run("execute", translate(sql), params or (),
+                                            binary=True))
+
     def executemany(self, sql: str, parameters: Iterable[Iterable[Any]]) -> _Execution:
         return _Execution(lambda: self._run("executemany", translate(sql), parameters))
 
@@ -276,7 +285,8 @@ class PgConnection:
                                             sql_script.replace("BEGIN IMMEDIATE", "BEGIN"),
                                             None))
 
-    async def _run(self, method: str, sql: str, params: Any) -> PgCursor:
+    async def _run(self, method: str, sql: str, params: Any, binary: bool = False
+                   ) -> PgCursor:
         if self._trace is not None:
             self._trace(_inline(sql, params) if method == "execute" else sql)
         verb = sql.lstrip()[:8].upper()
@@ -292,7 +302,7 @@ class PgConnection:
                 raise PgError("connection to the server lost before COMMIT", LOST)
             await self._reconnect()
         try:
-            cur = await self._send(method, sql, params)
+            cur = await self._send(method, sql, params, binary)
         except psycopg.Error as e:
             if ends_tx:
                 self._in_tx = False
@@ -303,7 +313,7 @@ class PgConnection:
                 raise _error(e) from None
             await self._reconnect()
             try:
-                cur = await self._send(method, sql, params)
+                cur = await self._send(method, sql, params, binary)
             except psycopg.Error as e2:
                 raise _error(e2) from None
         if verb.startswith("BEGIN"):
@@ -312,10 +322,11 @@ class PgConnection:
             self._in_tx = False
         return PgCursor(cur)
 
-    async def _send(self, method: str, sql: str, params: Any) -> psycopg.AsyncCursor[Any]:
+    async def _send(self, method: str, sql: str, params: Any, binary: bool = False
+                    ) -> psycopg.AsyncCursor[Any]:
         cur: psycopg.AsyncCursor[Any] | None = None
         try:
-            cur = self.raw.cursor()
+            cur = self.raw.cursor(binary=binary)
             await getattr(cur, method)(sql, params)
         except psycopg.Error:
             if cur is not None:

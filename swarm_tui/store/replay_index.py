@@ -29,8 +29,9 @@ async def read(conn: StoreConnection, run_id: str, finished_at: float) -> bytes 
     """The stored timeline of the run as it ended at `finished_at`; None when there is none
     or it was built before the run changed."""
     try:
-        async with conn.execute("SELECT finished_at, results, attempts, events, data FROM "
-                                "replay_index WHERE run_id=?", (run_id,)) as cur:
+        read = getattr(conn, "execute_binary", conn.execute)  # PostgreSQL: bytes as bytes
+        async with read("SELECT finished_at, results, attempts, events, data FROM "
+                        "replay_index WHERE run_id=?", (run_id,)) as cur:
             row = await cur.fetchone()
         if row is None or row[0] != finished_at:
             return None
