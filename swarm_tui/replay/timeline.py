@@ -433,7 +433,9 @@ async def keep_timeline(conn: StoreConnection, run_id: str, started_at: float,
     ended it, so the first replay of it (a page's link) reads one row too."""
     tl = await Timeline.from_rows(conn, run_id, started_at, ended_at)
     tl.complete_checkpoints()
-    return await replay_index.write(conn, run_id, ended_at, tl.encode())
+    blob = tl.encode()
+    del tl  # its columns let go before the write: the run's end then holds the blob alone
+    return await replay_index.write(conn, run_id, ended_at, blob)
 
 
 def _sound(c: Columns) -> bool:
