@@ -26,6 +26,7 @@ from swarm_tui.engine import events as ev
 from swarm_tui.engine.routing import SingleGateway
 from swarm_tui.engine.runner import RunPolicy, SwarmRunner
 from swarm_tui.engine.state import SUCCEEDED, Attempt
+from swarm_tui.execution.recorder import RunRecorder
 from swarm_tui.gateway.client import GatewayClient
 from swarm_tui.gateway.keypool import KeyPool
 from swarm_tui.prices import load_price_table
@@ -64,6 +65,7 @@ async def engine_phase(url: str, n: int, conc: int, db: Path, with_store: bool) 
         await create_run(conn, "engine", runner.agents, demo_tasks(n), name=None,
                      simulated=True, config={}, claim=claim)
         writer = StoreWriter(conn, db, "engine", runner, claim=claim)
+        RunRecorder(writer, runner)
         writer.start()
     t0 = time.perf_counter()
     await runner.run()
@@ -89,6 +91,7 @@ async def capacity_phase(n: int, db: Path) -> dict:
                      simulated=True, config={}, claim=claim)
     setup_s = time.perf_counter() - t0
     writer = StoreWriter(conn, db, "capacity", runner, claim=claim)
+    recorder = RunRecorder(writer, runner)
     text = "the swarm agent answers with a short careful summary " * 90  # ~4.8 KB
     for a in runner.agents:  # finished tasks, as the engine leaves them
         att = Attempt(1, a.model, "sim", "sk-…beef#abcdef", 5.0, 1.0, 180.0, 60.0, tokens_in=720,
@@ -102,7 +105,7 @@ async def capacity_phase(n: int, db: Path) -> dict:
     emit_s = 0.0
     for i, a in enumerate(runner.agents):
         e0 = time.perf_counter()
-        writer.on_event(ev.Event(ev.SUCCEEDED, 200.0, a, a.attempts[0]))
+        recorder.on_event(ev.Event(ev.SUCCEEDED, 200.0, a, a.attempts[0]))
         emit_s += time.perf_counter() - e0
         if i % 500 == 499:
             await asyncio.sleep(0)  # the engine yields to the loop between events

@@ -48,3 +48,6 @@ class KeyState(StrEnum):
     COOLING = "cooling"     # a 429 or quota: back at `cooling_until`
     DISABLED = "disabled"   # by hand; `keys enable` brings it back
     RETIRED = "retired"     # rotated out: never used again
+
+
+PERMIT_HOLD = "permit"  # the runner's hold while its send permit (a worker's lease) refuses

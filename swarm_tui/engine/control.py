@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol
 
+from swarm_tui.core.states import PERMIT_HOLD
 from swarm_tui.engine import events as ev
 from swarm_tui.engine.looplag import LoopLag
 from swarm_tui.errors import UserError
@@ -19,6 +20,9 @@ from swarm_tui.errors import UserError
 if TYPE_CHECKING:  # types only: the store must not depend on the runner's module
     from swarm_tui.engine.state import Attempt, TaskRecord
     from swarm_tui.gateway.client import GatewayClient
+
+
+__all__ = ["PERMIT_HOLD", "Command", "Executor", "apply_command"]
 
 
 class Command(StrEnum):
@@ -31,7 +35,6 @@ class Command(StrEnum):
     KEY_ENABLE = "key_enable"      # arg: a key fingerprint
 
 
-PERMIT_HOLD = "permit"  # the runner's hold while its send_permit refuses
 
 
 class Executor(Protocol):

@@ -3,7 +3,8 @@ applied to this process's runner: the run host's part, between the writer's flus
 
 The store keeps the queue's rows (store/control.py); what a command does to a swarm is
 the engine's (engine/control.py); this joins the two. It runs on the writer's connection
-as the writer's `between_flushes` step, so a poll never lands inside a commit.
+as the writer's `between_flushes` step, so a poll never lands inside a commit; the
+runner's lines about a command are signed by the run's recorder.
 """
 
 from __future__ import annotations
@@ -11,17 +12,18 @@ from __future__ import annotations
 import sqlite3
 
 from swarm_tui.engine.control import apply_command
+from swarm_tui.execution.recorder import RunRecorder
 from swarm_tui.store import control
 from swarm_tui.store.fences import LeaseFence
-from swarm_tui.store.writer import StoreWriter
 
 
 class ControlPoll:
     """A single executor marks each command done; workers each apply every command
     queued since they joined (a pause pauses them all), leaving it for the others."""
 
-    def __init__(self, writer: StoreWriter) -> None:
-        self.writer = writer
+    def __init__(self, recorder: RunRecorder) -> None:
+        self.recorder = recorder
+        self.writer = writer = recorder.writer
         self.broadcast = isinstance(writer.fence, LeaseFence)
         self.seen: int | None = None  # workers: the last command applied
         writer.between_flushes = self.apply
@@ -36,8 +38,8 @@ class ControlPoll:
                     if self.broadcast else await control.commands_pending(w.conn, w.run_id))
             for cid, command, arg, actor in rows:
                 who = actor or "?"
-                with w.signed(who) as signature:
-                    ok = apply_command(w.runner, command, arg)
+                with self.recorder.signed(who) as signature:
+                    ok = apply_command(self.recorder.runner, command, arg)
                 if self.broadcast:
                     self.seen = cid
                 else:

@@ -29,6 +29,7 @@ from swarm_tui.engine.state import RunStatus
 from swarm_tui.execution.companions import Companions
 from swarm_tui.execution.control_poll import ControlPoll
 from swarm_tui.execution.progress import run_with_progress
+from swarm_tui.execution.recorder import RunRecorder
 from swarm_tui.execution.wiring import RunOptions, RunSetup
 from swarm_tui.runtime import collector_for_a_run
 from swarm_tui.settings.loader import LoadedConfig
@@ -102,7 +103,9 @@ class RunLifecycle:
         async with collector_for_a_run():
             writer = self.writer = StoreWriter(self.conn, self.db_path, self.run_id, runner,
                                                claim=self.claim, fence=fence, grace_s=grace)
-            ControlPoll(writer)  # commands queued for the run, applied between flushes
+            # the engine's events into the writer's rows, and the commands queued for the
+            # run applied between its flushes
+            ControlPoll(RunRecorder(writer, runner))
             writer.log_event(started, detail)
             for w in self._warnings:  # into the run's log too (the console shows it)
                 runner.emit(CONTROL, detail=f"preflight: {w}")

@@ -1,8 +1,10 @@
-"""The one writer: consumes engine events, commits in batches, keeps the heartbeat.
+"""The one writer: commits a run's rows in batches and keeps its heartbeat.
 
-The engine only appends tuples to in-memory lists (no await, no I/O); a background
-task commits them at most every `flush_interval` seconds or as soon as
-`max_rows` are pending. A crash loses at most the rows of the last window.
+Its rows come from the run's recorder (execution/recorder.py: the engine's events as
+tuples, appended here with no await and no I/O); a background task commits them at most
+every `flush_interval` seconds or as soon as `max_rows` are pending. A crash loses at most
+the rows of the last window. The writer knows the engine only as what it may hold or
+stop (`Dispatch`) and what it asks at each commit (`RowSource`).
 
 Dispatch never outruns the store: when a flush fails (disk full, I/O error, a lock held
 past the busy timeout) the writer holds the runner's dispatch at once, journals the
@@ -15,16 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import json
 import sqlite3
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Protocol
 
-from swarm_tui.engine import events as ev
-from swarm_tui.engine.control import PERMIT_HOLD, Executor
-from swarm_tui.engine.snapshot import key_rows
-from swarm_tui.engine.state import Attempt, TaskRecord
+from swarm_tui.core.states import PERMIT_HOLD
 from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.fences import LeaseFence, LostClaim, RunFence
 from swarm_tui.store.lost_sends import supersede_lost
@@ -75,14 +74,26 @@ STORE_STOPPED = "store_unwritable"
 LOST_CLAIM = "lost_claim"
 
 
-class Signature:
-    """Who sent the command being applied, and whether the runner said what it did."""
+class Dispatch(Protocol):
+    """What the writer may do to the dispatch of the run it stores (the runner)."""
 
-    __slots__ = ("actor", "said")
+    holds: dict[str, str]
+    send_permit: Callable[[], str | None] | None
+    wall_ms: float
 
-    def __init__(self, actor: str) -> None:
-        self.actor = actor
-        self.said = False
+    def hold(self, reason: str, detail: str) -> None: ...
+    def release(self, reason: str, detail: str) -> None: ...
+    def stop(self, reason: str, detail: str) -> None: ...
+
+
+class RowSource(Protocol):
+    """What the writer asks of the run at a commit (execution/recorder.py)."""
+
+    def figures(self) -> dict: ...
+    def lag(self) -> dict: ...
+    def key_rows(self, now: float) -> list[tuple]: ...
+    def key_changes(self, now: float) -> tuple[list[tuple], Mapping[tuple[str, str], tuple]]: ...
+    def keys_committed(self, seen: Mapping[tuple[str, str], tuple]) -> None: ...
 
 
 class WriterStats:
@@ -97,7 +108,7 @@ class WriterStats:
 
 
 class StoreWriter:
-    def __init__(self, conn: StoreConnection, path: DbTarget, run_id: str, runner: Executor,
+    def __init__(self, conn: StoreConnection, path: DbTarget, run_id: str, runner: Dispatch,
                  *, claim: Claim, flush_interval: float = 0.25, max_rows: int = 5000,
                  heartbeat_s: float = 1.0, grace_s: float = 60.0,
                  fence: RunFence | LeaseFence | None = None) -> None:
@@ -123,60 +134,33 @@ class StoreWriter:
         self._attempts: list[tuple] = []
         self._events: list[tuple] = []
         self._spilled: list[tuple[str, tuple]] = []  # journaled, not yet in the database
-        self._attempt_n = 0
+        self.recorder: RowSource | None = None  # set by the run's recorder
         self._kick = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
         self._stopping = False
         self._last_poll = 0.0
         self._last_keys = 0.0
-        self._key_seen: dict[tuple[str, str], tuple] = {}  # each key as last committed
         # the run host's step between two flushes (execution/control_poll.py applies the
         # commands queued for the run): on the writer's connection, never during a commit
         self.between_flushes: Callable[[], Awaitable[None]] | None = None
-        self._signing: Signature | None = None  # a queued command being applied now
         self._last_live: dict = {}  # the live figures last stored (same: no notification)
         self._stored = 0            # rows this writer committed …
         self._analyze_at = 1_000    # … and when PostgreSQL's statistics are refreshed next
-        # the calls in flight, for watchers' agents view (agent, run seconds at its send)
-        self._working: dict[int, tuple[TaskRecord, float]] = {}
-        runner.consumers.append(self.on_event)
 
-    # -- the consumer: called inline by the engine, so only appends ------------------------
-    def on_event(self, e: ev.Event) -> None:
-        kind = e.kind
-        if kind in ev.FINAL_KINDS:
-            agent = e.agent
-            assert agent is not None
-            self._working.pop(agent.index, None)
-            if e.attempt is not None:
-                self._attempts.append(self._attempt_row(agent, e.attempt))
-            self._tasks.append(self._task_row(agent))
-        elif kind == ev.RETRY_SCHEDULED:
-            assert e.agent is not None and e.attempt is not None
-            self._working.pop(e.agent.index, None)
-            self._attempts.append(self._attempt_row(e.agent, e.attempt))
-        elif kind == ev.STARTED:
-            assert e.agent is not None and e.attempt is not None
-            self._working[e.agent.index] = (e.agent, e.attempt.started_ms / 1000.0)
-            return
-        elif kind == ev.QUEUED and e.agent is not None:  # taken back before it was sent
-            self._working.pop(e.agent.index, None)
-            return
-        elif kind == ev.CONTROL:
-            # a worker signs what it did (followed a canary move, applied a command), on the
-            # clock its attempts' sent_at is read from: "sent after it saw X" is decidable;
-            # a command from the control table says who sent it, on the same line
-            detail = e.detail
-            if self._signing is not None:
-                self._signing.said = True
-                detail = f"{detail} (by {self._signing.actor})"
-            self._events.append((self.run_id, self._now(), "control", self._worker or None,
-                                 detail))
-        elif kind == ev.FALLBACK and e.agent is not None:  # for a watched/replayed log
-            self._events.append((self.run_id, self._now(), "fallback", None,
-                                 f"{e.agent.task.id} {e.detail}"))
+    # -- rows in: called inline by the engine (through the recorder), so only appends ------
+    def add(self, table: str, row: tuple) -> None:
+        """One row for the next commit: "attempt", "result" or "event" (looked up each
+        time: a flush takes the lists and puts new ones in their place)."""
+        if table == "result":
+            self._tasks.append(row)
+        elif table == "attempt":
+            self._attempts.append(row)
         else:
-            return
+            self._events.append(row)
+
+    def added(self) -> None:
+        """After the rows of one event: flush early when the batch is full; hold dispatch
+        when the store falls far behind."""
         pending = len(self._tasks) + len(self._attempts)
         if pending > self.stats.max_pending:
             self.stats.max_pending = pending
@@ -188,55 +172,10 @@ class StoreWriter:
                 self.runner.hold(BACKLOG_HOLD, f"store: {pending} results not yet written; "
                                                "dispatch waits for the writer")
 
-    def _task_row(self, a: TaskRecord) -> tuple:
-        finished = self.runner.started_wall + (a.finished_ms or 0.0) / 1000.0
-        return (self.run_id, a.seq, a.state, a.model, a.gateway, a.bucket, a.key_fp,
-                a.prior_attempts + a.sent, a.tokens_in, a.tokens_out, a.cached_in,
-                int(a.usage_estimated), a.cost_usd, a.latency_ms, a.ttft_ms, a.queue_ms,
-                a.status_code, a.error_class, a.error_message, a.response_text, finished)
-
-    def _attempt_row(self, a: TaskRecord, x: Attempt) -> tuple:
-        sent = self.runner.started_wall + x.started_ms / 1000.0
-        self._attempt_n += 1
-        return (f"{self.claim.token}:{self._attempt_n}", self.run_id, a.seq, x.number, x.model,
-                x.gateway, x.key_fp, sent, x.queue_ms, x.latency_ms, x.ttft_ms, x.status_code,
-                x.error_class, x.error_message, x.retry_wait_s, x.tokens_in, x.tokens_out,
-                x.cached_in, x.outcome)
-
     @property
-    def _worker(self) -> str:
+    def worker(self) -> str:
         """This process's name among a run's workers; '' for a run's single executor."""
         return self.fence.worker if isinstance(self.fence, LeaseFence) else ""
-
-    def _now(self) -> float:
-        """Wall time on the runner's clock (its attempts' sent_at), once it has started."""
-        runner = self.runner
-        if runner.started_wall:
-            return runner.started_wall + runner.now_ms() / 1000.0
-        return time.time()
-
-    def _key_rows(self, now: float) -> list[tuple]:
-        """Every key's state for `keys list` / watch: fingerprints and counters only."""
-        # a worker's own row of each key (its counters)
-        return [(self.run_id, *dataclasses.astuple(k), now, self._worker)
-                for k in key_rows(self.runner.gateways)]
-
-    def _key_changes(self, now: float) -> tuple[list[tuple], dict[tuple[str, str], tuple]]:
-        """Rows for the keys whose state moved since the last commit (a replay's keys
-        panel at a moment), and what each key looks like now. A cooldown's end read again
-        (its wall-clock form moves by microseconds per read) is no change."""
-        rows, seen = [], {}
-        for k in key_rows(self.runner.gateways):
-            look = (k.label, k.source, k.state, k.reason, k.cooling_until)
-            seen[(k.gateway, k.fingerprint)] = look
-            last = self._key_seen.get((k.gateway, k.fingerprint))
-            if last is None or last[:4] != look[:4] or abs(
-                    (last[4] or 0.0) - (look[4] or 0.0)) > 0.5:
-                rows.append((self.run_id, now, k.gateway, k.fingerprint, self._worker, *look[:3],
-                             k.cooling_until, k.reason))
-            else:
-                seen[(k.gateway, k.fingerprint)] = last
-        return rows, seen
 
     def log_event(self, kind: str, detail_json: str | None = None,
                   actor: str | None = None) -> None:
@@ -289,16 +228,6 @@ class StoreWriter:
         if key in (self.run_id, "*"):  # "*": listening again after a lost link
             self._kick.set()
 
-    @contextlib.contextmanager
-    def signed(self, actor: str) -> Iterator[Signature]:
-        """While a command another process sent is applied: the runner's CONTROL lines
-        carry who sent it, and `said` tells whether the runner logged anything."""
-        self._signing = sig = Signature(actor)
-        try:
-            yield sig
-        finally:
-            self._signing = None
-
     def _take_pending(self) -> list[tuple[str, tuple]]:
         rows = ([("attempt", r) for r in self._attempts] + [("result", r) for r in self._tasks]
                 + [("event", r) for r in self._events])
@@ -350,40 +279,30 @@ class StoreWriter:
         await self.conn.execute("BEGIN IMMEDIATE")
         try:
             # the fence: only the claim's holder writes into the run
-            r = self.runner
-            lag = r.loop_lag
-            figures = {"in_flight": r.in_flight, "concurrency": r.limit, "paused": r.paused,
-                       "retrying": r.retry_waiting,
-                       # each call in flight, for a watcher's agents view and, after a
-                       # crash, the record of what was sent and never answered (lost
-                       # sends): its send on the wall clock (watchers have their own)
-                       "agents": [self._in_flight_entry(a, t)
-                                  for a, t in list(self._working.values())]}
+            rec = self.recorder
+            figures = rec.figures() if rec is not None else {}
             moved = batch or figures != self._last_live  # (the loop's lag moves anyway)
             self._last_live = figures
-            live = json.dumps({**figures, "lag_p95_ms": lag.recent_p95_ms(),
-                               "client_bound": lag.client_bound(),
+            live = json.dumps({**figures, **(rec.lag() if rec is not None else {}),
                                # this session, for a worker that finds it stuck holding
                                # an expired batch's locks (store/leases.py)
-                               "db_pid": getattr(self.conn, "backend_pid", None),
-                               "canary_lag_ms": lag.judged_ms,
-                               "run_lag_p95_ms": lag.run_p95_ms(),
-                               "run_lag_max_ms": lag.run_max_ms()})
+                               "db_pid": getattr(self.conn, "backend_pid", None)})
             await self.fence.hold(self.conn, now, live)
             for table in TABLE_ORDER:
                 rows = [r for t, r in batch if t == table]
                 if rows:
                     await self.conn.executemany(SQL_BY_TABLE[table], rows)
-            if keys:
-                await self.conn.executemany(UPSERT_KEY, self._key_rows(now))
-            changes, seen = self._key_changes(now)
+            if keys and rec is not None:
+                await self.conn.executemany(UPSERT_KEY, rec.key_rows(now))
+            changes, seen = rec.key_changes(now) if rec is not None else ([], {})
             if changes:
                 await self.conn.executemany(INSERT_KEY_CHANGE, changes)
             done = await self.fence.settle(self.conn, batch, now)
             if moved:  # watchers read once it commits
                 await notify(self.conn, ROWS, self.run_id)
             await self.conn.execute("COMMIT")
-            self._key_seen = seen
+            if rec is not None:
+                rec.keys_committed(seen)
         except BaseException:
             with contextlib.suppress(sqlite3.Error):
                 await self.conn.execute("ROLLBACK")
@@ -419,14 +338,6 @@ class StoreWriter:
             return
         self._spilled = []
         self.journal.clear()
-
-    def _in_flight_entry(self, a: TaskRecord, t: float) -> list:
-        """[seq, state, sent (unix s), chars, model, attempt number, gateway, key, prompt
-        tokens (estimated)] — store/lost_sends.py reads it after a crash."""
-        x = a.attempts[-1] if a.attempts else None
-        return [a.seq, a.state, round(self.runner.started_wall + t, 3), a.live_chars, a.model,
-                x.number if x else None, x.gateway if x else a.gateway,
-                x.key_fp if x else None, a.task.prompt_tokens]
 
     def _requeue(self, rows: list[tuple[str, tuple]]) -> None:
         lists = {"attempt": self._attempts, "result": self._tasks, "event": self._events}

@@ -14,6 +14,7 @@ import pytest
 from swarm_tui.canary import controller as canary_controller
 from swarm_tui.engine.routing import CanaryRouter
 from swarm_tui.execution.control_poll import ControlPoll
+from swarm_tui.execution.recorder import RunRecorder
 from swarm_tui.run_sources import StoreSource
 from swarm_tui.settings.sections import CanaryConfig
 from swarm_tui.store import writer as store_writer
@@ -69,7 +70,7 @@ async def test_a_queued_pause_reaches_the_writer_by_notification(pg, sim_factory
         await create_run(conn, "n", runner.agents, work, name=None, simulated=True,
                          config={}, claim=claim)
         writer = StoreWriter(conn, pg, "n", runner, claim=claim)
-        ControlPoll(writer)  # as the run's lifecycle attaches it
+        ControlPoll(RunRecorder(writer, runner))  # as the run's lifecycle attaches them
         writer.start()
         paused_seen: list[int] = []
 

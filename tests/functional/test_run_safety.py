@@ -22,6 +22,7 @@ import psycopg
 import pytest
 
 from swarm_tui.engine import events as ev
+from swarm_tui.execution.recorder import RunRecorder
 from swarm_tui.store.db import open_db
 from swarm_tui.store.ownership import take_lock
 from swarm_tui.store.runs import create_run, resumable_tasks
@@ -122,6 +123,7 @@ async def test_full_store_holds_dispatch_journals_and_resume_sends_only_unanswer
     await conn.execute(f"PRAGMA max_page_count = {pages + 40}")
     writer = StoreWriter(conn, path, "full", runner, claim=claim, flush_interval=0.05,
                          grace_s=0.5)
+    RunRecorder(writer, runner)
     writer.start()
     await runner.run()
     await writer.close("finished")
@@ -161,6 +163,7 @@ async def test_full_store_holds_dispatch_journals_and_resume_sends_only_unanswer
     claim = take_lock(path, "full")
     await conn.execute("UPDATE runs SET owner_token=? WHERE id='full'", (claim.token,))
     writer = StoreWriter(conn, path, "full", runner, claim=claim)
+    RunRecorder(writer, runner)
     writer.start()
     await runner.run()
     await writer.close("finished")
@@ -345,6 +348,7 @@ async def test_an_executor_that_lost_its_claim_cannot_write(sim_factory, db_targ
     await create_run(conn, "c", runner.agents, work, name=None,
                      simulated=True, config={}, claim=claim)
     writer = StoreWriter(conn, path, "c", runner, claim=claim, flush_interval=0.05)
+    RunRecorder(writer, runner)
     writer.start()
     # another executor (another host) takes the run over — from its own thread: a blocking
     # UPDATE on the engine's loop waited on the writer's open transaction, which needed that

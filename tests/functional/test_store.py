@@ -15,6 +15,7 @@ import pytest
 
 from swarm_tui.engine.summary import summarize
 from swarm_tui.errors import UserError
+from swarm_tui.execution.recorder import RunRecorder
 from swarm_tui.report.history import load_summary
 from swarm_tui.settings.sections import SlaConfig
 from swarm_tui.store.db import open_db
@@ -99,6 +100,7 @@ async def _stored_run(sim_factory, path, n=400, **sim):
                          claim=claim)
         writer = StoreWriter(conn, path, "r1", runner, claim=claim, flush_interval=0.05,
                              max_rows=50)
+        RunRecorder(writer, runner)
         writer.start()
         await runner.run()
         await writer.close("finished")
@@ -175,11 +177,12 @@ async def test_closing_during_a_flush_loses_nothing(db_target):
     await create_run(conn, "c", runner.agents, work, name=None,
                      simulated=True, config={}, claim=claim)
     writer = StoreWriter(conn, path, "c", runner, claim=claim, max_rows=500)
+    recorder = RunRecorder(writer, runner)
     writer.start()
     for i, a in enumerate(runner.agents):
         a.attempts.append(Attempt(1, a.model, "sim", "fp", 1.0, 0.0, 10.0, outcome="ok"))
         a.state, a.response_text = SUCCEEDED, "x" * 2000
-        writer.on_event(ev.Event(ev.SUCCEEDED, 1.0, a, a.attempts[0]))
+        recorder.on_event(ev.Event(ev.SUCCEEDED, 1.0, a, a.attempts[0]))
         if i % 700 == 0:
             await asyncio.sleep(0.001)  # let a flush start
     await writer.close("finished")

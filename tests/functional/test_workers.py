@@ -23,6 +23,7 @@ import psycopg
 import pytest
 
 from swarm_tui.engine import events as ev
+from swarm_tui.execution.recorder import RunRecorder
 from swarm_tui.run_sources import StoreSource
 from swarm_tui.store import reads
 from swarm_tui.store.db import open_db
@@ -269,6 +270,7 @@ async def test_a_worker_whose_batch_was_leased_again_stops_writing(sim_factory, 
         runner = make_runner(gw, work[:100], concurrency=10)  # batch 0's tasks, seqs 0..99
         writer = StoreWriter(conn, db_target, "f", runner, claim=claim, fence=fence,
                              flush_interval=0.05)
+        RunRecorder(writer, runner)
         writer.start()
         takeover = threading.Thread(target=raw_rows, args=(
             db_target, "UPDATE batches SET token='theirs', worker='them' WHERE batch=0"))
