@@ -67,14 +67,33 @@ def _workload(tmp_path, n: int):
     return w
 
 
+_STARTED: list[subprocess.Popen] = []  # this test's `run --workers`, each its own group
+
+
+@pytest.fixture(autouse=True)
+def _no_workers_left():
+    """A test that fails or runs out of time leaves no starter or worker behind: a hung
+    run's workers outlived their test and held CPU for the rest of the suite."""
+    yield
+    while _STARTED:
+        proc = _STARTED.pop()
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)  # the starter and its workers
+            proc.wait(10)
+
+
 def _run(w, cfg, workers: int, lease_s: float = 10.0,
          extra: list[str] | None = None) -> subprocess.Popen:
-    return subprocess.Popen(
+    proc = subprocess.Popen(
         [sys.executable, "-m", "swarm_tui", "run", str(w), "--config", str(cfg),
          "--concurrency", "60", "--workers", str(workers), "--headless", "--json", "--quiet",
          *(extra or [])],
         env={**os.environ, "GW_KEY": TEST_KEY, "SWARM_TUI_LEASE_S": str(lease_s)},
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+        start_new_session=True)  # its workers share its group: one killpg ends them all
+    _STARTED.append(proc)
+    return proc
 
 
 async def _stored_keys(db, run_id: str):
