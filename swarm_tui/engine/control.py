@@ -1,9 +1,9 @@
 """The control channel the engine owns: every command an operator can send a running swarm
 (from this process's console, or through the store from `watch --write` / another
-process), and what a store writer may see of its executor.
+process), and what the run's recorder and command poll may see of its executor.
 
-The store and the console import this module, never the runner itself (SwarmRunner
-satisfies `Executor`).
+The run host (execution/recorder.py, control_poll.py) and the console import this module,
+never the runner itself (SwarmRunner satisfies `Executor`).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ class Command(StrEnum):
 
 
 class Executor(Protocol):
-    """What the store's writer reads and holds of the run it records."""
+    """What the run's recorder reads of the run it records, and a command acts on."""
 
     agents: list[TaskRecord]
     consumers: list[ev.Consumer]
