@@ -183,6 +183,16 @@ def swarm(*args: str, env: dict[str, str] | None = None, timeout: float = 90):
                           text=True, timeout=timeout, env=full_env, stdin=subprocess.DEVNULL)
 
 
+def demo_run(tmp: Path, *flags: str) -> tuple[Path, str, dict[str, str]]:
+    """A real headless `run --demo` into tmp/runs.db (no user config): the database, the
+    run's id and the environment that reaches it. Exit 3 (the demo missed its SLA) is a
+    run like any other here."""
+    env = {"SWARM_TUI_DB": str(tmp / "runs.db"), "XDG_CONFIG_HOME": str(tmp / "x")}
+    r = swarm("run", "--demo", *flags, "--headless", "--quiet", "--json", env=env, timeout=120)
+    assert r.returncode in (0, 3), r.stderr
+    return tmp / "runs.db", json.loads(r.stdout)["run_id"], env
+
+
 @pytest.fixture
 def no_user_config(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))

@@ -10,7 +10,7 @@ import sqlite3
 import pytest
 
 from swarm_tui.run_sources import StoreSource
-from tests.conftest import assert_one_line_error, swarm
+from tests.conftest import assert_one_line_error, demo_run, swarm
 
 pytestmark = pytest.mark.slow
 
@@ -18,12 +18,8 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def stored(tmp_path_factory):
     """One real run of 500 tasks paced over ~5 s, 3 % of calls failing (retries)."""
-    tmp = tmp_path_factory.mktemp("replay")
-    env = {"SWARM_TUI_DB": str(tmp / "runs.db"), "XDG_CONFIG_HOME": str(tmp / "x")}
-    r = swarm("run", "--demo", "500", "--rate", "100", "--sim-rate-503", "0.03",
-              "--sim-rate-429", "0", "--headless", "--quiet", "--json", env=env, timeout=120)
-    assert r.returncode in (0, 3), r.stderr
-    return tmp / "runs.db", json.loads(r.stdout)["run_id"], env
+    return demo_run(tmp_path_factory.mktemp("replay"), "500", "--rate", "100",
+                    "--sim-rate-503", "0.03", "--sim-rate-429", "0")
 
 
 def _truth(db, run_id: str, at: float) -> dict:

@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from swarm_tui.run_sources import StoreSource
-from tests.conftest import swarm
+from tests.conftest import demo_run, swarm
 
 pytestmark = pytest.mark.slow
 
@@ -20,13 +20,9 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def stored(tmp_path_factory):
     """A real run of 400 tasks over ~4 s with failed calls, retries and 429 cooldowns."""
-    tmp = tmp_path_factory.mktemp("replay_index")
-    env = {"SWARM_TUI_DB": str(tmp / "runs.db"), "XDG_CONFIG_HOME": str(tmp / "x")}
-    r = swarm("run", "--demo", "400", "--rate", "100", "--sim-rate-503", "0.04",
-              "--sim-rate-429", "0.03", "--headless", "--quiet", "--json", env=env,
-              timeout=120)
-    assert r.returncode in (0, 3), r.stderr
-    return tmp / "runs.db", json.loads(r.stdout)["run_id"]
+    db, run_id, _env = demo_run(tmp_path_factory.mktemp("replay_index"), "400", "--rate",
+                                "100", "--sim-rate-503", "0.04", "--sim-rate-429", "0.03")
+    return db, run_id
 
 
 def _index_rows(db) -> list[tuple]:
