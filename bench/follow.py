@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import cpu_seconds
-from swarm_tui.engine.summary import summarize
+from swarm_tui.core.summary import summarize
 from swarm_tui.run_sources import StoreSource
 from swarm_tui.store.runs import get_run, task_rows
 

@@ -15,10 +15,9 @@ from pydantic import BaseModel, Field
 
 from swarm_tui.canary.stats import binomial_excess_p, mann_whitney_greater, wilson
 from swarm_tui.core.canary import BASELINE, CANDIDATE
-from swarm_tui.engine.aggregate import Usage
-from swarm_tui.engine.looplag import CLIENT_BOUND_MS
-from swarm_tui.engine.state import TaskState
-from swarm_tui.engine.summary import Percentiles
+from swarm_tui.core.states import TaskState
+from swarm_tui.core.summary import CLIENT_BOUND_MS, Percentiles
+from swarm_tui.core.usage import Usage
 from swarm_tui.settings.sections import CanaryGates
 
 

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 from swarm_tui.errors import EXIT_OK, UserError
 
 if TYPE_CHECKING:  # (each verb imports what it uses: `runs` reads no cost model)
+    from swarm_tui.core.summary import RunSummary
     from swarm_tui.engine.cost import CostReport
-    from swarm_tui.engine.summary import RunSummary
     from swarm_tui.settings.loader import LoadedConfig
     from swarm_tui.store.conn import StoreConnection
     from swarm_tui.store.target import DbTarget

@@ -13,8 +13,8 @@ from typing import Protocol
 
 from pydantic import BaseModel, Field
 
-from swarm_tui.engine.aggregate import Usage
-from swarm_tui.engine.state import TaskState
+from swarm_tui.core.states import TaskState
+from swarm_tui.core.usage import Usage
 from swarm_tui.prices import Price, PriceTable
 
 DAYS_PER_MONTH = 30

@@ -18,12 +18,11 @@ from collections import deque
 
 from hdrh.histogram import HdrHistogram
 
+from swarm_tui.core.summary import CLIENT_BOUND_MS
+
 INTERVAL_S = 0.05
 WINDOW_S = 10.0
 KEEP_S = 1800.0  # samples kept for "since" questions (a canary stage): 36,000 at most
-# Documented threshold: a p95 scheduling delay of 20 ms moves a 350 ms p95 by ~6 % —
-# enough to turn a pass into a breach near the SLA; below it the figures are the gateway's.
-CLIENT_BOUND_MS = 20.0
 MIN_SAMPLES = 20  # one second of ticks before any verdict
 
 

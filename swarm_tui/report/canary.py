@@ -10,7 +10,7 @@ import time
 from swarm_tui.canary.analysis import BucketFigures, Verdict
 from swarm_tui.canary.state import CanaryState
 from swarm_tui.core.canary import BASELINE, CANDIDATE
-from swarm_tui.engine.summary import Percentiles
+from swarm_tui.core.summary import Percentiles
 from swarm_tui.store.canary import ActionRecord
 
 MARK = {"pass": "✔ pass", "fail": "✖ fail", "inconclusive": "? inconclusive"}

@@ -8,7 +8,7 @@ import os
 import sys
 from typing import IO, Any
 
-from swarm_tui.engine.summary import RunSummary
+from swarm_tui.core.summary import RunSummary
 from swarm_tui.store import reads
 from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.lost_sends import lost_sends
@@ -20,7 +20,7 @@ async def load_summary(conn: StoreConnection, run: RunRecord) -> RunSummary:
     """The run's summary computed from its stored rows (what `report` prints): the
     engine's builder over the rows the store hands back (the store keeps rows; building
     the summary is not its job)."""
-    from swarm_tui.engine.summary import SummaryBuilder
+    from swarm_tui.core.summary import SummaryBuilder
 
     builder = SummaryBuilder()
     async for rows in task_rows(conn, run.id):

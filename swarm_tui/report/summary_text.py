@@ -7,7 +7,7 @@ Kept apart from the headless progress (execution/progress.py), which needs the e
 from __future__ import annotations
 
 from swarm_tui.core import fmt
-from swarm_tui.engine.summary import Percentiles, RunSummary
+from swarm_tui.core.summary import Percentiles, RunSummary
 
 
 def _cost(s: RunSummary) -> str:

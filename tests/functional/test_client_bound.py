@@ -9,9 +9,8 @@ import threading
 import pytest
 
 from swarm_tui.canary.analysis import FAIL, INCONCLUSIVE, PASS, BucketFigures, evaluate
-from swarm_tui.engine.looplag import CLIENT_BOUND_MS
+from swarm_tui.core.summary import CLIENT_BOUND_MS, Percentiles, summarize
 from swarm_tui.engine.routing import BASELINE, CANDIDATE
-from swarm_tui.engine.summary import Percentiles, summarize
 from swarm_tui.settings.sections import CanaryGates, SlaConfig
 from tests.conftest import client_for, make_runner, tasks
 

@@ -228,7 +228,7 @@ def test_locked_database_is_one_line_exit_2():
 def test_compare_shows_a_rate_change_in_percentage_points_and_calls_per_s_counts_calls():
     """92.38 → 93.90 % is +1.52 pp (it read "+1.6 %"); calls per second count every
     answered call, retries included (they counted tasks)."""
-    from swarm_tui.engine.summary import RunSummary, SummaryBuilder
+    from swarm_tui.core.summary import RunSummary, SummaryBuilder
     from swarm_tui.report.history import compare_rows, compare_table
     from swarm_tui.settings.sections import SlaConfig
 

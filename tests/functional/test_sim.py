@@ -8,7 +8,7 @@ import httpx2
 import openai
 import pytest
 
-from swarm_tui.engine.summary import nearest_rank
+from swarm_tui.core.summary import nearest_rank
 from swarm_tui.sim.profiles import DIRECT, GATEWAY, get_profile
 from swarm_tui.token_count import estimate_tokens
 from tests.conftest import TEST_KEY

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from swarm_tui.engine.summary import summarize
+from swarm_tui.core.summary import summarize
 from swarm_tui.errors import UserError
 from swarm_tui.execution.recorder import RunRecorder
 from swarm_tui.report.history import load_summary

@@ -11,8 +11,8 @@ import pytest
 
 from swarm_tui.canary.analysis import FAIL, PASS, BucketFigures, evaluate
 from swarm_tui.canary.stats import binomial_excess_p, mann_whitney_greater, wilson, z_two_sided
+from swarm_tui.core.summary import Percentiles
 from swarm_tui.engine.routing import BASELINE, CANDIDATE
-from swarm_tui.engine.summary import Percentiles
 from swarm_tui.settings.sections import CanaryGates
 
 GATES = CanaryGates(min_success=0.99, p95_ms=350, confidence=0.95)
