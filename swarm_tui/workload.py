@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from swarm_tui.core.records import TaskHead
 from swarm_tui.errors import UserError
 from swarm_tui.token_count import counts, estimate_tokens
 
@@ -72,26 +73,6 @@ class Task(BaseModel):
     def head(self) -> TaskHead:
         return TaskHead(self.id, self.user_id, self.model, self.max_tokens,
                         self.prompt_tokens_estimate(), self.prompt_tokens_bound())
-
-
-@dataclass(slots=True)
-class TaskHead:
-    """What the engine holds of a task until it is sent: what routing and the budget's
-    estimate need, not its prompt (~3 KB in the team's shape, read back at the send)."""
-
-    id: str
-    user_id: str | None
-    model: str | None
-    max_tokens: int | None
-    prompt_tokens: int       # an estimate: routing by length, usage a gateway left out
-    prompt_bound: int = 0    # a guaranteed upper bound: the budget cap's ceiling
-
-    @property
-    def routing_user(self) -> str:
-        return self.user_id if self.user_id is not None else self.id
-
-    def prompt_tokens_estimate(self) -> int:
-        return self.prompt_tokens
 
 
 @dataclass(frozen=True, slots=True)

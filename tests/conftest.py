@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from swarm_tui.core.records import TaskHead
 from swarm_tui.engine.bodies import TaskBodies
 from swarm_tui.engine.events import Event
 from swarm_tui.engine.routing import SingleGateway
@@ -29,7 +30,7 @@ from swarm_tui.settings.sections import RetryConfig, RoutingConfig
 from swarm_tui.sim.server import SimServer
 from swarm_tui.sim.settings import SimSettings
 from swarm_tui.store.target import PgTarget
-from swarm_tui.workload import Task, TaskHead
+from swarm_tui.workload import Task
 from tests.pg_server import ThrowawayPostgres
 
 TEST_KEY = "sk-test-0123456789abcdefghijklmnop"

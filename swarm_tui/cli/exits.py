@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 def exit_code(outcome: Outcome, console_code: int | None = None) -> int:
     """The one exit-code table (README, Exit codes) for every way a run ends: headless,
     or a console that was quit, hung up on, or left after the run ended."""
-    from swarm_tui.engine.state import RunStatus
+    from swarm_tui.core.states import RunStatus
 
     if console_code == EXIT_HANGUP:
         return EXIT_HANGUP

@@ -209,7 +209,7 @@ async def _resume(conn: StoreConnection, path: DbTarget, args: argparse.Namespac
                   ) -> int | tuple[LoadedConfig, RunOptions, Workload, Resumed]:
     """Resume headless and return the exit code; with `console`, hand back what the
     console needs to execute it (the claim still held)."""
-    from swarm_tui.engine.state import RunStatus
+    from swarm_tui.core.states import RunStatus
     from swarm_tui.execution.stored_run import Outcome, Resumed, execute, pinned_gateway
     from swarm_tui.report.history import load_summary
     from swarm_tui.sim.settings import SimSettings

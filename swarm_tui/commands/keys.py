@@ -20,8 +20,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from swarm_tui.core.states import KeyState
-from swarm_tui.engine.state import RunStatus
+from swarm_tui.core.states import KeyState, RunStatus
 from swarm_tui.errors import EXIT_OK, UserError
 from swarm_tui.gateway.keys import fingerprint, keys_from_env, read_key_file
 from swarm_tui.settings.loader import LoadedConfig

@@ -51,3 +51,10 @@ class KeyState(StrEnum):
 
 
 PERMIT_HOLD = "permit"  # the runner's hold while its send permit (a worker's lease) refuses
+
+
+QUEUED, RUNNING, STREAMING, RETRYING = (TaskState.QUEUED, TaskState.RUNNING,
+                                        TaskState.STREAMING, TaskState.RETRYING)
+SUCCEEDED, FAILED, CANCELLED = TaskState.SUCCEEDED, TaskState.FAILED, TaskState.CANCELLED
+FINAL_STATES = frozenset({SUCCEEDED, FAILED, CANCELLED})
+STATES = tuple(TaskState)

@@ -18,7 +18,7 @@ from swarm_tui.engine.looplag import LoopLag
 from swarm_tui.errors import UserError
 
 if TYPE_CHECKING:  # types only: the store must not depend on the runner's module
-    from swarm_tui.engine.state import Attempt, TaskRecord
+    from swarm_tui.core.records import Attempt, TaskRecord
     from swarm_tui.gateway.client import GatewayClient
 
 

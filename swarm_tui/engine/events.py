@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
-from swarm_tui.engine.state import Attempt, TaskRecord
+from swarm_tui.core.records import Attempt, TaskRecord
 
 
 class EventKind(StrEnum):

@@ -6,8 +6,9 @@ import hashlib
 from typing import Protocol
 
 from swarm_tui.core.canary import BASELINE, CANDIDATE
+from swarm_tui.core.records import TaskHead
 from swarm_tui.settings.sections import RoutingConfig
-from swarm_tui.workload import Task, TaskHead
+from swarm_tui.workload import Task
 
 
 def canary_slot(user_id: str) -> int:

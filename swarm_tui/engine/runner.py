@@ -8,7 +8,7 @@ Why one ~650-line module: the queue, the parking per (gateway, model), the budge
 pace, holds and cancellation are one set of invariants over the same counters
 (in_flight, retry_waiting, the queues); split across modules they were passed around
 and drifted (a double-counted retry wait hung cancelled runs). Helpers with no state of
-their own live elsewhere: retry waits (retry.py), routing (routing.py), records (state.py).
+their own live elsewhere: retry waits (retry.py), routing (routing.py), records (core/records.py).
 """
 
 from __future__ import annotations
@@ -22,30 +22,29 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from swarm_tui.engine import events as ev
-from swarm_tui.engine.bodies import MemoryBodies, TaskBodies
-from swarm_tui.engine.control import PERMIT_HOLD
-from swarm_tui.engine.looplag import LoopLag
-from swarm_tui.engine.retry import retry_wait_s
-from swarm_tui.engine.routing import Router, choose_model, fallback_chain
-from swarm_tui.engine.state import (
+from swarm_tui.core.records import Attempt, TaskHead, TaskRecord
+from swarm_tui.core.states import (
     CANCELLED,
     FAILED,
     QUEUED,
     RETRYING,
     RUNNING,
     SUCCEEDED,
-    Attempt,
     AttemptOutcome,
-    TaskRecord,
     TaskState,
 )
+from swarm_tui.engine import events as ev
+from swarm_tui.engine.bodies import MemoryBodies, TaskBodies
+from swarm_tui.engine.control import PERMIT_HOLD
+from swarm_tui.engine.looplag import LoopLag
+from swarm_tui.engine.retry import retry_wait_s
+from swarm_tui.engine.routing import Router, choose_model, fallback_chain
 from swarm_tui.gateway.client import GatewayClient
 from swarm_tui.gateway.errors import AUTH, RATE_LIMITED, CallError
 from swarm_tui.gateway.keypool import KeyPool, KeySlot
 from swarm_tui.prices import PriceTable
 from swarm_tui.settings.sections import RetryConfig, RoutingConfig
-from swarm_tui.workload import Task, TaskHead
+from swarm_tui.workload import Task
 
 
 @dataclass(frozen=True)

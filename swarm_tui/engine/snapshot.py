@@ -19,14 +19,13 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from hdrh.histogram import HdrHistogram
 
 from swarm_tui.core.records import KeyRow
-from swarm_tui.core.states import KeyState
+from swarm_tui.core.states import STATES, KeyState, RunStatus, TaskState
 from swarm_tui.engine import events as ev
-from swarm_tui.engine.state import STATES, RunStatus, TaskState
 from swarm_tui.settings.sections import SlaConfig
 
 if TYPE_CHECKING:
+    from swarm_tui.core.records import TaskRecord
     from swarm_tui.engine.runner import SwarmRunner
-    from swarm_tui.engine.state import TaskRecord
     from swarm_tui.gateway.client import GatewayClient
 
 

@@ -23,9 +23,10 @@ from contextlib import AbstractAsyncContextManager, nullcontext
 from types import TracebackType
 
 from swarm_tui.canary.controller import CanaryController
+from swarm_tui.core.records import TaskHead
+from swarm_tui.core.states import RunStatus
 from swarm_tui.engine.events import CONTROL, Consumer
 from swarm_tui.engine.runner import SwarmRunner
-from swarm_tui.engine.state import RunStatus
 from swarm_tui.execution.companions import Companions
 from swarm_tui.execution.control_poll import ControlPoll
 from swarm_tui.execution.progress import run_with_progress
@@ -39,7 +40,6 @@ from swarm_tui.store.ownership import Claim
 from swarm_tui.store.target import DbTarget
 from swarm_tui.store.task_bodies import StoredBodies
 from swarm_tui.store.writer import StoreWriter
-from swarm_tui.workload import TaskHead
 
 Beside = Callable[[SwarmRunner], AbstractAsyncContextManager[object]]
 OnStart = Callable[[SwarmRunner, RunSetup, CanaryController | None], None]

@@ -9,8 +9,8 @@ import signal
 import sys
 from typing import TextIO
 
+from swarm_tui.core.states import TaskState
 from swarm_tui.engine.runner import SwarmRunner
-from swarm_tui.engine.state import TaskState
 
 
 class Progress:

@@ -11,8 +11,8 @@ import signal
 import subprocess
 import sys
 
+from swarm_tui.core.states import RunStatus
 from swarm_tui.core.summary import RunSummary
-from swarm_tui.engine.state import RunStatus
 from swarm_tui.errors import EXIT_BUDGET_STOPPED, EXIT_OK, EXIT_SLA_BREACHED
 from swarm_tui.execution.stored_run import Outcome
 from swarm_tui.execution.wiring import RunOptions

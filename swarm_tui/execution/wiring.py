@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import overload
 
+from swarm_tui.core.records import TaskHead
 from swarm_tui.core.summary import RunSummary, summarize
 from swarm_tui.engine.bodies import TaskBodies
 from swarm_tui.engine.events import Consumer
@@ -31,7 +32,7 @@ from swarm_tui.settings.sections import (
 )
 from swarm_tui.sim.server import SimProcess
 from swarm_tui.sim.settings import SimSettings
-from swarm_tui.workload import DEMO_POISON, Task, TaskHead
+from swarm_tui.workload import DEMO_POISON, Task
 
 
 @dataclass

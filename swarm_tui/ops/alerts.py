@@ -15,12 +15,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from swarm_tui.canary import state as cs
-from swarm_tui.core.states import KeyState
+from swarm_tui.core.states import AttemptOutcome, KeyState, TaskState
 from swarm_tui.engine import events as ev
 from swarm_tui.engine.looplag import LoopLag
 from swarm_tui.engine.runner import BUDGET_STOPPED
 from swarm_tui.engine.snapshot import key_rows
-from swarm_tui.engine.state import AttemptOutcome, TaskState
 from swarm_tui.settings.sections import AlertKind, AlertsConfig, SlaConfig
 
 if TYPE_CHECKING:

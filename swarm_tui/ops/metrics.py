@@ -19,18 +19,17 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from swarm_tui.core.records import KeyRow
-from swarm_tui.core.states import KeyState
+from swarm_tui.core.states import AttemptOutcome, KeyState, TaskState
 from swarm_tui.engine import events as ev
 from swarm_tui.engine.snapshot import HIST_EDGES_MS, key_rows
-from swarm_tui.engine.state import AttemptOutcome, TaskState
 from swarm_tui.errors import UserError
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
 
     from swarm_tui.canary.controller import CanaryController
+    from swarm_tui.core.records import Attempt, TaskRecord
     from swarm_tui.engine.runner import SwarmRunner
-    from swarm_tui.engine.state import Attempt, TaskRecord
 
 NS = "swarm_tui"
 # Latency buckets in seconds: the console's edges, and 10 ms to 120 s at steps of ×1.2 —

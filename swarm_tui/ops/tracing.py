@@ -9,14 +9,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from swarm_tui.core.states import AttemptOutcome
 from swarm_tui.engine import events as ev
-from swarm_tui.engine.state import AttemptOutcome
 from swarm_tui.errors import UserError
 from swarm_tui.settings.sections import TelemetryConfig
 
 if TYPE_CHECKING:
+    from swarm_tui.core.records import Attempt, TaskRecord
     from swarm_tui.engine.runner import SwarmRunner
-    from swarm_tui.engine.state import Attempt, TaskRecord
 
 
 class AttemptTracer:

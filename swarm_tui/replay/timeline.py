@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING, Any
 
 from hdrh.histogram import HdrHistogram
 
+from swarm_tui.core.states import TaskState
 from swarm_tui.engine.snapshot import LOG_LINES, AgentCell, LiveMetrics
-from swarm_tui.engine.state import TaskState
 from swarm_tui.store import reads, replay_index
 
 if TYPE_CHECKING:

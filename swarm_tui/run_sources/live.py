@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from swarm_tui.canary.controller import CanaryController, CanaryView
+from swarm_tui.core.states import RunStatus
 from swarm_tui.engine import events as ev
 from swarm_tui.engine.control import apply_command
 from swarm_tui.engine.cost import CostReport, cost_report
@@ -19,7 +20,6 @@ from swarm_tui.engine.snapshot import (
     key_rows,
     live_snapshot,
 )
-from swarm_tui.engine.state import RunStatus
 from swarm_tui.errors import UserError
 from swarm_tui.execution.stored_run import Outcome, Resumed
 from swarm_tui.execution.wiring import RunOptions, RunSetup

@@ -9,6 +9,7 @@ import sqlite3
 import time
 from typing import TYPE_CHECKING
 
+from swarm_tui.core.states import RunStatus, TaskState
 from swarm_tui.engine.cost import CostReport
 from swarm_tui.engine.snapshot import (
     LOG_LINES,
@@ -18,7 +19,6 @@ from swarm_tui.engine.snapshot import (
     Snapshot,
     metrics_snapshot,
 )
-from swarm_tui.engine.state import RunStatus, TaskState
 from swarm_tui.errors import UserError
 from swarm_tui.replay.timeline import Timeline, call_line, event_line
 from swarm_tui.run_sources.base import AgentDetail, RowObserver

@@ -20,10 +20,10 @@ from swarm_tui.store.ownership import Claim, owner_alive, pid_alive
 from swarm_tui.store.target import DbTarget
 
 if TYPE_CHECKING:  # (imported where used: `runs` reads rows, not models — issue 34)
+    from swarm_tui.core.records import TaskHead, TaskRecord
     from swarm_tui.core.summary import RunSummary
-    from swarm_tui.engine.state import TaskRecord
     from swarm_tui.settings.sections import SlaConfig
-    from swarm_tui.workload import Task, TaskHead
+    from swarm_tui.workload import Task
 
 ENDED = ("finished", "cancelled", "budget_stopped")
 

@@ -4,8 +4,8 @@ between them — tasks ended, success, latency, error classes, keys, the canary.
 from __future__ import annotations
 
 from swarm_tui.core.moments import iso
+from swarm_tui.core.states import TaskState
 from swarm_tui.engine.snapshot import Snapshot
-from swarm_tui.engine.state import TaskState
 
 
 def _ms(v: float | None) -> str:

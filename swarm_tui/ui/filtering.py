@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from swarm_tui.core.states import TaskState
 from swarm_tui.engine.snapshot import AgentCell
-from swarm_tui.engine.state import TaskState
 
 FIELDS = {"state": "state", "model": "model", "bucket": "bucket", "error": "error_class"}
 SORTS = ("index", "latency", "state", "cost")

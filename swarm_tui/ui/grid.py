@@ -16,8 +16,8 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
+from swarm_tui.core.states import TaskState
 from swarm_tui.engine.snapshot import AgentCell
-from swarm_tui.engine.state import TaskState
 
 # State → glyph: readable without colour (NO_COLOR, monochrome terminals).
 GLYPHS: dict[str, str] = {

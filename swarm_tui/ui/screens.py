@@ -15,7 +15,7 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, DataTable, Footer, Input, Label, Static
 
 from swarm_tui.core import fmt
-from swarm_tui.engine.state import TaskState
+from swarm_tui.core.states import TaskState
 from swarm_tui.run_sources import AgentDetail
 
 if TYPE_CHECKING:

@@ -11,9 +11,8 @@ from textual.markup import escape
 from textual.widgets import RichLog, Static
 
 from swarm_tui.core import fmt
-from swarm_tui.core.states import KeyState
+from swarm_tui.core.states import KeyState, RunStatus, TaskState
 from swarm_tui.engine.snapshot import HIST_EDGES_MS, Snapshot
-from swarm_tui.engine.state import RunStatus, TaskState
 from swarm_tui.ui.log_fit import fit_line
 
 Part = tuple[int, str] | tuple[int, str, str]  # (priority, markup[, shorter markup])

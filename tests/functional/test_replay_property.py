@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
+from swarm_tui.core.states import TaskState
 from swarm_tui.engine import events as ev
 from swarm_tui.engine.snapshot import LiveMetrics, Snapshot, live_snapshot
-from swarm_tui.engine.state import TaskState
 from swarm_tui.execution.stored_run import execute
 from swarm_tui.execution.wiring import RunOptions
 from swarm_tui.run_sources import StoreSource
