@@ -74,7 +74,7 @@ def seek(db: str, run_id: str, at: float | None, steps: int = 0) -> None:
 
 
 def keep(db: str, run_id: str) -> None:
-    """What the run's end spends storing its timeline (execution/stored_run.keep_replay)."""
+    """What the run's end spends storing its timeline (run/stored_run.keep_replay)."""
     import asyncio
 
     from swarm_tui.replay.timeline import keep_timeline

@@ -27,10 +27,10 @@ from swarm_tui.core.states import SUCCEEDED
 from swarm_tui.engine import events as ev
 from swarm_tui.engine.routing import SingleGateway
 from swarm_tui.engine.runner import RunPolicy, SwarmRunner
-from swarm_tui.execution.recorder import RunRecorder
 from swarm_tui.gateway.client import GatewayClient
 from swarm_tui.gateway.keypool import KeyPool
 from swarm_tui.prices import load_price_table
+from swarm_tui.run.recorder import RunRecorder
 from swarm_tui.settings.sections import RetryConfig, RoutingConfig
 from swarm_tui.store.db import open_db
 from swarm_tui.store.ownership import take_lock

@@ -13,7 +13,7 @@ from swarm_tui.errors import (
 )
 
 if TYPE_CHECKING:
-    from swarm_tui.execution.stored_run import Outcome
+    from swarm_tui.run.stored_run import Outcome
 
 
 def exit_code(outcome: Outcome, console_code: int | None = None) -> int:

@@ -31,8 +31,8 @@ from swarm_tui.cli.shared import (
 from swarm_tui.errors import UserError
 
 if TYPE_CHECKING:
-    from swarm_tui.execution.stored_run import Resumed
-    from swarm_tui.execution.wiring import RunOptions
+    from swarm_tui.run.stored_run import Resumed
+    from swarm_tui.run.wiring import RunOptions
     from swarm_tui.settings.loader import LoadedConfig
     from swarm_tui.store.conn import StoreConnection
     from swarm_tui.store.target import DbTarget
@@ -144,7 +144,7 @@ def _load_tasks(args: argparse.Namespace, console: bool = False) -> Workload:
 
 async def _run(conn: StoreConnection, path: DbTarget, cfg: LoadedConfig, opts: RunOptions,
                tasks: Workload, args: argparse.Namespace) -> int:
-    from swarm_tui.execution.stored_run import execute
+    from swarm_tui.run.stored_run import execute
     from swarm_tui.store.runs import new_run_id
 
     outcome = await execute(conn, path, cfg, opts, tasks, new_run_id(),
@@ -156,7 +156,7 @@ async def _run_workers(conn: StoreConnection, path: DbTarget, cfg: LoadedConfig,
                        opts: RunOptions, tasks: Workload, args: argparse.Namespace) -> int:
     """`run --workers N`: store the run split into batches, start N `worker` processes
     on this host, wait for them, and print the run's summary as `run` does."""
-    from swarm_tui.execution.starter import run_with_workers
+    from swarm_tui.run.starter import run_with_workers
     from swarm_tui.store.runs import new_run_id
 
     argv = ["--quiet", "--transport", args.transport]
@@ -210,8 +210,8 @@ async def _resume(conn: StoreConnection, path: DbTarget, args: argparse.Namespac
     """Resume headless and return the exit code; with `console`, hand back what the
     console needs to execute it (the claim still held)."""
     from swarm_tui.core.states import RunStatus
-    from swarm_tui.execution.stored_run import Outcome, Resumed, execute, pinned_gateway
     from swarm_tui.report.history import load_summary
+    from swarm_tui.run.stored_run import Outcome, Resumed, execute, pinned_gateway
     from swarm_tui.sim.settings import SimSettings
     from swarm_tui.store.ownership import Claim, take_lock
     from swarm_tui.store.runs import (
@@ -296,7 +296,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 async def _worker(conn: StoreConnection, path: DbTarget, cfg: LoadedConfig, opts: RunOptions,
                   args: argparse.Namespace) -> int:
-    from swarm_tui.execution.workers import work_to_the_end
+    from swarm_tui.run.workers import work_to_the_end
     from swarm_tui.store.leases import newest_split_run
 
     run_id = args.run_id or await newest_split_run(conn, path)

@@ -15,8 +15,8 @@ from swarm_tui.cli.exits import exit_code
 from swarm_tui.errors import EXIT_BUDGET_STOPPED, EXIT_INTERNAL, EXIT_OK, UserError
 
 if TYPE_CHECKING:
-    from swarm_tui.execution.stored_run import Outcome
-    from swarm_tui.execution.wiring import RunOptions
+    from swarm_tui.run.stored_run import Outcome
+    from swarm_tui.run.wiring import RunOptions
     from swarm_tui.settings.loader import LoadedConfig
     from swarm_tui.sim.settings import SimSettings
     from swarm_tui.store.conn import StoreConnection
@@ -83,7 +83,7 @@ def config_of(args: argparse.Namespace) -> LoadedConfig:
 
 def opts_from_args(args: argparse.Namespace, preflight_default: bool = False,
                    **extra: Any) -> RunOptions:
-    from swarm_tui.execution.wiring import RunOptions
+    from swarm_tui.run.wiring import RunOptions
 
     insecure = getattr(args, "insecure_key_file", False)
     if insecure:

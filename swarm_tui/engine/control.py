@@ -2,7 +2,7 @@
 (from this process's console, or through the store from `watch --write` / another
 process), and what the run's recorder and command poll may see of its executor.
 
-The run host (execution/recorder.py, control_poll.py) and the console import this module,
+The run host (run/recorder.py, control_poll.py) and the console import this module,
 never the runner itself (SwarmRunner satisfies `Executor`).
 """
 

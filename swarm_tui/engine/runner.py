@@ -142,7 +142,7 @@ class SwarmRunner:
         self._model_dearest: dict[str, float] = {}  # the dearest finished call per model
         self.budget_warned = False
         # A cap shared by a run's workers: this process may commit up to `allowance`, drawn
-        # from the store by the worker's feed (execution/workers.py), which also tells it
+        # from the store by the worker's feed (run/workers.py), which also tells it
         # what the others hold (`others_usd`, for the 80 % warning). `budget_short`: the
         # estimate of the call waiting for more allowance (0: none waits).
         self.allowance: float | None = None
@@ -159,7 +159,7 @@ class SwarmRunner:
         self.loop_lag = LoopLag()  # the client's own scheduling delay (client-bound mark)
         self._next_send = 0.0  # perf_counter time the pace allows the next send at
         self._pace_timer: asyncio.TimerHandle | None = None
-        # a worker (execution/worker.py) adds the batches it leases while the run goes
+        # a worker (run/worker.py) adds the batches it leases while the run goes
         # on: until `end_feed`, running out of tasks is waiting, not the end
         self.feeding = False
 

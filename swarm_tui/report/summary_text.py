@@ -1,6 +1,6 @@
 """A run's summary as text: what `run` prints at its end and `report` prints for a stored run.
 
-Kept apart from the headless progress (execution/progress.py), which needs the engine:
+Kept apart from the headless progress (run/progress.py), which needs the engine:
 `report` imports this without the runner, the SDK and its HTTP stack (~0.4 s of imports).
 """
 

@@ -21,10 +21,10 @@ from swarm_tui.engine.snapshot import (
     live_snapshot,
 )
 from swarm_tui.errors import UserError
-from swarm_tui.execution.stored_run import Outcome, Resumed
-from swarm_tui.execution.wiring import RunOptions, RunSetup
+from swarm_tui.run.engine_host import EngineGone, EngineHost
+from swarm_tui.run.stored_run import Outcome, Resumed
+from swarm_tui.run.wiring import RunOptions, RunSetup
 from swarm_tui.run_sources.base import AgentDetail
-from swarm_tui.run_sources.engine_host import EngineGone, EngineHost
 from swarm_tui.settings.loader import LoadedConfig
 from swarm_tui.settings.sections import CanaryConfig
 from swarm_tui.store import reads
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 class LiveSource:
     """Runs the swarm in this process and stores it.
 
-    The engine runs on its own thread and loop (run_sources/engine_host.py: not a
+    The engine runs on its own thread and loop (run/engine_host.py: not a
     Textual thread worker, and never one per agent). Snapshots only read engine state;
     controls reach its loop through the host.
     """
@@ -96,7 +96,7 @@ class LiveSource:
         await self.engine.wait(timeout_s)
 
     async def _engine(self) -> None:
-        from swarm_tui.execution.stored_run import execute
+        from swarm_tui.run.stored_run import execute
 
         def attach(runner: SwarmRunner, session: RunSetup,
                    canary: CanaryController | None) -> None:

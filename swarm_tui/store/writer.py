@@ -1,6 +1,6 @@
 """The one writer: commits a run's rows in batches and keeps its heartbeat.
 
-Its rows come from the run's recorder (execution/recorder.py: the engine's events as
+Its rows come from the run's recorder (run/recorder.py: the engine's events as
 tuples, appended here with no await and no I/O); a background task commits them at most
 every `flush_interval` seconds or as soon as `max_rows` are pending. A crash loses at most
 the rows of the last window. The writer knows the engine only as what it may hold or
@@ -87,7 +87,7 @@ class Dispatch(Protocol):
 
 
 class RowSource(Protocol):
-    """What the writer asks of the run at a commit (execution/recorder.py)."""
+    """What the writer asks of the run at a commit (run/recorder.py)."""
 
     def figures(self) -> dict: ...
     def lag(self) -> dict: ...
@@ -140,7 +140,7 @@ class StoreWriter:
         self._stopping = False
         self._last_poll = 0.0
         self._last_keys = 0.0
-        # the run host's step between two flushes (execution/control_poll.py applies the
+        # the run host's step between two flushes (run/control_poll.py applies the
         # commands queued for the run): on the writer's connection, never during a commit
         self.between_flushes: Callable[[], Awaitable[None]] | None = None
         self._last_live: dict = {}  # the live figures last stored (same: no notification)

@@ -114,7 +114,7 @@ def _calls_of(tree: object, names: tuple[str, ...]) -> list[tuple[str, int]]:
 
 
 def test_a_runs_lifecycle_is_written_once():
-    """A new run, a resume and a worker go through execution/lifecycle.py: the writer, the
+    """A new run, a resume and a worker go through run/lifecycle.py: the writer, the
     companions, the collector and the progress loop are started nowhere else (they were
     written out twice and drifted)."""
     import ast
@@ -147,7 +147,7 @@ def test_the_console_asks_its_run_source_only_what_the_protocol_declares():
 def test_core_modules_do_not_load_textual_at_runtime():
     """Beyond the import graph: importing the command line and every non-ui layer must not
     load Textual (a lazy import inside a function would slip past the static check)."""
-    core = ["swarm_tui.cli", "swarm_tui.run_sources", "swarm_tui.execution.stored_run",
+    core = ["swarm_tui.cli", "swarm_tui.run_sources", "swarm_tui.run.stored_run",
             "swarm_tui.report.history", "swarm_tui.report.cost", "swarm_tui.commands.keys",
             "swarm_tui.commands.canary", "swarm_tui.sim.server"]
     code = ("import sys\n" + "".join(f"import {m}\n" for m in core)

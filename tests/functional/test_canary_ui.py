@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from swarm_tui.canary.controller import read_view
-from swarm_tui.execution.wiring import RunOptions
+from swarm_tui.run.wiring import RunOptions
 from swarm_tui.run_sources import LiveSource
 from swarm_tui.settings.loader import load_config
 from swarm_tui.settings.sections import CanaryConfig

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from swarm_tui.execution.wiring import RunOptions
+from swarm_tui.run.wiring import RunOptions
 from swarm_tui.run_sources import LiveSource
 from swarm_tui.sim.settings import SimSettings
 from swarm_tui.ui.app import SwarmApp

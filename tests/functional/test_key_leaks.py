@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from swarm_tui.execution.wiring import RunOptions
+from swarm_tui.run.wiring import RunOptions
 from swarm_tui.run_sources import LiveSource
 from swarm_tui.settings.loader import load_config
 from swarm_tui.ui.app import SwarmApp

@@ -7,8 +7,8 @@ import time
 import pytest
 from textual import events
 
-from swarm_tui.execution.wiring import RunOptions
 from swarm_tui.gateway.keypool import RETIRED
+from swarm_tui.run.wiring import RunOptions
 from swarm_tui.run_sources import LiveSource
 from swarm_tui.sim.settings import SimSettings
 from swarm_tui.ui.app import SwarmApp

@@ -13,8 +13,8 @@ import pytest
 
 from swarm_tui.canary import controller as canary_controller
 from swarm_tui.engine.routing import CanaryRouter
-from swarm_tui.execution.control_poll import ControlPoll
-from swarm_tui.execution.recorder import RunRecorder
+from swarm_tui.run.control_poll import ControlPoll
+from swarm_tui.run.recorder import RunRecorder
 from swarm_tui.run_sources import StoreSource
 from swarm_tui.settings.sections import CanaryConfig
 from swarm_tui.store import writer as store_writer

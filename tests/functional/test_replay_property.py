@@ -10,8 +10,8 @@ import pytest
 from swarm_tui.core.states import TaskState
 from swarm_tui.engine import events as ev
 from swarm_tui.engine.snapshot import LiveMetrics, Snapshot, live_snapshot
-from swarm_tui.execution.stored_run import execute
-from swarm_tui.execution.wiring import RunOptions
+from swarm_tui.run.stored_run import execute
+from swarm_tui.run.wiring import RunOptions
 from swarm_tui.run_sources import StoreSource
 from swarm_tui.sim.settings import SimSettings
 from swarm_tui.store.db import open_db

@@ -22,7 +22,7 @@ import psycopg
 import pytest
 
 from swarm_tui.engine import events as ev
-from swarm_tui.execution.recorder import RunRecorder
+from swarm_tui.run.recorder import RunRecorder
 from swarm_tui.store.db import open_db
 from swarm_tui.store.ownership import take_lock
 from swarm_tui.store.runs import create_run, resumable_tasks

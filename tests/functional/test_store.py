@@ -15,8 +15,8 @@ import pytest
 
 from swarm_tui.core.summary import summarize
 from swarm_tui.errors import UserError
-from swarm_tui.execution.recorder import RunRecorder
 from swarm_tui.report.history import load_summary
+from swarm_tui.run.recorder import RunRecorder
 from swarm_tui.settings.sections import SlaConfig
 from swarm_tui.store.db import open_db
 from swarm_tui.store.ownership import take_lock

@@ -23,7 +23,7 @@ import psycopg
 import pytest
 
 from swarm_tui.engine import events as ev
-from swarm_tui.execution.recorder import RunRecorder
+from swarm_tui.run.recorder import RunRecorder
 from swarm_tui.run_sources import StoreSource
 from swarm_tui.store import reads
 from swarm_tui.store.db import open_db

@@ -13,10 +13,10 @@ from swarm_tui.core.states import RunStatus
 from swarm_tui.core.summary import RunSummary
 from swarm_tui.engine.events import Consumer
 from swarm_tui.errors import UserError
-from swarm_tui.execution.lifecycle import OnStart, RunLifecycle
-from swarm_tui.execution.wiring import RunOptions, RunSetup
 from swarm_tui.redact import without_userinfo
 from swarm_tui.report.history import load_summary
+from swarm_tui.run.lifecycle import OnStart, RunLifecycle
+from swarm_tui.run.wiring import RunOptions, RunSetup
 from swarm_tui.settings.loader import LoadedConfig
 from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.ownership import Claim, take_lock

@@ -12,7 +12,7 @@ from __future__ import annotations
 import sqlite3
 
 from swarm_tui.engine.control import apply_command
-from swarm_tui.execution.recorder import RunRecorder
+from swarm_tui.run.recorder import RunRecorder
 from swarm_tui.store import control
 from swarm_tui.store.fences import LeaseFence
 

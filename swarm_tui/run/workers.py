@@ -1,7 +1,7 @@
 """A run executed by worker processes that lease its batches (issue 17).
 
 `prepare` stores a new run split into batches and leaves it unowned; `work` is one
-worker: it leases batches while its runner has room (execution/feed.py), feeds their
+worker: it leases batches while its runner has room (run/feed.py), feeds their
 unanswered tasks to one runner (no drain between batches), writes results fenced on its
 leases, and leaves
 when every batch of the run is done — waiting, meanwhile, for a dead worker's leases to
@@ -10,9 +10,9 @@ expire so that its batches are done too. The last worker out marks the run finis
 The run's concurrency is global: each worker runs its share, the run's figure divided by
 the workers beating in the store (at least as many as the run was started with),
 refreshed every second. So is its budget cap: each worker draws its allowance from the
-cap through the store (execution/shared_budget.py, store/budget_ledger.py); the last
+cap through the store (run/shared_budget.py, store/budget_ledger.py); the last
 worker stopped at the cap marks the run budget_stopped, resumable like any other. And so
-is a canary: every worker follows the stored canary (execution/companions.py).
+is a canary: every worker follows the stored canary (run/companions.py).
 """
 
 from __future__ import annotations
@@ -31,14 +31,14 @@ from swarm_tui.engine.events import CONTROL
 from swarm_tui.engine.routing import CanaryRouter
 from swarm_tui.engine.runner import BUDGET_STOPPED, SwarmRunner
 from swarm_tui.errors import UserError
-from swarm_tui.execution.feed import feeding
-from swarm_tui.execution.lifecycle import RunLifecycle
-from swarm_tui.execution.shared_budget import SharedBudget
-from swarm_tui.execution.stored_run import Outcome, config_snapshot, keep_replay, pinned_gateway
-from swarm_tui.execution.wiring import RunOptions, RunSetup
 from swarm_tui.ops.alerts import Alert
 from swarm_tui.ops.attach import end_alert_of, page_once
 from swarm_tui.report.history import load_summary
+from swarm_tui.run.feed import feeding
+from swarm_tui.run.lifecycle import RunLifecycle
+from swarm_tui.run.shared_budget import SharedBudget
+from swarm_tui.run.stored_run import Outcome, config_snapshot, keep_replay, pinned_gateway
+from swarm_tui.run.wiring import RunOptions, RunSetup
 from swarm_tui.settings.loader import LoadedConfig
 from swarm_tui.settings.sections import AlertKind
 from swarm_tui.store.conn import StoreConnection

@@ -14,10 +14,10 @@ import sys
 from swarm_tui.core.states import RunStatus
 from swarm_tui.core.summary import RunSummary
 from swarm_tui.errors import EXIT_BUDGET_STOPPED, EXIT_OK, EXIT_SLA_BREACHED
-from swarm_tui.execution.stored_run import Outcome
-from swarm_tui.execution.wiring import RunOptions
-from swarm_tui.execution.workers import prepare
 from swarm_tui.report.history import load_summary
+from swarm_tui.run.stored_run import Outcome
+from swarm_tui.run.wiring import RunOptions
+from swarm_tui.run.workers import prepare
 from swarm_tui.settings.loader import LoadedConfig
 from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.reconcile import import_worker_journals

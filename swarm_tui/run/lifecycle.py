@@ -27,11 +27,11 @@ from swarm_tui.core.records import TaskHead
 from swarm_tui.core.states import RunStatus
 from swarm_tui.engine.events import CONTROL, Consumer
 from swarm_tui.engine.runner import SwarmRunner
-from swarm_tui.execution.companions import Companions
-from swarm_tui.execution.control_poll import ControlPoll
-from swarm_tui.execution.progress import run_with_progress
-from swarm_tui.execution.recorder import RunRecorder
-from swarm_tui.execution.wiring import RunOptions, RunSetup
+from swarm_tui.run.companions import Companions
+from swarm_tui.run.control_poll import ControlPoll
+from swarm_tui.run.progress import run_with_progress
+from swarm_tui.run.recorder import RunRecorder
+from swarm_tui.run.wiring import RunOptions, RunSetup
 from swarm_tui.runtime import collector_for_a_run
 from swarm_tui.settings.loader import LoadedConfig
 from swarm_tui.store.conn import StoreConnection

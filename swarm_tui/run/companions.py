@@ -11,9 +11,9 @@ from swarm_tui.canary.controller import CanaryController
 from swarm_tui.engine.events import CONTROL
 from swarm_tui.engine.routing import CanaryRouter
 from swarm_tui.engine.runner import SwarmRunner
-from swarm_tui.execution.wiring import RunSetup
 from swarm_tui.gateway.keyops import KeyFileWatcher
 from swarm_tui.ops.attach import RunOps
+from swarm_tui.run.wiring import RunSetup
 from swarm_tui.store.target import DbTarget
 
 

@@ -1,6 +1,6 @@
 """A worker's feed: leases its run's batches while its runner has room and hands their
 unanswered tasks to the runner, beats the run's heartbeat, shares the run's concurrency and
-key quotas among the live workers, and draws on the run's budget cap (execution/
+key quotas among the live workers, and draws on the run's budget cap (run/
 shared_budget.py). It ends once the run has no batch left that is not done.
 """
 
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from swarm_tui.engine.events import CONTROL
 from swarm_tui.engine.runner import SwarmRunner
-from swarm_tui.execution.shared_budget import SharedBudget
+from swarm_tui.run.shared_budget import SharedBudget
 from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.fences import LeaseFence
 from swarm_tui.store.leases import (
