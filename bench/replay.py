@@ -39,7 +39,7 @@ def seek(db: str, run_id: str, at: float | None, steps: int = 0) -> None:
 
     from swarm_tui.run_sources import StoreSource
     from swarm_tui.runtime import tune_gc
-    from swarm_tui.store.db import resolve_db_path
+    from swarm_tui.store.db import resolve_db_target
 
     tune_gc()  # as the console does
     if db.startswith("postgres"):  # the driver imported before the timer, as aiosqlite is
@@ -47,7 +47,7 @@ def seek(db: str, run_id: str, at: float | None, steps: int = 0) -> None:
 
     async def go() -> tuple[float, list[float]]:
         t0 = time.perf_counter()
-        s = StoreSource(resolve_db_path(db), run_id, replay=True, at=at)
+        s = StoreSource(resolve_db_target(db), run_id, replay=True, at=at)
         await s.open()
         moved = []
         try:
@@ -78,10 +78,10 @@ def keep(db: str, run_id: str) -> None:
     import asyncio
 
     from swarm_tui.replay.timeline import keep_timeline
-    from swarm_tui.store.db import open_db, resolve_db_path
+    from swarm_tui.store.db import open_db, resolve_db_target
 
     async def go() -> float:
-        conn = await open_db(resolve_db_path(db), create=False)
+        conn = await open_db(resolve_db_target(db), create=False)
         try:
             async with conn.execute("SELECT started_at, finished_at FROM runs WHERE id=?",
                                     (run_id,)) as cur:

@@ -57,16 +57,16 @@ class CanaryView:
         return text
 
 
-async def read_view(db_path: DbTarget, cfg: CanaryConfig) -> CanaryView:
+async def read_view(db_target: DbTarget, cfg: CanaryConfig) -> CanaryView:
     """The canary as stored (for a console without a live run here); writes nothing."""
-    conn = await open_db(db_path)
+    conn = await open_db(db_target)
     try:
         started = await cs.read_state(conn, cfg.name) is not None
         state = await cs.peek_state(conn, cfg)
         return CanaryView(cfg, state, await stored.analyze(conn, cfg, state),
                           tuple(await cs.history(conn, cfg.name, 20)), started=started)
     except sqlite3.Error as e:
-        raise db_error(db_path, e) from None
+        raise db_error(db_target, e) from None
     finally:
         await conn.close()
 
@@ -80,22 +80,23 @@ async def view_at(conn: StoreConnection, cfg: CanaryConfig, at: float) -> Canary
                       as_of=at)
 
 
-async def act_stored(db_path: DbTarget, cfg: CanaryConfig, action: str, arg: str | None,
+async def act_stored(db_target: DbTarget, cfg: CanaryConfig, action: str, arg: str | None,
                      reason: str | None, source: str = "console") -> st.CanaryState:
     """An action on the stored canary; a runner elsewhere follows it within POLL_S."""
-    conn = await open_db(db_path)
+    conn = await open_db(db_target)
     try:
-        return await stored.act(conn, cfg, action, arg, source=source, reason=reason, path=db_path)
+        return await stored.act(conn, cfg, action, arg, source=source, reason=reason,
+                                path=db_target)
     finally:
         await conn.close()
 
 
 class CanaryController:
-    def __init__(self, cfg: CanaryConfig, router: CanaryRouter, db_path: DbTarget,
+    def __init__(self, cfg: CanaryConfig, router: CanaryRouter, db_target: DbTarget,
                  on_change: Callable[[str], None] | None = None) -> None:
         self.cfg = cfg
         self.router = router
-        self.db_path = db_path
+        self.db_target = db_target
         self.on_change = on_change
         # told of every stage change (old, new): alerts
         self.listeners: list[Callable[[st.CanaryState, st.CanaryState], None]] = []
@@ -117,12 +118,12 @@ class CanaryController:
 
     async def open(self) -> None:
         """Load (or create) the stored state and set the router before any task is routed."""
-        self.conn = await open_db(self.db_path)
+        self.conn = await open_db(self.db_target)
         try:
             self.state = await cs.load_state(self.conn, self.cfg, source="run")
         except sqlite3.Error as e:
             await self.close()
-            raise db_error(self.db_path, e) from None
+            raise db_error(self.db_target, e) from None
         self.router.set_pct(self.state.pct)
 
     def start(self) -> None:
@@ -133,7 +134,7 @@ class CanaryController:
         # split run routes the new percentage together); the poll stays as the net
         wake = asyncio.Event()
         listener = await Listener.open(
-            self.db_path, (CANARY,),
+            self.db_target, (CANARY,),
             lambda _channel, name: wake.set() if name in (self.cfg.name, "*") else None)
         try:
             while True:
@@ -144,7 +145,7 @@ class CanaryController:
                             await self.evaluate()
                     self.error = None
                 except sqlite3.Error as e:  # keep routing as last known; show why
-                    self.error = str(db_error(self.db_path, e))
+                    self.error = str(db_error(self.db_target, e))
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(wake.wait(), min(POLL_S, self.cfg.interval))
                 wake.clear()
@@ -204,7 +205,7 @@ class CanaryController:
         assert self.conn is not None
         async with self._lock:
             new = await stored.act(self.conn, self.cfg, action, arg, source=source, reason=reason,
-                               path=self.db_path)
+                               path=self.db_target)
             self._follow(new)
             await self.evaluate()
         return new

@@ -29,11 +29,11 @@ if TYPE_CHECKING:
 def cmd_console(args: argparse.Namespace) -> int:
     """Bare `swarm-tui`: the console; offers the demo swarm (key d) on the simulator."""
     from swarm_tui.run_sources import LiveSource
-    from swarm_tui.store.db import resolve_db_path
+    from swarm_tui.store.db import resolve_db_target
     from swarm_tui.workload import Workload
 
     cfg = config_of(args)
-    db = resolve_db_path(args.db)
+    db = resolve_db_target(args.db)
     opts = opts_from_args(args, preflight_default=True)
 
     def start_demo() -> LiveSource:
@@ -43,7 +43,7 @@ def cmd_console(args: argparse.Namespace) -> int:
                           readonly=args.readonly)
 
     where = "the built-in simulator (SIMULATED)" if cfg.simulated_only else "the default gateway"
-    return open_console(args, cfg, start_source=None if args.readonly else start_demo, db_path=db,
+    return open_console(args, cfg, start_source=None if args.readonly else start_demo, db_target=db,
                     idle_message="press D (or :demo) to start the demo swarm "
                     f"({DEMO_CONSOLE_TASKS:,} tasks, 100 agents, ~{DEMO_CONSOLE_S:.0f} s) "
                     f"on {where}; h for stored runs, ? for help")
@@ -64,14 +64,14 @@ def add_watch(sub: argparse._SubParsersAction) -> None:
 
 def cmd_watch(args: argparse.Namespace) -> int:
     from swarm_tui.run_sources import StoreSource
-    from swarm_tui.store.db import resolve_db_path
+    from swarm_tui.store.db import resolve_db_target
     from swarm_tui.store.target import missing_file
 
     if args.headless and args.metrics_port is None:
         raise UserError("watch --headless: nothing to do without --metrics-port (the "
                         "console is the other way to watch)")
     cfg = config_of(args)
-    db = resolve_db_path(args.db)
+    db = resolve_db_target(args.db)
     if missing_file(db):
         raise UserError(f"database {db}: does not exist (no runs recorded yet)")
     # Resolve the run (and any database error) before the console starts, so a bad id or
@@ -84,7 +84,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
     if args.metrics_port is None:
         return open_console(args, cfg, source=StoreSource(db, probe.run_id,
                                                       write=not args.readonly, cfg=cfg),
-                        db_path=db)
+                        db_target=db)
     from swarm_tui.commands.watch import follow_headless, metrics_for
 
     metrics, server = metrics_for(db, probe.run_id, probe.record.simulated, args.metrics_port,
@@ -94,7 +94,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
         if args.headless:
             run_async(follow_headless(source, metrics, server, args.metrics_linger or 0.0))
             return EXIT_OK
-        return open_console(args, cfg, source=source, db_path=db)
+        return open_console(args, cfg, source=source, db_target=db)
     finally:
         server.close()
 
@@ -127,11 +127,11 @@ def add_serve(sub: argparse._SubParsersAction) -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     from swarm_tui.commands.serve import console_command, moment_command, serve
     from swarm_tui.run_sources import StoreSource
-    from swarm_tui.store.db import resolve_db_path
+    from swarm_tui.store.db import resolve_db_target
     from swarm_tui.store.target import missing_file
 
     cfg = config_of(args)  # a bad config is one line here, not an error page in the browser
-    db = resolve_db_path(args.db)
+    db = resolve_db_target(args.db)
     if missing_file(db):
         raise UserError(f"database {db}: does not exist (no runs recorded yet)")
     probe = StoreSource(db, args.run_id)  # a bad id or file: one line, before serving
@@ -168,18 +168,18 @@ def add_replay(sub: argparse._SubParsersAction) -> None:
 def cmd_replay(args: argparse.Namespace) -> int:
     """A stored run at one moment: the console there, or an SVG and a status block."""
     from swarm_tui.run_sources import StoreSource
-    from swarm_tui.store.db import resolve_db_path
+    from swarm_tui.store.db import resolve_db_target
     from swarm_tui.store.target import missing_file
 
     cfg = config_of(args)
-    db = resolve_db_path(args.db)
+    db = resolve_db_target(args.db)
     if missing_file(db):
         raise UserError(f"database {db}: does not exist (no runs recorded yet)")
     run_id, at, started = run_async(with_db(args, _moment, args, create=False))
     source = StoreSource(db, run_id, at=at, cfg=cfg)
     if args.screenshot is None:
         args.readonly = True
-        return open_console(args, cfg, source=source, db_path=db)
+        return open_console(args, cfg, source=source, db_target=db)
     from swarm_tui.commands.replay import status_block
     from swarm_tui.ui.screenshot import screenshot
 
@@ -191,7 +191,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if not target.parent.is_dir():
         raise UserError(f"--screenshot {target}: no such directory {target.parent}")
     ui = cfg.settings.ui
-    shot, snap = screenshot(target, (cols, rows), source=source, refresh_s=0.1, db_path=db,
+    shot, snap = screenshot(target, (cols, rows), source=source, refresh_s=0.1, db_target=db,
                             readonly=True, theme=args.theme or ui.theme, view=ui.view)
     if shot is None or snap is None:
         raise UserError(f"replay {run_id}: the console drew nothing to save", EXIT_INTERNAL)

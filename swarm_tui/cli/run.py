@@ -106,11 +106,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         return run_async(with_db(args, _run_workers, cfg, opts, tasks, args))
     if console:
         from swarm_tui.run_sources import LiveSource
-        from swarm_tui.store.db import resolve_db_path
+        from swarm_tui.store.db import resolve_db_target
 
-        db = resolve_db_path(args.db)
+        db = resolve_db_target(args.db)
         source = LiveSource(cfg, opts, tasks, db, readonly=args.readonly)
-        return open_console(args, cfg, source=source, db_path=db)
+        return open_console(args, cfg, source=source, db_target=db)
     return run_async(with_db(args, _run, cfg, opts, tasks, args))
 
 
@@ -193,13 +193,13 @@ def cmd_resume(args: argparse.Namespace) -> int:
     # on a terminal the resumed run is watched live, as `run` is; the claim taken before
     # reading what to re-send stays held until the console has ended it
     from swarm_tui.run_sources import LiveSource
-    from swarm_tui.store.db import resolve_db_path
+    from swarm_tui.store.db import resolve_db_target
 
     cfg, opts, tasks, resumed = result
     try:
-        db = resolve_db_path(args.db)
+        db = resolve_db_target(args.db)
         source = LiveSource(cfg, opts, tasks, db, readonly=args.readonly, resume=resumed)
-        return open_console(args, cfg, source=source, db_path=db)
+        return open_console(args, cfg, source=source, db_target=db)
     finally:
         resumed.claim.release()
 
@@ -213,7 +213,7 @@ async def _resume(conn: StoreConnection, path: DbTarget, args: argparse.Namespac
     from swarm_tui.report.history import load_summary
     from swarm_tui.run.stored_run import Outcome, Resumed, execute, pinned_gateway
     from swarm_tui.sim.settings import SimSettings
-    from swarm_tui.store.ownership import Claim, take_lock
+    from swarm_tui.store.claims import Claim, take_lock
     from swarm_tui.store.runs import (
         claim_run,
         get_run,

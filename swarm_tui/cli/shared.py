@@ -99,9 +99,9 @@ def opts_from_args(args: argparse.Namespace, preflight_default: bool = False,
 async def with_db(args: argparse.Namespace, fn: Callable[..., Awaitable[T]], *rest: Any,
                   create: bool = True) -> T:
     """Open the store (one-line errors), run `fn(conn, path, ...)`, always close."""
-    from swarm_tui.store.db import db_error, open_db, resolve_db_path
+    from swarm_tui.store.db import db_error, open_db, resolve_db_target
 
-    path = resolve_db_path(args.db)
+    path = resolve_db_target(args.db)
     conn = await open_db(path, create=create)
     try:
         return await fn(conn, path, *rest)

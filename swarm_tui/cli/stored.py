@@ -22,10 +22,10 @@ def add_runs(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    from swarm_tui.store.db import resolve_db_path
+    from swarm_tui.store.db import resolve_db_target
     from swarm_tui.store.target import missing_file
 
-    db = resolve_db_path(args.db)
+    db = resolve_db_target(args.db)
     if missing_file(db):
         if args.db or os.environ.get("SWARM_TUI_DB"):  # a path you named: a typo is no
             # empty store (it read "no runs recorded yet", exit 0)

@@ -8,14 +8,14 @@ import sys
 
 from swarm_tui.errors import UserError
 from swarm_tui.store.copy import copy_runs
-from swarm_tui.store.db import db_error, open_db, resolve_db_path
+from swarm_tui.store.db import db_error, open_db, resolve_db_target
 from swarm_tui.store.roles import EXECUTOR, OPERATOR, READER, create_roles
 from swarm_tui.store.schema import SCHEMA_VERSION
 from swarm_tui.store.target import PgTarget
 
 
 async def init(args: argparse.Namespace) -> int:
-    target = resolve_db_path(args.db)
+    target = resolve_db_target(args.db)
     conn = await open_db(target)  # creates and migrates
     try:
         print(f"database {target}: swarm-tui schema version {SCHEMA_VERSION}")
@@ -37,8 +37,8 @@ async def init(args: argparse.Namespace) -> int:
 
 
 async def copy(args: argparse.Namespace) -> int:
-    src_target = resolve_db_path(args.src, "db copy SRC")
-    dst_target = resolve_db_path(args.dst, "db copy DST")
+    src_target = resolve_db_target(args.src, "db copy SRC")
+    dst_target = resolve_db_target(args.dst, "db copy DST")
     if str(src_target) == str(dst_target):
         raise UserError(f"db copy: {src_target} is both source and destination")
     src = await open_db(src_target, create=False)

@@ -18,11 +18,11 @@ from swarm_tui.store.target import DbTarget
 
 
 class Companions:
-    def __init__(self, session: RunSetup, db_path: DbTarget, run_id: str,
+    def __init__(self, session: RunSetup, db_target: DbTarget, run_id: str,
                  show_progress: bool) -> None:
         """Built before anything starts: a busy metrics port is one line, before any call."""
         opts = session.opts
-        self.session, self.db_path = session, db_path
+        self.session, self.db_target = session, db_target
         self.ops = RunOps(session.cfg.settings, run_id, session.simulated, opts.metrics_port,
                           opts.metrics_bind)
         if self.ops.server is not None and show_progress:
@@ -36,7 +36,7 @@ class Companions:
         if self.session.canary is not None:
             assert isinstance(self.session.router, CanaryRouter)
             self.canary = CanaryController(self.session.canary, self.session.router,
-                                           self.db_path)
+                                           self.db_target)
             await self.canary.open()
         return self.canary
 

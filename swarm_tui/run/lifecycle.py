@@ -34,9 +34,9 @@ from swarm_tui.run.recorder import RunRecorder
 from swarm_tui.run.wiring import RunOptions, RunSetup
 from swarm_tui.runtime import collector_for_a_run
 from swarm_tui.settings.loader import LoadedConfig
+from swarm_tui.store.claims import Claim
 from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.fences import LeaseFence
-from swarm_tui.store.ownership import Claim
 from swarm_tui.store.target import DbTarget
 from swarm_tui.store.task_bodies import StoredBodies
 from swarm_tui.store.writer import StoreWriter
@@ -46,14 +46,14 @@ OnStart = Callable[[SwarmRunner, RunSetup, CanaryController | None], None]
 
 
 class RunLifecycle:
-    def __init__(self, conn: StoreConnection, db_path: DbTarget, cfg: LoadedConfig,
+    def __init__(self, conn: StoreConnection, db_target: DbTarget, cfg: LoadedConfig,
                  opts: RunOptions, run_id: str, *, show_progress: bool,
                  whole_run: bool = True) -> None:
         # every result goes to the store: the runner need not keep the answers in memory
         self.setup = RunSetup(cfg, dataclasses.replace(opts, keep_answers=False))
-        self.conn, self.db_path, self.run_id = conn, db_path, run_id
+        self.conn, self.db_target, self.run_id = conn, db_target, run_id
         self.show_progress, self.whole_run = show_progress, whole_run
-        self.bodies = StoredBodies(db_path, run_id, cfg.settings.store.unwritable_grace_s)
+        self.bodies = StoredBodies(db_target, run_id, cfg.settings.store.unwritable_grace_s)
         self.companions: Companions | None = None
         self.claim: Claim | None = None
         self.writer: StoreWriter | None = None
@@ -81,7 +81,7 @@ class RunLifecycle:
         """Companions first (a busy metrics port is one line, before any call), then the
         clients, the preflight, the canary (before the runner: every task is routed at the
         stored percentage), and the runner."""
-        self.companions = Companions(self.setup, self.db_path, self.run_id,
+        self.companions = Companions(self.setup, self.db_target, self.run_id,
                                      self.show_progress)
         self.setup.open()
         self._warnings = await self.setup.preflight()
@@ -101,7 +101,7 @@ class RunLifecycle:
         assert self.companions is not None and self.claim is not None, "prepare, holds"
         grace = self.setup.cfg.settings.store.unwritable_grace_s
         async with collector_for_a_run():
-            writer = self.writer = StoreWriter(self.conn, self.db_path, self.run_id, runner,
+            writer = self.writer = StoreWriter(self.conn, self.db_target, self.run_id, runner,
                                                claim=self.claim, fence=fence, grace_s=grace)
             # the engine's events into the writer's rows, and the commands queued for the
             # run applied between its flushes

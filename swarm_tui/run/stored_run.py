@@ -18,8 +18,8 @@ from swarm_tui.report.history import load_summary
 from swarm_tui.run.lifecycle import OnStart, RunLifecycle
 from swarm_tui.run.wiring import RunOptions, RunSetup
 from swarm_tui.settings.loader import LoadedConfig
+from swarm_tui.store.claims import Claim, take_lock
 from swarm_tui.store.conn import StoreConnection
-from swarm_tui.store.ownership import Claim, take_lock
 from swarm_tui.store.runs import (
     create_run,
     get_run,
@@ -78,7 +78,7 @@ def pinned_gateway(snap: dict[str, Any]) -> str | None:
 
 
 async def execute(
-    conn: StoreConnection, db_path: DbTarget, cfg: LoadedConfig, opts: RunOptions,
+    conn: StoreConnection, db_target: DbTarget, cfg: LoadedConfig, opts: RunOptions,
     tasks: Workload | Sequence[Task], run_id: str, *, show_progress: bool,
     seqs: list[int] | None = None, prior_attempts: list[int] | None = None,
     claim: Claim | None = None, consumers: Iterable[Consumer] = (),
@@ -93,7 +93,7 @@ async def execute(
     A resume passes the `claim` it took before reading what to re-send; a new run takes
     its own. Results the store could not take end the command with exit 2 (one line
     naming the cause and the journal), never with exit 0."""
-    outcome = await _execute(conn, db_path, cfg, opts, tasks, run_id,
+    outcome = await _execute(conn, db_target, cfg, opts, tasks, run_id,
                              show_progress=show_progress, seqs=seqs,
                              prior_attempts=prior_attempts, claim=claim, consumers=consumers,
                              on_start=on_start)
@@ -102,18 +102,18 @@ async def execute(
     # memory they held — the run's peak RSS is not raised by it
     if not outcome.interrupted:  # a Ctrl-C leaves at once (its first replay builds it)
         gc.collect()
-        await keep_replay(conn, run_id, db_path)
+        await keep_replay(conn, run_id, db_target)
     return outcome
 
 
 async def _execute(
-    conn: StoreConnection, db_path: DbTarget, cfg: LoadedConfig, opts: RunOptions,
+    conn: StoreConnection, db_target: DbTarget, cfg: LoadedConfig, opts: RunOptions,
     tasks: Workload | Sequence[Task], run_id: str, *, show_progress: bool,
     seqs: list[int] | None, prior_attempts: list[int] | None, claim: Claim | None,
     consumers: Iterable[Consumer], on_start: OnStart | None,
 ) -> Outcome:
     workload = tasks if isinstance(tasks, Workload) else Workload.of(tasks)
-    async with RunLifecycle(conn, db_path, cfg, opts, run_id,
+    async with RunLifecycle(conn, db_target, cfg, opts, run_id,
                             show_progress=show_progress) as life:
         if claim is not None:  # a resume's, taken before it read what to re-send
             life.holds(claim)
@@ -121,7 +121,7 @@ async def _execute(
                                     prior_attempts=prior_attempts)
         setup = life.setup
         if claim is None:
-            claim = take_lock(db_path, run_id)
+            claim = take_lock(db_target, run_id)
             life.holds(claim)
             await create_run(conn, run_id, runner.agents,
                              (setup.forced_model(t) for t in workload), name=opts.name,
@@ -139,18 +139,18 @@ async def _execute(
     if writer.failure:
         raise UserError(writer.failure_line())
     await refresh_stats(conn, "results", "attempts")
-    summary = await load_summary(conn, await get_run(conn, run_id, db_path))
+    summary = await load_summary(conn, await get_run(conn, run_id, db_target))
     await save_summary(conn, summary)
     return Outcome(summary, interrupted)
 
 
-async def keep_replay(conn: StoreConnection, run_id: str, db_path: DbTarget) -> None:
+async def keep_replay(conn: StoreConnection, run_id: str, db_target: DbTarget) -> None:
     """The run's replay timeline stored now that it has ended (replay/timeline.py):
     ~15 µs a task here, so a page's link to any moment of it opens at once."""
     from swarm_tui.replay.timeline import keep_timeline
 
     try:
-        run, status = await get_settled_run(conn, run_id, db_path)
+        run, status = await get_settled_run(conn, run_id, db_target)
         if status != RunStatus.RUNNING and run.finished_at is not None:
             await keep_timeline(conn, run_id, run.started_at, run.finished_at)
     except sqlite3.Error:

@@ -41,6 +41,7 @@ from swarm_tui.run.stored_run import Outcome, config_snapshot, keep_replay, pinn
 from swarm_tui.run.wiring import RunOptions, RunSetup
 from swarm_tui.settings.loader import LoadedConfig
 from swarm_tui.settings.sections import AlertKind
+from swarm_tui.store.claims import take_lock
 from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.db import open_db
 from swarm_tui.store.fences import LeaseFence
@@ -52,7 +53,6 @@ from swarm_tui.store.leases import (
     lease_seconds,
     split_run,
 )
-from swarm_tui.store.ownership import take_lock
 from swarm_tui.store.runs import (
     create_run,
     get_run,
@@ -83,7 +83,7 @@ def _same_canary(session: RunSetup, run_id: str, snap: dict) -> None:
                         f"{mine or '(none)'}: start it with the run's config")
 
 
-async def prepare(conn: StoreConnection, db_path: DbTarget, cfg: LoadedConfig,
+async def prepare(conn: StoreConnection, db_target: DbTarget, cfg: LoadedConfig,
                   opts: RunOptions, workload: Workload, run_id: str, workers: int) -> int:
     """Store the run and its batches; no process owns it (workers lease its batches).
     `workers`: how many it starts with — each one's share from the first second."""
@@ -92,13 +92,13 @@ async def prepare(conn: StoreConnection, db_path: DbTarget, cfg: LoadedConfig,
     session.open()  # clients only (routing): nothing is sent
     if session.canary is not None:  # the stored rows say where the canary sends them now
         assert isinstance(session.router, CanaryRouter)
-        canary = CanaryController(session.canary, session.router, db_path)
+        canary = CanaryController(session.canary, session.router, db_target)
         await canary.open()
         await canary.close()
-    bodies = StoredBodies(db_path, run_id)  # never read here: the runner only routes
+    bodies = StoredBodies(db_target, run_id)  # never read here: the runner only routes
     try:
         runner = session.make_runner(workload.heads, bodies=bodies)
-        claim = take_lock(db_path, run_id)
+        claim = take_lock(db_target, run_id)
         try:
             await create_run(conn, run_id, runner.agents,
                              (session.forced_model(t) for t in workload), name=opts.name,
@@ -131,7 +131,7 @@ class LeaseTaken(Exception):
     what it was answered is stored (salvaged), and it may join the run again afresh."""
 
 
-async def work_to_the_end(conn: StoreConnection, db_path: DbTarget, cfg: LoadedConfig,
+async def work_to_the_end(conn: StoreConnection, db_target: DbTarget, cfg: LoadedConfig,
                           opts: RunOptions, run_id: str, *, show_progress: bool) -> Outcome:
     """A worker that comes back: fenced off one batch, it stores what it has, then joins
     the run again with a new token and leases afresh — a worker stopped for a while (a
@@ -139,7 +139,7 @@ async def work_to_the_end(conn: StoreConnection, db_path: DbTarget, cfg: LoadedC
     rejoin = False
     while True:
         try:
-            return await work(conn, db_path, cfg, opts, run_id, show_progress=show_progress,
+            return await work(conn, db_target, cfg, opts, run_id, show_progress=show_progress,
                               rejoin=rejoin)
         except LeaseTaken as e:
             if show_progress:
@@ -147,10 +147,10 @@ async def work_to_the_end(conn: StoreConnection, db_path: DbTarget, cfg: LoadedC
             rejoin = True
 
 
-async def work(conn: StoreConnection, db_path: DbTarget, cfg: LoadedConfig, opts: RunOptions,
+async def work(conn: StoreConnection, db_target: DbTarget, cfg: LoadedConfig, opts: RunOptions,
                run_id: str, *, show_progress: bool, rejoin: bool = False) -> Outcome:
     """One worker of a run, to the run's end (or this worker's cancel)."""
-    record = await get_run(conn, run_id, db_path)
+    record = await get_run(conn, run_id, db_target)
     if record.status != RunStatus.RUNNING and rejoin:  # ended while this one was fenced
         return Outcome(await load_summary(conn, record), False)
     if record.status != RunStatus.RUNNING:
@@ -168,12 +168,12 @@ async def work(conn: StoreConnection, db_path: DbTarget, cfg: LoadedConfig, opts
                                model=opts.model or snap.get("model"),
                                concurrency=total)  # the pool fits the run
     grace = cfg.settings.store.unwritable_grace_s
-    async with RunLifecycle(conn, db_path, cfg, opts, run_id, show_progress=show_progress,
+    async with RunLifecycle(conn, db_target, cfg, opts, run_id, show_progress=show_progress,
                             whole_run=False) as life:
         _refuse_in_one_process(life.setup)
         if not explicit_gateway:
             _same_canary(life.setup, run_id, snap)
-        claim = take_lock(db_path, f"{run_id}.worker.{os.getpid()}")
+        claim = take_lock(db_target, f"{run_id}.worker.{os.getpid()}")
         life.holds(claim)
         worker = f"{claim.host}:{claim.pid}"
         fence = LeaseFence(run_id, worker, claim.token, lease_seconds())
@@ -188,7 +188,7 @@ async def work(conn: StoreConnection, db_path: DbTarget, cfg: LoadedConfig, opts
         async def lease_feed(runner: SwarmRunner) -> AsyncIterator[None]:
             # leases on a connection of their own: the writer's flush holds a transaction
             # on `conn`, and a lease is a transaction too
-            leases = await open_db(db_path, create=False, reconcile=False)
+            leases = await open_db(db_target, create=False, reconcile=False)
             feeder = asyncio.create_task(feeding(
                 leases, runner, fence, run_id, worker, total, shared=shared,
                 expected=int(snap.get("workers") or 1), budget=budget, grace_s=grace))
@@ -218,12 +218,12 @@ async def work(conn: StoreConnection, db_path: DbTarget, cfg: LoadedConfig, opts
     last_out = not runner.cancelled and await finish_run(conn, run_id)
     if last_out:
         await refresh_stats(conn, "results", "attempts")
-    summary = await load_summary(conn, await get_run(conn, run_id, db_path))
+    summary = await load_summary(conn, await get_run(conn, run_id, db_target))
     if last_out:  # the run's stored summary, as a one-process run saves its own
         await save_summary(conn, summary)
     if ended or last_out:
         await _page_the_end(conn, cfg, summary, cap)
-        await keep_replay(conn, run_id, db_path)  # after its end's alerts are in its log
+        await keep_replay(conn, run_id, db_target)  # after its end's alerts are in its log
     return Outcome(summary, interrupted)
 
 

@@ -49,13 +49,13 @@ class LiveSource:
     at: float | None = None  # (a live run is always now)
 
     def __init__(self, cfg: LoadedConfig, opts: RunOptions, tasks: Workload | Sequence[Task],
-                 db_path: DbTarget, readonly: bool = False,
+                 db_target: DbTarget, readonly: bool = False,
                  resume: Resumed | None = None) -> None:
         self.cfg = cfg
         self.resume = resume  # a stored run taken up again (its id, what is left to send)
         self.opts = opts
         self.tasks = tasks
-        self.db_path = db_path
+        self.db_target = db_target
         self.readonly = readonly
         self.run_id = resume.run_id if resume is not None else new_run_id()
         self.metrics = LiveMetrics()
@@ -103,11 +103,11 @@ class LiveSource:
             self.runner, self.session, self.canary = runner, session, canary
 
         try:
-            conn = await open_db(self.db_path)
+            conn = await open_db(self.db_target)
             try:
                 r = self.resume
                 self.outcome = await execute(
-                    conn, self.db_path, self.cfg, self.opts, self.tasks, self.run_id,
+                    conn, self.db_target, self.cfg, self.opts, self.tasks, self.run_id,
                     show_progress=False, consumers=[self.metrics], on_start=attach,
                     seqs=r.seqs if r else None, prior_attempts=r.prior_attempts if r else None,
                     claim=r.claim if r else None)
@@ -239,7 +239,7 @@ class LiveSource:
         assert self.run_id is not None
         if self._reader is None:
             try:  # one read connection for every detail; never a reconcile mid-run
-                opened = await open_db(self.db_path, create=False, reconcile=False)
+                opened = await open_db(self.db_target, create=False, reconcile=False)
             except UserError:
                 return None, None, []
             if self._reader is None:

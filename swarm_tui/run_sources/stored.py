@@ -111,10 +111,10 @@ class StoreSource:
 
     kind = "watch"
 
-    def __init__(self, db_path: DbTarget, run_id: str | None, *, write: bool = False,
+    def __init__(self, db_target: DbTarget, run_id: str | None, *, write: bool = False,
                  replay: bool = False, cfg: LoadedConfig | None = None,
                  observer: RowObserver | None = None, at: float | None = None) -> None:
-        self.db_path = db_path
+        self.db_target = db_target
         # a replay at a moment (unix seconds): only what had happened by then is read
         self.at = at
         self.observer = observer  # e.g. `watch --metrics-port`: fed each stored row once
@@ -141,22 +141,22 @@ class StoreSource:
     async def open(self) -> None:
         if self.conn is not None:
             return
-        self.conn = await open_db(self.db_path, create=False)
+        self.conn = await open_db(self.db_target, create=False)
         try:
             if self.run_id is None:
                 runs = [r for r in await list_runs(self.conn, 20)
                         if r.effective_status() == RunStatus.RUNNING]
                 if not runs:
-                    raise UserError(f"database {self.db_path}: no running run to watch "
+                    raise UserError(f"database {self.db_target}: no running run to watch "
                                     "(give a RUN_ID, see `swarm-tui runs`)")
                 self.run_id = runs[0].id
-            self.record = await get_run(self.conn, self.run_id, self.db_path)  # unknown: 1 line
+            self.record = await get_run(self.conn, self.run_id, self.db_target)  # unknown: 1 line
             self.run_id = self.record.id  # `last` named the newest
             span = self.span()
             if self.at is not None and span is not None:  # `math.inf`: its end
                 self.at = min(max(self.at, span[0]), span[1])
             if self.kind == "watch":
-                self._listener = await Listener.open(self.db_path, (ROWS, CONTROL, CANARY))
+                self._listener = await Listener.open(self.db_target, (ROWS, CONTROL, CANARY))
         except BaseException:
             await self.close()  # aiosqlite's thread would keep the process alive
             raise
@@ -207,7 +207,7 @@ class StoreSource:
             return self._build(f, self.record, *self._seen)
         if self.at is not None:
             return await self._snapshot_at(self.at)
-        run, status = await get_settled_run(self.conn, self.run_id, self.db_path)
+        run, status = await get_settled_run(self.conn, self.run_id, self.db_target)
         self.record = run
         if f is None or f.session != _session(run) or (f.final and status != f.status):
             # first read, or another executor session (a resume, seen running or not —
@@ -244,7 +244,7 @@ class StoreSource:
         replay), the calls out then and the tasks waiting out a retry drawn on a copy."""
         assert self.conn is not None and self.run_id is not None
         if self._timeline is None or self.record is None:
-            run, status = await get_settled_run(self.conn, self.run_id, self.db_path)
+            run, status = await get_settled_run(self.conn, self.run_id, self.db_target)
             self.record = run
             end = run.finished_at or run.heartbeat_at or time.time()
             ended = run.finished_at if status != RunStatus.RUNNING else None
@@ -476,7 +476,7 @@ class StoreSource:
         if self.cfg is None:
             self.cfg = LoadedConfig(settings=Settings(), path=None,
                                     prices=load_price_table(None, {}, "shipped price table"))
-        run = await get_run(self.conn, self.run_id, self.db_path)
+        run = await get_run(self.conn, self.run_id, self.db_target)
         return await stored_cost(self.conn, run, self.cfg)
 
     async def key_op(self, op: str, ref: str, secret: str | None = None,
@@ -499,7 +499,7 @@ class StoreSource:
         try:
             await queue_command(self.conn, self.run_id, command, arg)
         except sqlite3.Error as e:  # e.g. a read-only role: the server refuses the INSERT
-            raise db_error(self.db_path, e) from None
+            raise db_error(self.db_target, e) from None
         if command in ("pause", "resume"):
             self.paused = command == "pause"
         return True

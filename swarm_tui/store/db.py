@@ -22,7 +22,7 @@ from swarm_tui.store.scrub import run_data_step
 from swarm_tui.store.target import DbTarget, PgTarget, db_error, is_pg_url
 
 
-def resolve_db_path(cli_path: str | None, flag: str = "--db") -> DbTarget:
+def resolve_db_target(cli_path: str | None, flag: str = "--db") -> DbTarget:
     """--db, else SWARM_TUI_DB, else the per-user file; a postgresql:// URL names a server."""
     raw = cli_path or os.environ.get("SWARM_TUI_DB")
     if raw and is_pg_url(raw):
@@ -116,7 +116,7 @@ async def _migration_lock(path: Path) -> AsyncIterator[None]:
     """One process migrates a database file at a time. Openers that read the old version
     together each ran the next step; the second failed on what the first had just
     committed (`table key_changes already exists`): a run and the `runs` typed beside it."""
-    from swarm_tui.store.ownership import lock_dir
+    from swarm_tui.store.claims import lock_dir
 
     folder = lock_dir(path)
     folder.mkdir(mode=0o700, exist_ok=True)

@@ -45,7 +45,7 @@ class Lease:
 async def split_run(conn: StoreConnection, run_id: str, total: int,
                     size: int = BATCH_TASKS) -> int:
     """The run's batches (seq ranges), written once when the run is created; the run is
-    then nobody's: its liveness is its workers' heartbeats (ownership.owner_alive)."""
+    then nobody's: its liveness is its workers' heartbeats (claims.owner_alive)."""
     n = math.ceil(total / size)
     await conn.executemany(
         "INSERT INTO batches (run_id, batch, first_seq, last_seq) VALUES (?, ?, ?, ?)",
@@ -56,7 +56,7 @@ async def split_run(conn: StoreConnection, run_id: str, total: int,
     return n
 
 
-async def newest_split_run(conn: StoreConnection, db_path: DbTarget) -> str:
+async def newest_split_run(conn: StoreConnection, db_target: DbTarget) -> str:
     """The newest running run that workers can join."""
     async with conn.execute(
             "SELECT id FROM runs r WHERE status='running' AND EXISTS (SELECT 1 FROM batches b "
@@ -64,7 +64,7 @@ async def newest_split_run(conn: StoreConnection, db_path: DbTarget) -> str:
             ) as cur:
         row = await cur.fetchone()
     if row is None:
-        raise UserError(f"database {db_path}: no running run split into batches (start one "
+        raise UserError(f"database {db_target}: no running run split into batches (start one "
                         "with `swarm-tui run ... --workers N`)")
     return str(row[0])
 

@@ -5,7 +5,7 @@
 - a run whose every task has a result but whose status was never written (killed after
   its last flush) is marked finished.
 Both act for the run as its executor would, so they hold its lock while they do it, and
-only when its owner is verifiably gone (store/ownership.py).
+only when its owner is verifiably gone (store/claims.py).
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from pathlib import Path
 
 from swarm_tui.core.states import RunStatus
 from swarm_tui.errors import UserError
+from swarm_tui.store.claims import take_lock
 from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.lost_sends import supersede_lost
-from swarm_tui.store.ownership import take_lock
 from swarm_tui.store.runs import RunRecord, get_run
 from swarm_tui.store.spill import find_journals, read_journal
 from swarm_tui.store.target import DbTarget

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from swarm_tui.core.states import RunStatus
 from swarm_tui.errors import UserError
+from swarm_tui.store.claims import Claim, owner_alive, pid_alive
 from swarm_tui.store.conn import BUSY_TIMEOUT_MS, StoreConnection, dialect_of
 from swarm_tui.store.lost_sends import book_lost_sends
-from swarm_tui.store.ownership import Claim, owner_alive, pid_alive
 from swarm_tui.store.target import DbTarget
 
 if TYPE_CHECKING:  # (imported where used: `runs` reads rows, not models — issue 34)
@@ -58,7 +58,7 @@ class RunRecord:
 
     def effective_status(self, now: float | None = None) -> str:
         """`interrupted`: marked running, but its executor is verifiably gone (a stopped
-        or busy executor still owns its run; see store/ownership.py)."""
+        or busy executor still owns its run; see store/claims.py)."""
         if self.status == RunStatus.RUNNING and not self.owner_alive(now):
             return "interrupted"
         return self.status

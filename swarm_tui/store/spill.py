@@ -25,38 +25,38 @@ RESERVE_BYTES = 8 << 20  # ~1,500 answers of the team's size: many flush windows
 SUFFIX = ".spill.jsonl"
 
 
-def _db_tag(db_path: DbTarget) -> str:
-    if isinstance(db_path, PgTarget):
-        return db_path.tag
-    return hashlib.sha256(str(db_path.resolve()).encode()).hexdigest()[:10]
+def _db_tag(db_target: DbTarget) -> str:
+    if isinstance(db_target, PgTarget):
+        return db_target.tag
+    return hashlib.sha256(str(db_target.resolve()).encode()).hexdigest()[:10]
 
 
-def _home(db_path: DbTarget) -> tuple[Path, str]:
+def _home(db_target: DbTarget) -> tuple[Path, str]:
     """The directory a journal goes to first, and its names' prefix: beside a database
     file; for a server, this host's directory for that server."""
-    if isinstance(db_path, PgTarget):
-        return db_path.local_dir(), "journal-"
-    return db_path.parent, f"{db_path.name}-"
+    if isinstance(db_target, PgTarget):
+        return db_target.local_dir(), "journal-"
+    return db_target.parent, f"{db_target.name}-"
 
 
 def fallback_dir() -> Path:
     return Path(tempfile.gettempdir()) / f"swarm-tui-spill-{os.getuid()}"
 
 
-def journal_paths(db_path: DbTarget, run_id: str, owner: str | None = None) -> list[Path]:
+def journal_paths(db_target: DbTarget, run_id: str, owner: str | None = None) -> list[Path]:
     """Where a run's journal may be: beside the database first, then the fallback. A
     worker's (`owner`) is its own file: `<run>.<owner>`."""
-    home, prefix = _home(db_path)
+    home, prefix = _home(db_target)
     name = run_id if owner is None else f"{run_id}.{owner}"
     return [home / f"{prefix}{name}{SUFFIX}",
-            fallback_dir() / f"{_db_tag(db_path)}-{name}{SUFFIX}"]
+            fallback_dir() / f"{_db_tag(db_target)}-{name}{SUFFIX}"]
 
 
-def find_journals(db_path: DbTarget) -> dict[str, list[Path]]:
+def find_journals(db_target: DbTarget) -> dict[str, list[Path]]:
     """Every journal that belongs to this database, by run id (a run's workers' too)."""
     found: dict[str, list[Path]] = {}
-    home, prefix = _home(db_path)
-    tag = f"{_db_tag(db_path)}-"
+    home, prefix = _home(db_target)
+    tag = f"{_db_tag(db_target)}-"
     for folder, start in ((home, prefix), (fallback_dir(), tag)):
         with contextlib.suppress(OSError):
             for p in folder.iterdir():
@@ -86,8 +86,8 @@ def read_journal(path: Path) -> list[tuple[str, list]]:
 class SpillJournal:
     """Append-only, fsynced, with space reserved up front. Not thread-safe (one writer)."""
 
-    def __init__(self, db_path: DbTarget, run_id: str, owner: str | None = None) -> None:
-        self.candidates = journal_paths(db_path, run_id, owner)
+    def __init__(self, db_target: DbTarget, run_id: str, owner: str | None = None) -> None:
+        self.candidates = journal_paths(db_target, run_id, owner)
         self.path: Path | None = None
         self._fd = -1
         self._offset = 0

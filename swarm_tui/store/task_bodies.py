@@ -22,8 +22,8 @@ KEEP_BEHIND = 2    # blocks kept behind the newest one read (tasks parked meanwh
 class StoredBodies:
     """One read connection of its own: a send never queues behind the writer's batch."""
 
-    def __init__(self, db_path: DbTarget, run_id: str, grace_s: float = 60.0) -> None:
-        self.db_path, self.run_id = db_path, run_id
+    def __init__(self, db_target: DbTarget, run_id: str, grace_s: float = 60.0) -> None:
+        self.db_target, self.run_id = db_target, run_id
         self.grace_s = grace_s  # a store that fails this long leaves the task unsent
         self._conn: StoreConnection | None = None
         self._opening: asyncio.Task[StoreConnection] | None = None
@@ -86,7 +86,7 @@ class StoredBodies:
         if self._conn is None:
             if self._opening is None:
                 self._opening = asyncio.ensure_future(
-                    open_db(self.db_path, create=False, reconcile=False))
+                    open_db(self.db_target, create=False, reconcile=False))
             self._conn = await asyncio.shield(self._opening)
         return self._conn
 

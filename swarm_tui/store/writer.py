@@ -24,11 +24,11 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Protocol
 
 from swarm_tui.core.states import PERMIT_HOLD
+from swarm_tui.store.claims import Claim
 from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.fences import LeaseFence, LostClaim, RunFence
 from swarm_tui.store.lost_sends import supersede_lost
 from swarm_tui.store.notify import CONTROL, ROWS, Listener, notify
-from swarm_tui.store.ownership import Claim
 from swarm_tui.store.runs import refresh_stats
 from swarm_tui.store.spill import SpillJournal
 from swarm_tui.store.target import DbTarget, db_error

@@ -120,7 +120,7 @@ class SwarmApp(App[int]):
         source: RunSource | None = None,
         *,
         start_source: Callable[[], RunSource] | None = None,
-        db_path: DbTarget | None = None,
+        db_target: DbTarget | None = None,
         refresh_s: float = 0.25,
         theme: str | None = None,
         keymap: dict[str, str] | None = None,
@@ -141,7 +141,7 @@ class SwarmApp(App[int]):
         self.canary_cfg = canary
         self.source: RunSource | None = source
         self.start_source = start_source  # builds a LiveSource on demand (demo key)
-        self.db_path = db_path
+        self.db_target = db_target
         self.refresh_s = refresh_s
         self.readonly = readonly
         self.idle_message = idle_message
@@ -639,14 +639,14 @@ class SwarmApp(App[int]):
         from swarm_tui.run_sources import StoreSource
 
         source = self._replayed()
-        if source is None or source.run_id is None or self.db_path is None:
+        if source is None or source.run_id is None or self.db_target is None:
             return
         self._stop_playing()
         self._mark = None
         self.snapshot = None
         self.message = "live: watching the run as it executes"
         self.run_worker(source.shutdown(), name="close-previous")
-        self._start(StoreSource(self.db_path, source.run_id))
+        self._start(StoreSource(self.db_target, source.run_id))
 
     def _stop_playing(self) -> None:
         self._speed = None
@@ -792,10 +792,10 @@ class SwarmApp(App[int]):
     async def action_history(self) -> None:
         from swarm_tui.run_sources import history
 
-        if self.db_path is None or not history.has_runs(self.db_path):
+        if self.db_target is None or not history.has_runs(self.db_target):
             self.notify("no stored runs yet", severity="warning")
             return
-        items = await history.listing(self.db_path, 200)
+        items = await history.listing(self.db_target, 200)
         self.push_screen(RunsScreen(items, self._replay, self._compare))
 
     def action_cost(self) -> None:
@@ -815,7 +815,7 @@ class SwarmApp(App[int]):
         live = self.source.canary_live() if self.source is not None else None
         if self.canary_cfg is None and live is not None:
             self.canary_cfg = live[0]  # e.g. the simulator's demo canary
-        if self.canary_cfg is None or self.db_path is None:
+        if self.canary_cfg is None or self.db_target is None:
             self.notify("no canary configured ([canary] baseline / candidate in the config)",
                         severity="warning")
             return
@@ -835,16 +835,16 @@ class SwarmApp(App[int]):
         if live is not None and live[1] is not None:
             return live[1]  # this process's live run: its latest evaluation
         # after the run: what is stored (actions taken since went to the store)
-        assert self.canary_cfg is not None and self.db_path is not None
-        return await read_view(self.db_path, self.canary_cfg)
+        assert self.canary_cfg is not None and self.db_target is not None
+        return await read_view(self.db_target, self.canary_cfg)
 
     async def _canary_act(self, action: str, arg: str | None, reason: str | None) -> None:
         from swarm_tui.canary.controller import act_stored
 
         if self.source is not None and await self.source.canary_act(action, arg, reason):
             return
-        assert self.canary_cfg is not None and self.db_path is not None
-        await act_stored(self.db_path, self.canary_cfg, action, arg, reason)
+        assert self.canary_cfg is not None and self.db_target is not None
+        await act_stored(self.db_target, self.canary_cfg, action, arg, reason)
 
     def _replay(self, run_id: str) -> None:
         """From the history panel (which closes)."""
@@ -856,7 +856,7 @@ class SwarmApp(App[int]):
         if self.run_active:
             self.notify("a run is active here; replay it after it ends", severity="warning")
             return False
-        if self.db_path is None or not history.has_runs(self.db_path):
+        if self.db_target is None or not history.has_runs(self.db_target):
             self.notify("no stored runs yet", severity="warning")
             return False
         if from_history:
@@ -868,7 +868,7 @@ class SwarmApp(App[int]):
         # at its end, through the replay's timeline (as `swarm-tui replay RUN` opens it):
         # its notable moments on the time bar at once, and the first move costs no second
         # read of the run (at 100,000 tasks each read is ~1.3 s)
-        self._start(StoreSource(self.db_path, run_id, replay=True, at=math.inf))
+        self._start(StoreSource(self.db_target, run_id, replay=True, at=math.inf))
         return True
 
     def _compare(self, a: str, b: str) -> None:
@@ -877,8 +877,8 @@ class SwarmApp(App[int]):
     async def _show_compare(self, a: str, b: str) -> None:
         from swarm_tui.run_sources import history
 
-        assert self.db_path is not None  # the history panel opens only with a database
-        self.push_screen(TextScreen(await history.compare_text(self.db_path, a, b)))
+        assert self.db_target is not None  # the history panel opens only with a database
+        self.push_screen(TextScreen(await history.compare_text(self.db_target, a, b)))
 
     async def action_quit(self) -> None:
         """Textual's own quit (ctrl+q, the palette): the same question as `q`."""

@@ -50,7 +50,7 @@ def actions(db) -> list[tuple]:
 @pytest.mark.slow
 async def test_panel_actions_confirm_and_follow_state_rules(tmp_path):
     db = tmp_path / "runs.db"
-    app = SwarmApp(db_path=db, refresh_s=0.1, canary=CFG)
+    app = SwarmApp(db_target=db, refresh_s=0.1, canary=CFG)
     async with app.run_test(size=(100, 40)) as pilot:
         await pilot.press("g")
         await wait_for(lambda: isinstance(app.screen, CanaryScreen) and app.screen.view)
@@ -86,7 +86,7 @@ async def test_the_panel_offers_only_what_its_state_allows_and_asks_when_no_run_
     """`g` with no run here: the footer offers the moves a progressing canary allows (no
     Resume, no Retry), and a move asks, saying that no run here routes by it (issue 36)."""
     db = tmp_path / "runs.db"
-    app = SwarmApp(db_path=db, refresh_s=0.1, canary=CFG)
+    app = SwarmApp(db_target=db, refresh_s=0.1, canary=CFG)
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.press("g")
         await wait_for(lambda: isinstance(app.screen, CanaryScreen) and app.screen.view)
@@ -107,7 +107,7 @@ async def test_the_panel_offers_only_what_its_state_allows_and_asks_when_no_run_
 @pytest.mark.slow
 async def test_readonly_console_cannot_act_on_the_canary(tmp_path):
     db = tmp_path / "runs.db"
-    app = SwarmApp(db_path=db, refresh_s=0.1, canary=CFG, readonly=True)
+    app = SwarmApp(db_target=db, refresh_s=0.1, canary=CFG, readonly=True)
     async with app.run_test(size=(100, 40)) as pilot:
         await pilot.press("g")
         await wait_for(lambda: isinstance(app.screen, CanaryScreen) and app.screen.view)
@@ -139,7 +139,7 @@ async def test_console_set_moves_its_own_running_swarm(sim_factory, tmp_path, mo
     cfg = load_config(_config(tmp_path, base, cand, mode="manual", bake="1h"))
     db = tmp_path / "runs.db"
     source = LiveSource(cfg, RunOptions(concurrency=10), demo_tasks(300), db)
-    app = SwarmApp(source, db_path=db, refresh_s=0.1, canary=cfg.settings.canary)
+    app = SwarmApp(source, db_target=db, refresh_s=0.1, canary=cfg.settings.canary)
     async with app.run_test(size=(100, 40)) as pilot:
         await wait_for(lambda: source.canary is not None and source.canary.view is not None)
         await wait_for(lambda: "canary 5% progressing" in screen_text(app))  # status bar
@@ -175,7 +175,7 @@ def test_canary_panel_snapshot(snap_compare, monkeypatch):
         await open_screen(pilot, "g", CanaryScreen)
 
     # the source's own (live) view is shown; the store is never read
-    app = SwarmApp(source, refresh_s=10, db_path=Path("/nonexistent/runs.db"), canary=view.cfg)
+    app = SwarmApp(source, refresh_s=10, db_target=Path("/nonexistent/runs.db"), canary=view.cfg)
     assert snap_compare(app, terminal_size=(80, 24), run_before=open_panel)
 
 

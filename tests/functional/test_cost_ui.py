@@ -32,7 +32,7 @@ async def test_cost_panel_follows_a_live_run_with_a_budget(cfg, tmp_path):
     opts = RunOptions(sim=SimSettings(profile="fixed:1000", rate_429=0, rate_503=0),
                       concurrency=10, budget_usd=0.05)
     source = LiveSource(cfg, opts, demo_tasks(300), tmp_path / "runs.db")
-    app = SwarmApp(source, db_path=tmp_path / "runs.db", refresh_s=0.1)
+    app = SwarmApp(source, db_target=tmp_path / "runs.db", refresh_s=0.1)
     async with app.run_test(size=(110, 40)) as pilot:
         await wait_for(lambda: "/$0.05" in screen_text(app), what="spent / cap in the status bar",
                        seen=lambda: screen_text(app)[:300])

@@ -154,7 +154,7 @@ def test_sigkill_then_resume_sends_only_what_was_not_stored(tmp_path, sim_proc):
 def test_resume_refuses_a_live_run_and_unknown_ids(tmp_path):
     r = swarm("run", "--demo", "5", "--headless", "--json", "--quiet")
     run_id = json.loads(r.stdout)["run_id"]
-    from swarm_tui.store.ownership import take_lock
+    from swarm_tui.store.claims import take_lock
 
     db = Path(os.environ["SWARM_TUI_DB"])
     claim = take_lock(db, run_id)  # this process plays a live executor holding the run

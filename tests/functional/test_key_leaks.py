@@ -87,7 +87,7 @@ async def test_no_key_in_any_output_file_or_screen(setup, monkeypatch):
     cfg = load_config(str(conf))
     db = tmp / "runs.db"
     source = LiveSource(cfg, RunOptions(concurrency=10, preflight=False), demo_tasks(60), db)
-    app = SwarmApp(source, db_path=db, refresh_s=0.1)
+    app = SwarmApp(source, db_target=db, refresh_s=0.1)
     async with app.run_test(size=(160, 50)) as pilot:
         await wait_for(lambda: source.runner is not None and source.runner.counts["succeeded"]
                        > 10, timeout=30)

@@ -27,7 +27,7 @@ async def test_add_retire_enable_from_the_keys_panel(cfg, tmp_path):
                       concurrency=10)
     # long enough to outlast the key presses on a loaded machine; cancelled at the end
     source = LiveSource(cfg, opts, demo_tasks(5000), tmp_path / "runs.db")
-    app = SwarmApp(source, db_path=tmp_path / "runs.db", refresh_s=0.1)
+    app = SwarmApp(source, db_target=tmp_path / "runs.db", refresh_s=0.1)
     async with app.run_test(size=(120, 30)) as pilot:
         await wait_for(lambda: source.runner is not None and source.runner.in_flight > 0)
         await pilot.press("k")

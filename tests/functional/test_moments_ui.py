@@ -36,7 +36,7 @@ def incident_db(tmp_path, monkeypatch):
 
 def console_at(db, moment: str) -> SwarmApp:
     source = StoreSource(db, mf.RUN_ID, at=mf.T0 + mf.MOMENTS[moment])
-    return SwarmApp(source, refresh_s=10, db_path=db, readonly=True)
+    return SwarmApp(source, refresh_s=10, db_target=db, readonly=True)
 
 
 async def drawn(pilot) -> None:

@@ -18,10 +18,10 @@ from swarm_tui.run.recorder import RunRecorder
 from swarm_tui.run_sources import StoreSource
 from swarm_tui.settings.sections import CanaryConfig
 from swarm_tui.store import writer as store_writer
+from swarm_tui.store.claims import take_lock
 from swarm_tui.store.control import queue_command
 from swarm_tui.store.db import open_db
 from swarm_tui.store.notify import ROWS, Listener, notify
-from swarm_tui.store.ownership import take_lock
 from swarm_tui.store.runs import create_run
 from swarm_tui.store.writer import StoreWriter
 from tests.conftest import make_client, make_runner, new_pg_database, tasks, until

@@ -129,7 +129,7 @@ async def test_scrubbing_moves_the_console_through_the_run(stored):
                               "attempts WHERE outcome='error'").fetchone()[0]
     c.close()
     source = StoreSource(db, run_id, at=start + 1.0)
-    app = SwarmApp(source, db_path=db, refresh_s=0.2)
+    app = SwarmApp(source, db_target=db, refresh_s=0.2)
 
     def shows(at: float) -> bool:
         snap = app.snapshot
@@ -185,7 +185,7 @@ async def test_g_in_a_replay_of_a_run_still_executing_goes_live(tmp_path):
         await wait_for(started, what="the run's first stored result")
         run_id, started_at = started()
         app = SwarmApp(StoreSource(db, run_id, at=started_at + 0.5), refresh_s=0.2,
-                       db_path=db, readonly=True)
+                       db_target=db, readonly=True)
         async with app.run_test(size=(100, 30)) as pilot:
             await wait_for(lambda: app.snapshot is not None, what="the replayed moment")
             assert app.source.kind == "replay" and app.check_action("go_live", ())

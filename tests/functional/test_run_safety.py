@@ -23,8 +23,8 @@ import pytest
 
 from swarm_tui.engine import events as ev
 from swarm_tui.run.recorder import RunRecorder
+from swarm_tui.store.claims import take_lock
 from swarm_tui.store.db import open_db
-from swarm_tui.store.ownership import take_lock
 from swarm_tui.store.runs import create_run, resumable_tasks
 from swarm_tui.store.spill import find_journals, read_journal
 from swarm_tui.store.target import PgTarget

@@ -15,10 +15,10 @@ import pytest
 
 from swarm_tui.prices import PriceTable, shipped_prices
 from swarm_tui.store.budget_ledger import draw_budget, run_spend
+from swarm_tui.store.claims import take_lock
 from swarm_tui.store.db import open_db
 from swarm_tui.store.fences import RESULT_COST, LeaseFence, LostClaim
 from swarm_tui.store.leases import join_run, split_run
-from swarm_tui.store.ownership import take_lock
 from swarm_tui.store.runs import create_run
 from swarm_tui.store.writer import RESULT_COLS
 from swarm_tui.workload import Task

@@ -18,8 +18,8 @@ from swarm_tui.errors import UserError
 from swarm_tui.report.history import load_summary
 from swarm_tui.run.recorder import RunRecorder
 from swarm_tui.settings.sections import SlaConfig
+from swarm_tui.store.claims import take_lock
 from swarm_tui.store.db import open_db
-from swarm_tui.store.ownership import take_lock
 from swarm_tui.store.runs import create_run, get_run
 from swarm_tui.store.schema import MIGRATIONS, SCHEMA_VERSION
 from swarm_tui.store.writer import StoreWriter

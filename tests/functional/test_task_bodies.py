@@ -10,8 +10,8 @@ import pytest
 
 from swarm_tui.core.states import TaskState
 from swarm_tui.engine import events as ev
+from swarm_tui.store.claims import take_lock
 from swarm_tui.store.db import open_db
-from swarm_tui.store.ownership import take_lock
 from swarm_tui.store.runs import create_run
 from swarm_tui.store.task_bodies import BLOCK, KEEP_BEHIND, StoredBodies
 from tests.conftest import make_client, make_runner, tasks

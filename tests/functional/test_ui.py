@@ -38,7 +38,7 @@ async def test_every_run_binding_against_a_live_run(cfg, tmp_path):
     # long enough to outlast every key press on a loaded machine: the cancel at the end
     # must meet a live run (it once found the run already finished)
     source = live(cfg, tmp_path, n=4000)
-    app = SwarmApp(source, db_path=tmp_path / "runs.db", refresh_s=0.1)
+    app = SwarmApp(source, db_target=tmp_path / "runs.db", refresh_s=0.1)
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_for(lambda: source.runner is not None and source.runner.in_flight > 0)
         runner = source.runner
@@ -101,7 +101,7 @@ async def test_every_run_binding_against_a_live_run(cfg, tmp_path):
 @pytest.mark.slow
 async def test_quit_asks_while_a_run_is_active_and_cancels_cleanly(cfg, tmp_path):
     source = live(cfg, tmp_path, n=2000)
-    app = SwarmApp(source, db_path=tmp_path / "runs.db", refresh_s=0.1)
+    app = SwarmApp(source, db_target=tmp_path / "runs.db", refresh_s=0.1)
     async with app.run_test() as pilot:
         await wait_for(lambda: source.runner is not None and source.runner.in_flight > 0)
         await pilot.press("q")
@@ -122,7 +122,7 @@ async def test_quit_asks_while_a_run_is_active_and_cancels_cleanly(cfg, tmp_path
 @pytest.mark.slow
 async def test_readonly_console_changes_nothing(cfg, tmp_path):
     source = live(cfg, tmp_path, readonly=True)
-    app = SwarmApp(source, db_path=tmp_path / "runs.db", refresh_s=0.1, readonly=True)
+    app = SwarmApp(source, db_target=tmp_path / "runs.db", refresh_s=0.1, readonly=True)
     async with app.run_test() as pilot:
         await wait_for(lambda: source.runner is not None and source.runner.in_flight > 0)
         runner = source.runner
@@ -196,7 +196,7 @@ async def test_watch_follows_another_process_and_obeys_write(cfg, tmp_path):
         await wait_for(running, 60)
         ro = StoreSource(db, None)
         await ro.open()
-        app = SwarmApp(ro, db_path=db, refresh_s=0.2, readonly=True)
+        app = SwarmApp(ro, db_target=db, refresh_s=0.2, readonly=True)
         async with app.run_test() as pilot:
             await wait_for(lambda: app.snapshot is not None and app.snapshot.done > 0)
             first = app.snapshot.done
@@ -214,7 +214,7 @@ async def test_watch_follows_another_process_and_obeys_write(cfg, tmp_path):
         await ro.close()
         rw = StoreSource(db, ro.run_id, write=True)
         await rw.open()
-        app = SwarmApp(rw, db_path=db, refresh_s=0.2)
+        app = SwarmApp(rw, db_target=db, refresh_s=0.2)
         async with app.run_test() as pilot:
             await wait_for(lambda: app.snapshot is not None and app.snapshot.done > 0)
             await pilot.press("plus", "plus")  # two fast steps from 20, through the store
@@ -271,7 +271,7 @@ async def test_demo_key_starts_a_swarm_from_the_bare_console(cfg, tmp_path):
         opts = RunOptions(sim=SimSettings(profile="fixed:50", rate_429=0, rate_503=0))
         return LiveSource(cfg, opts, demo(100), db)
 
-    app = SwarmApp(None, start_source=start, db_path=db, refresh_s=0.1, idle_message="press D")
+    app = SwarmApp(None, start_source=start, db_target=db, refresh_s=0.1, idle_message="press D")
     async with app.run_test() as pilot:
         await wait_for(lambda: "press D" in screen_text(app))  # the idle console, drawn
         assert app.source is None
@@ -312,7 +312,7 @@ async def test_grid_navigation_keys():
 async def test_history_replays_and_compares_stored_runs(stored_runs_db):
     from swarm_tui.ui.screens import TextScreen
 
-    app = SwarmApp(None, db_path=stored_runs_db, refresh_s=0.1)
+    app = SwarmApp(None, db_target=stored_runs_db, refresh_s=0.1)
     async with app.run_test(size=(100, 30)) as pilot:
         await pilot.press("h")
         await wait_for(lambda: isinstance(app.screen, RunsScreen))
@@ -380,7 +380,7 @@ async def test_a_replayed_run_shows_its_own_log_not_the_previous_runs(stored_run
     from swarm_tui.ui.widgets import EventLog
 
     source = FixedSource(mid_run_snapshot(100))
-    app = SwarmApp(source, db_path=stored_runs_db, refresh_s=0.1)
+    app = SwarmApp(source, db_target=stored_runs_db, refresh_s=0.1)
     async with app.run_test(size=(100, 30)) as pilot:
         log = app.screen.query_one(EventLog)
         await wait_for(lambda: any("RETRY  demo-" in s.text for s in log.lines))
@@ -399,7 +399,7 @@ async def test_a_stored_live_run_lets_answers_go_and_the_detail_reads_them_back(
     """The runner of a stored run keeps no answers (memory would grow ~4.8 KB a task): the
     detail view of a finished task reads its answer from the store."""
     source = live(cfg, tmp_path, n=150, profile="fixed:20")
-    app = SwarmApp(source, db_path=tmp_path / "runs.db", refresh_s=0.1)
+    app = SwarmApp(source, db_target=tmp_path / "runs.db", refresh_s=0.1)
     async with app.run_test():
         await wait_for(lambda: source.outcome is not None, 60)
         agents = source.runner.agents
@@ -438,7 +438,7 @@ async def test_the_agents_view_shows_each_slots_call_and_keeps_it_in_place(cfg, 
     from swarm_tui.ui.agents import AgentsView, fit
 
     source = live(cfg, tmp_path, n=3000)
-    app = SwarmApp(source, db_path=tmp_path / "runs.db", refresh_s=0.1)
+    app = SwarmApp(source, db_target=tmp_path / "runs.db", refresh_s=0.1)
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_for(lambda: app.snapshot is not None and app.snapshot.in_flight >= 10
                        and sum(s.cell is not None for s in app.snapshot.slots) >= 10, 60)
@@ -513,7 +513,7 @@ async def test_cancelling_an_agent_whose_task_id_looks_like_markup(cfg, tmp_path
                       concurrency=5)
     tasks = [Task(id=f"job[/x]{i}[bold]", prompt="p") for i in range(300)]
     source = LiveSource(cfg, opts, tasks, tmp_path / "runs.db")
-    app = SwarmApp(source, db_path=tmp_path / "runs.db", refresh_s=0.1, view="tasks")
+    app = SwarmApp(source, db_target=tmp_path / "runs.db", refresh_s=0.1, view="tasks")
     async with app.run_test(size=(100, 30)) as pilot:
         await wait_for(lambda: source.runner is not None and source.runner.in_flight > 0)
         grid = app.screen.query_one(AgentGrid)
@@ -573,7 +573,7 @@ async def test_history_at_80_columns_keeps_its_figures_whole(stored_runs_db):
     first), and what is shown fits, whole; at 160 columns every column is back."""
     from textual.widgets import DataTable
 
-    app = SwarmApp(db_path=stored_runs_db, refresh_s=10)
+    app = SwarmApp(db_target=stored_runs_db, refresh_s=10)
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.press("h")
         await wait_for(lambda: isinstance(app.screen, RunsScreen) and app.screen.items)

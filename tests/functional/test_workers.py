@@ -26,10 +26,10 @@ from swarm_tui.engine import events as ev
 from swarm_tui.run.recorder import RunRecorder
 from swarm_tui.run_sources import StoreSource
 from swarm_tui.store import reads
+from swarm_tui.store.claims import take_lock
 from swarm_tui.store.db import open_db
 from swarm_tui.store.fences import LeaseFence
 from swarm_tui.store.leases import BATCH_TASKS, join_run, lease_batch, split_run
-from swarm_tui.store.ownership import take_lock
 from swarm_tui.store.runs import create_run
 from swarm_tui.store.target import PgTarget
 from swarm_tui.store.writer import StoreWriter

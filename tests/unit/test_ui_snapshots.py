@@ -96,7 +96,7 @@ def test_history(snap_compare, size, stored_runs_db):
         await wait_for(lambda: isinstance(pilot.app.screen, RunsScreen), what="the history")
         await steady(pilot)
 
-    assert snap_compare(app(db_path=stored_runs_db), terminal_size=size,
+    assert snap_compare(app(db_target=stored_runs_db), terminal_size=size,
                         run_before=open_history)
 
 

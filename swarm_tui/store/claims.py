@@ -1,6 +1,11 @@
 """Who executes a run: an OS lock held for the executor's lifetime plus a claim in the run's row.
 
-Heartbeat age is not ownership: a process stopped with Ctrl-Z, or one waiting on a write
+The words, once: a *claim* is a process's right to execute a whole run (this module); a
+*lease* is a worker's right to a batch of it, for a time (store/leases.py); a *fence* is
+the check in each flush's transaction that the claim or the lease is still this process's
+(store/fences.py).
+
+Heartbeat age is not a claim: a process stopped with Ctrl-Z, or one waiting on a write
 lock, stops beating but still owns its run — resuming it then ran every task twice. So:
 - the executor holds an exclusive `flock` on `<db>-locks/<run_id>.lock` (the kernel drops it
   when the process dies, never while it is merely stopped);
@@ -30,7 +35,7 @@ LOCK_WAIT_S = 1.0           # a reader's probe holds the lock for microseconds: 
 
 
 def this_host() -> str:
-    """The host name ownership compares (SWARM_TUI_HOST names it otherwise: a container
+    """The host name a claim compares (SWARM_TUI_HOST names it otherwise: a container
     whose name changes, or a test that plays another host)."""
     return os.environ.get("SWARM_TUI_HOST") or socket.gethostname()
 
@@ -47,12 +52,12 @@ def process_start(pid: int | None = None) -> float | None:
     return float(fields[19])
 
 
-def lock_dir(db_path: DbTarget) -> Path:
+def lock_dir(db_target: DbTarget) -> Path:
     """Beside a database file; for a server, this host's directory for it (an executor on
     another host is known by its heartbeat lease, as for a shared file)."""
-    if isinstance(db_path, PgTarget):
-        return db_path.local_dir() / "locks"
-    return db_path.with_name(db_path.name + "-locks")
+    if isinstance(db_target, PgTarget):
+        return db_target.local_dir() / "locks"
+    return db_target.with_name(db_target.name + "-locks")
 
 
 def lock_held(path: str | Path) -> bool:
@@ -95,7 +100,7 @@ def owner_alive(host: str | None, pid: int | None, started: float | None,
 
 @dataclass
 class Claim:
-    """This process's ownership of one run: the held lock and the fencing token."""
+    """This process's claim on one run: the held lock and the fencing token."""
 
     run_id: str
     token: str
@@ -112,11 +117,11 @@ class Claim:
             self.fd = -1
 
 
-def take_lock(db_path: DbTarget, run_id: str, wait_s: float = LOCK_WAIT_S) -> Claim:
+def take_lock(db_target: DbTarget, run_id: str, wait_s: float = LOCK_WAIT_S) -> Claim:
     """Take the run's executor lock or raise the one-line refusal (exit 2)."""
-    d = lock_dir(db_path)
+    d = lock_dir(db_target)
     try:
-        d.mkdir(mode=0o700, parents=isinstance(db_path, PgTarget), exist_ok=True)
+        d.mkdir(mode=0o700, parents=isinstance(db_target, PgTarget), exist_ok=True)
         path = d / f"{run_id}.lock"
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     except OSError as e:
