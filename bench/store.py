@@ -22,9 +22,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import sim_process
+from swarm_tui.core import events as ev
 from swarm_tui.core.records import Attempt
 from swarm_tui.core.states import SUCCEEDED
-from swarm_tui.engine import events as ev
 from swarm_tui.engine.routing import SingleGateway
 from swarm_tui.engine.runner import RunPolicy, SwarmRunner
 from swarm_tui.gateway.client import GatewayClient

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from swarm_tui.core.events import Event
 from swarm_tui.core.records import TaskHead
 from swarm_tui.engine.bodies import TaskBodies
-from swarm_tui.engine.events import Event
 from swarm_tui.engine.routing import SingleGateway
 from swarm_tui.engine.runner import RunPolicy, SwarmRunner
 from swarm_tui.gateway.client import GatewayClient

@@ -1,5 +1,5 @@
-"""The control channel the engine owns: every command an operator can send a running swarm
-(from this process's console, or through the store from `watch --write` / another
+"""How the engine applies a command an operator sends a running swarm (core/commands.py:
+from this process's console, or through the store from `watch --write` / another
 process), and what the run's recorder and command poll may see of its executor.
 
 The run host (run/recorder.py, control_poll.py) and the console import this module,
@@ -9,11 +9,10 @@ never the runner itself (SwarmRunner satisfies `Executor`).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol
 
-from swarm_tui.core.states import PERMIT_HOLD
-from swarm_tui.engine import events as ev
+from swarm_tui.core import events as ev
+from swarm_tui.core.commands import Command
 from swarm_tui.engine.looplag import LoopLag
 from swarm_tui.errors import UserError
 
@@ -22,19 +21,7 @@ if TYPE_CHECKING:  # types only: the store must not depend on the runner's modul
     from swarm_tui.gateway.client import GatewayClient
 
 
-__all__ = ["PERMIT_HOLD", "Command", "Executor", "apply_command"]
-
-
-class Command(StrEnum):
-    PAUSE = "pause"
-    RESUME = "resume"
-    CANCEL = "cancel"
-    CONCURRENCY = "concurrency"    # arg: the new limit
-    CANCEL_AGENT = "cancel_agent"  # arg: the task's seq
-    KEY_RETIRE = "key_retire"      # arg: a key fingerprint
-    KEY_ENABLE = "key_enable"      # arg: a key fingerprint
-
-
+__all__ = ["Executor", "apply_command"]
 
 
 class Executor(Protocol):

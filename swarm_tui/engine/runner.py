@@ -22,10 +22,12 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from swarm_tui.core import events as ev
 from swarm_tui.core.records import Attempt, TaskHead, TaskRecord
 from swarm_tui.core.states import (
     CANCELLED,
     FAILED,
+    PERMIT_HOLD,
     QUEUED,
     RETRYING,
     RUNNING,
@@ -33,9 +35,7 @@ from swarm_tui.core.states import (
     AttemptOutcome,
     TaskState,
 )
-from swarm_tui.engine import events as ev
 from swarm_tui.engine.bodies import MemoryBodies, TaskBodies
-from swarm_tui.engine.control import PERMIT_HOLD
 from swarm_tui.engine.looplag import LoopLag
 from swarm_tui.engine.retry import retry_wait_s
 from swarm_tui.engine.routing import Router, choose_model, fallback_chain

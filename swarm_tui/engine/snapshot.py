@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from hdrh.histogram import HdrHistogram
 
+from swarm_tui.core import events as ev
 from swarm_tui.core.records import KeyRow
 from swarm_tui.core.states import STATES, KeyState, RunStatus, TaskState
-from swarm_tui.engine import events as ev
 from swarm_tui.settings.sections import SlaConfig
 
 if TYPE_CHECKING:

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from swarm_tui.canary import state as cs
+from swarm_tui.core import events as ev
 from swarm_tui.core.states import AttemptOutcome, KeyState, TaskState
-from swarm_tui.engine import events as ev
 from swarm_tui.engine.looplag import LoopLag
 from swarm_tui.engine.runner import BUDGET_STOPPED
 from swarm_tui.engine.snapshot import key_rows

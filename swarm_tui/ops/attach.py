@@ -7,8 +7,8 @@ import contextlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from swarm_tui.core import events as ev
 from swarm_tui.core.states import RunStatus
-from swarm_tui.engine import events as ev
 from swarm_tui.ops.alerts import Alert, AlertWatch
 from swarm_tui.ops.metrics import MetricsServer, RunMetrics
 from swarm_tui.ops.tracing import AttemptTracer

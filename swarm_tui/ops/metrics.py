@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from swarm_tui.core import events as ev
 from swarm_tui.core.records import KeyRow
 from swarm_tui.core.states import AttemptOutcome, KeyState, TaskState
-from swarm_tui.engine import events as ev
 from swarm_tui.engine.snapshot import HIST_EDGES_MS, key_rows
 from swarm_tui.errors import UserError
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from swarm_tui.core import events as ev
 from swarm_tui.core.states import AttemptOutcome
-from swarm_tui.engine import events as ev
 from swarm_tui.errors import UserError
 from swarm_tui.settings.sections import TelemetryConfig
 

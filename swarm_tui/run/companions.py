@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 
 from swarm_tui.canary.controller import CanaryController
-from swarm_tui.engine.events import CONTROL
+from swarm_tui.core.events import CONTROL
 from swarm_tui.engine.routing import CanaryRouter
 from swarm_tui.engine.runner import SwarmRunner
 from swarm_tui.gateway.keyops import KeyFileWatcher

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from swarm_tui.engine.events import CONTROL
+from swarm_tui.core.events import CONTROL
 from swarm_tui.engine.runner import SwarmRunner
 from swarm_tui.run.shared_budget import SharedBudget
 from swarm_tui.store.conn import StoreConnection

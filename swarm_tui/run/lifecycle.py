@@ -23,9 +23,9 @@ from contextlib import AbstractAsyncContextManager, nullcontext
 from types import TracebackType
 
 from swarm_tui.canary.controller import CanaryController
+from swarm_tui.core.events import CONTROL, Consumer
 from swarm_tui.core.records import TaskHead
 from swarm_tui.core.states import RunStatus
-from swarm_tui.engine.events import CONTROL, Consumer
 from swarm_tui.engine.runner import SwarmRunner
 from swarm_tui.run.companions import Companions
 from swarm_tui.run.control_poll import ControlPoll

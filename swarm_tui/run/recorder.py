@@ -14,8 +14,8 @@ import dataclasses
 import time
 from collections.abc import Iterator, Mapping
 
+from swarm_tui.core import events as ev
 from swarm_tui.core.records import Attempt, TaskRecord
-from swarm_tui.engine import events as ev
 from swarm_tui.engine.control import Executor
 from swarm_tui.engine.snapshot import key_rows
 from swarm_tui.store.writer import StoreWriter

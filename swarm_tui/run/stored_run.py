@@ -9,9 +9,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from swarm_tui.core.events import Consumer
 from swarm_tui.core.states import RunStatus
 from swarm_tui.core.summary import RunSummary
-from swarm_tui.engine.events import Consumer
 from swarm_tui.errors import UserError
 from swarm_tui.redact import without_userinfo
 from swarm_tui.report.history import load_summary

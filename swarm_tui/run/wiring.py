@@ -12,10 +12,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import overload
 
+from swarm_tui.core.events import Consumer
 from swarm_tui.core.records import TaskHead
 from swarm_tui.core.summary import RunSummary, summarize
 from swarm_tui.engine.bodies import TaskBodies
-from swarm_tui.engine.events import Consumer
 from swarm_tui.engine.routing import CanaryRouter, Router, SingleGateway
 from swarm_tui.engine.runner import RunPolicy, SwarmRunner
 from swarm_tui.errors import UserError

@@ -25,9 +25,9 @@ import sys
 from collections.abc import AsyncIterator
 
 from swarm_tui.canary.controller import CanaryController
+from swarm_tui.core.events import CONTROL
 from swarm_tui.core.states import RunStatus
 from swarm_tui.core.summary import RunSummary
-from swarm_tui.engine.events import CONTROL
 from swarm_tui.engine.routing import CanaryRouter
 from swarm_tui.engine.runner import BUDGET_STOPPED, SwarmRunner
 from swarm_tui.errors import UserError

@@ -7,8 +7,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from swarm_tui.core.commands import Command
 from swarm_tui.core.records import KeyRow
-from swarm_tui.engine.control import Command
 from swarm_tui.engine.cost import CostReport
 from swarm_tui.engine.snapshot import Snapshot
 

@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from swarm_tui.canary.controller import CanaryController, CanaryView
+from swarm_tui.core import events as ev
 from swarm_tui.core.states import RunStatus
-from swarm_tui.engine import events as ev
 from swarm_tui.engine.control import apply_command
 from swarm_tui.engine.cost import CostReport, cost_report
 from swarm_tui.engine.runner import SwarmRunner

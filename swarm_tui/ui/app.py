@@ -34,8 +34,8 @@ from textual.widgets import Footer, Input, Static
 from textual.worker import Worker
 
 from swarm_tui.canary.controller import CanaryView
+from swarm_tui.core.commands import Command
 from swarm_tui.core.states import TaskState
-from swarm_tui.engine.control import Command
 from swarm_tui.engine.snapshot import AgentCell, Snapshot
 from swarm_tui.errors import EXIT_HANGUP, UserError
 from swarm_tui.run_sources.base import RunSource

@@ -8,8 +8,8 @@ from collections import Counter
 
 import pytest
 
+from swarm_tui.core import events as ev
 from swarm_tui.core.states import FINAL_STATES
-from swarm_tui.engine import events as ev
 from swarm_tui.settings.sections import RetryConfig, RoutingConfig
 from swarm_tui.token_count import estimate_tokens
 from swarm_tui.workload import Task, demo_tasks

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from swarm_tui.engine import events as ev
+from swarm_tui.core import events as ev
 from swarm_tui.gateway import keyops
 from swarm_tui.gateway.keypool import DISABLED, RETIRED
 from tests.conftest import (

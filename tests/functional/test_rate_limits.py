@@ -17,7 +17,7 @@ from statistics import quantiles
 import httpx2
 import pytest
 
-from swarm_tui.engine import events as ev
+from swarm_tui.core import events as ev
 from swarm_tui.gateway.client import GatewayClient
 from swarm_tui.gateway.errors import CONNECTION, PROTOCOL, RATE_LIMITED, SERVER
 from swarm_tui.settings.sections import RetryConfig, RoutingConfig

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
+from swarm_tui.core import events as ev
 from swarm_tui.core.states import TaskState
-from swarm_tui.engine import events as ev
 from swarm_tui.engine.snapshot import LiveMetrics, Snapshot, live_snapshot
 from swarm_tui.run.stored_run import execute
 from swarm_tui.run.wiring import RunOptions

@@ -21,7 +21,7 @@ import httpx2
 import psycopg
 import pytest
 
-from swarm_tui.engine import events as ev
+from swarm_tui.core import events as ev
 from swarm_tui.run.recorder import RunRecorder
 from swarm_tui.store.claims import take_lock
 from swarm_tui.store.db import open_db

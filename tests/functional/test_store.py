@@ -162,9 +162,9 @@ async def test_report_equals_independent_recomputation_from_raw_rows(sim_factory
 @pytest.mark.slow
 async def test_closing_during_a_flush_loses_nothing(db_target):
     """close() while the loop is mid-flush: every row still lands (it once rolled back)."""
+    from swarm_tui.core import events as ev
     from swarm_tui.core.records import Attempt
     from swarm_tui.core.states import SUCCEEDED
-    from swarm_tui.engine import events as ev
     from swarm_tui.gateway.client import GatewayClient
 
     path = db_target

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from swarm_tui.core import events as ev
 from swarm_tui.core.states import TaskState
-from swarm_tui.engine import events as ev
 from swarm_tui.store.claims import take_lock
 from swarm_tui.store.db import open_db
 from swarm_tui.store.runs import create_run

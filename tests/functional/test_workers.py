@@ -22,7 +22,7 @@ import httpx2
 import psycopg
 import pytest
 
-from swarm_tui.engine import events as ev
+from swarm_tui.core import events as ev
 from swarm_tui.run.recorder import RunRecorder
 from swarm_tui.run_sources import StoreSource
 from swarm_tui.store import reads

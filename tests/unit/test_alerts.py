@@ -4,8 +4,8 @@ usable key (a real run on the simulator), canary stage changes."""
 from __future__ import annotations
 
 from swarm_tui.canary import state as cs
+from swarm_tui.core import events as ev
 from swarm_tui.core.records import Attempt, TaskRecord
-from swarm_tui.engine import events as ev
 from swarm_tui.engine.looplag import LoopLag
 from swarm_tui.ops.alerts import Alert, AlertWatch, canary_alert
 from swarm_tui.settings.sections import AlertKind, AlertsConfig, SlaConfig
