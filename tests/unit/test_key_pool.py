@@ -90,6 +90,28 @@ def test_a_learned_quota_paces_to_the_next_free_slot_not_a_full_refill():
     assert p.pick("m", now=101.0) is k
 
 
+def test_workers_sharing_a_key_spend_their_share_of_what_remains():
+    """Two workers' pools learn the same answer (the gateway counts both): 40 remain. At a
+    share of 1/2 each sends 20 before it waits — together the 40 — not 40 each."""
+    headers = {"x-ratelimit-limit-requests": "600", "x-ratelimit-remaining-requests": "40",
+               "x-ratelimit-reset-requests": "4s"}
+
+    def sends_before_waiting(share: float) -> int:
+        p = pool(1)
+        p.set_share(share)
+        k = p.slots[0]
+        ok(p, k, now=50.0, headers=headers)
+        n = 0
+        while p.pick("m", now=50.0) is k and n < 1000:
+            p.begin(k, "m", now=50.0)
+            n += 1
+        return n
+
+    assert sends_before_waiting(1.0) == 40
+    assert sends_before_waiting(0.5) == 20
+    assert sends_before_waiting(1 / 3) == 13
+
+
 def test_a_quota_429_waits_for_the_gateways_refill():
     p = pool(1)
     k = p.slots[0]
