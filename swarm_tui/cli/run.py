@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from swarm_tui.run.stored_run import Resumed
     from swarm_tui.run.wiring import RunOptions
     from swarm_tui.settings.loader import LoadedConfig
+    from swarm_tui.store.claims import Claim
     from swarm_tui.store.conn import StoreConnection
     from swarm_tui.store.target import DbTarget
     from swarm_tui.workload import Workload
@@ -209,65 +210,38 @@ async def _resume(conn: StoreConnection, path: DbTarget, args: argparse.Namespac
                   ) -> int | tuple[LoadedConfig, RunOptions, Workload, Resumed]:
     """Resume headless and return the exit code; with `console`, hand back what the
     console needs to execute it (the claim still held)."""
-    from swarm_tui.core.states import RunStatus
     from swarm_tui.report.history import load_summary
-    from swarm_tui.run.stored_run import Outcome, Resumed, execute, pinned_gateway
-    from swarm_tui.sim.settings import SimSettings
-    from swarm_tui.store.claims import Claim, take_lock
-    from swarm_tui.store.runs import (
-        claim_run,
-        get_run,
-        release_run,
-        resumable_tasks,
-        spent_usd,
-    )
-    from swarm_tui.workload import Workload
+    from swarm_tui.run.resume import plan_resume
+    from swarm_tui.run.stored_run import Outcome, execute
 
-    run = await get_run(conn, args.run_id, path)
-    status = run.effective_status()
-    if not run.workload_hash and status != RunStatus.RUNNING:
-        raise UserError(f"run {run.id}: its creation stopped before all its tasks were "
-                        "stored, so nothing was sent for it; start it again with `run`")
-    if status == RunStatus.RUNNING:
-        raise UserError(f"run {run.id}: still being executed by pid {run.pid} on {run.host} "
-                        "(stopped or busy processes keep their run); resume it once that "
-                        "process has ended")
-    # Own the run before reading what to re-send: of two resumes, exactly one gets here.
-    claim = take_lock(path, run.id)
-    held: Claim | None = claim  # None once handed to the console
+    plan = await plan_resume(conn, path, args.run_id)
+    run = plan.run
+    if plan.resumed is None:
+        print(f"run {run.id}: nothing to resume, every task has a stored result",
+              file=sys.stderr)
+        return await finish_stored(conn, path, config_of(args),
+                                   Outcome(await load_summary(conn, run), False), args.json)
+    held: Claim | None = plan.resumed.claim  # None once handed to the console
     try:
-        await claim_run(conn, await get_run(conn, run.id, path), claim, path)
-        seqs, heads, prior = await resumable_tasks(conn, run.id)
-        tasks = Workload.stored(heads)
-        if not tasks:
-            await release_run(conn, run.id, status if status != "interrupted" else "finished",
-                              claim)
-            print(f"run {run.id}: nothing to resume, every task has a stored result",
-                  file=sys.stderr)
-            run = await get_run(conn, run.id, path)
-            return await finish_stored(conn, path, config_of(args),
-                                        Outcome(await load_summary(conn, run), False), args.json)
-        snap = run.config
         cfg = config_of(args)
-        gateway = pinned_gateway(snap)
-        sim = SimSettings.model_validate(snap["sim"]) if "sim" in snap else SimSettings()
+        snap = plan.snap
         # the stored run's figures, unless a flag (the config's top layer) names new ones
         budget = cfg.settings.budget_usd if args.budget is not None else snap.get("budget_usd")
         concurrency = (cfg.settings.concurrency if args.concurrency is not None
                        else snap.get("concurrency"))
-        spent = await spent_usd(conn, run.id)
-        opts = opts_from_args(args, gateway=gateway, stream=snap.get("stream"),
-                               model=snap.get("model"), sim=sim, name=run.name,
-                               budget_usd=budget, spent_before_usd=spent,
+        opts = opts_from_args(args, gateway=plan.gateway, stream=snap.get("stream"),
+                               model=snap.get("model"), sim=plan.sim, name=run.name,
+                               budget_usd=budget, spent_before_usd=plan.spent_usd,
                                concurrency=concurrency)
-        print(f"swarm-tui: resuming run {run.id} ({status}): {len(tasks)} of {run.total} tasks "
-              "have no stored result", file=sys.stderr)
+        print(f"swarm-tui: resuming run {run.id} ({plan.status}): {len(plan.tasks)} of "
+              f"{run.total} tasks have no stored result", file=sys.stderr)
         if console:
             held = None  # released by the console's caller
-            return cfg, opts, tasks, Resumed(run.id, seqs, prior, claim)
-        outcome = await execute(conn, path, cfg, opts, tasks, run.id,
-                                show_progress=not args.quiet, seqs=seqs, prior_attempts=prior,
-                                claim=claim)
+            return cfg, opts, plan.tasks, plan.resumed
+        outcome = await execute(conn, path, cfg, opts, plan.tasks, run.id,
+                                show_progress=not args.quiet, seqs=plan.resumed.seqs,
+                                prior_attempts=plan.resumed.prior_attempts,
+                                claim=plan.resumed.claim)
     finally:
         if held is not None:
             held.release()
