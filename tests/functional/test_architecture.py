@@ -183,7 +183,8 @@ def _python_in(home: pathlib.Path, code: str, timeout: float) -> subprocess.Comp
 
 
 @pytest.mark.parametrize("argv", [["runs"], ["runs", "--json"], ["canary", "--help"],
-                                  ["--help"], ["run", "--help"]])
+                                  ["--help"], ["run", "--help"], ["report", "last"],
+                                  ["keys", "list"], ["canary", "status"]], ids=" ".join)
 def test_reading_commands_import_no_console_and_no_http_client(one_run_db, argv):
     """`runs` (and the parser of every command) starts without Textual, the openai SDK, an
     HTTP transport or the on-call exporters: they are most of the console's import time
@@ -194,6 +195,11 @@ def test_reading_commands_import_no_console_and_no_http_client(one_run_db, argv)
         heavy |= {"pydantic", "pydantic_settings", "swarm_tui.engine", "swarm_tui.workload",
                   "swarm_tui.settings.sections"}
         heavy.add("psycopg")  # a SQLite store: no PostgreSQL driver (~45 ms)
+    if argv[0] in ("report", "keys", "canary") and "--help" not in argv:
+        # the validated config and stored rows: never the engine's runner, the workload's
+        # models, the loop timer (hdrh) or a run's machinery (issue 33's core/ floor)
+        heavy |= {"swarm_tui.workload", "swarm_tui.engine.runner", "swarm_tui.engine.looplag",
+                  "hdrh", "swarm_tui.run", "swarm_tui.run_sources"}
     if "--help" in argv:  # the grammar alone: no engine, no models, no loop (issue 34)
         heavy |= {"pydantic", "asyncio", "aiosqlite", "psycopg", "swarm_tui.engine",
                   "swarm_tui.store", "swarm_tui.workload"}
