@@ -7,7 +7,7 @@ said when a consumer missed events, nor put its preflight warnings in the run's 
         life.holds(claim)                          # the caller's own: create the run / join it
         interrupted = await life.execute(runner, started="session_started")
 
-`execute` starts the store writer, the companions (canary, key-file watchers, metrics,
+`execute` starts the store writer, the sidecars (canary, key-file watchers, metrics,
 alerts, traces), runs the runner to its end and stops them in order; leaving the block
 closes what was opened, whatever happened. What differs between a whole run and a worker is
 one flag, `whole_run`: a worker's end is not the run's (no end alert, no run alerts, and its
@@ -27,10 +27,10 @@ from swarm_tui.core.events import CONTROL, Consumer
 from swarm_tui.core.records import TaskHead
 from swarm_tui.core.states import RunStatus
 from swarm_tui.engine.runner import SwarmRunner
-from swarm_tui.run.companions import Companions
 from swarm_tui.run.control_poll import ControlPoll
 from swarm_tui.run.progress import run_with_progress
 from swarm_tui.run.recorder import RunRecorder
+from swarm_tui.run.sidecars import Sidecars
 from swarm_tui.run.wiring import RunOptions, RunSetup
 from swarm_tui.runtime import collector_for_a_run
 from swarm_tui.settings.loader import LoadedConfig
@@ -54,7 +54,7 @@ class RunLifecycle:
         self.conn, self.db_target, self.run_id = conn, db_target, run_id
         self.show_progress, self.whole_run = show_progress, whole_run
         self.bodies = StoredBodies(db_target, run_id, cfg.settings.store.unwritable_grace_s)
-        self.companions: Companions | None = None
+        self.sidecars: Sidecars | None = None
         self.claim: Claim | None = None
         self.writer: StoreWriter | None = None
         self._warnings: list[str] = []
@@ -67,8 +67,8 @@ class RunLifecycle:
         await self.bodies.aclose()
         if self.claim is not None:
             self.claim.release()  # the writer released it already unless we failed before
-        if self.companions is not None:
-            await self.companions.close()
+        if self.sidecars is not None:
+            await self.sidecars.close()
         await self.setup.aclose()
 
     def holds(self, claim: Claim) -> None:
@@ -78,27 +78,27 @@ class RunLifecycle:
     async def prepare(self, heads: Sequence[TaskHead], consumers: Iterable[Consumer] = (),
                       *, seqs: list[int] | None = None,
                       prior_attempts: list[int] | None = None) -> SwarmRunner:
-        """Companions first (a busy metrics port is one line, before any call), then the
+        """Sidecars first (a busy metrics port is one line, before any call), then the
         clients, the preflight, the canary (before the runner: every task is routed at the
         stored percentage), and the runner."""
-        self.companions = Companions(self.setup, self.db_target, self.run_id,
+        self.sidecars = Sidecars(self.setup, self.db_target, self.run_id,
                                      self.show_progress)
         self.setup.open()
         self._warnings = await self.setup.preflight()
         if self.show_progress:
             for w in self._warnings:
                 print(f"swarm-tui: warning: {w}", file=sys.stderr)
-        await self.companions.open_canary()
+        await self.sidecars.open_canary()
         return self.setup.make_runner(heads, consumers, seqs=seqs,
                                       prior_attempts=prior_attempts, bodies=self.bodies)
 
     async def execute(self, runner: SwarmRunner, *, started: str, detail: str | None = None,
                       fence: LeaseFence | None = None, beside: Beside | None = None,
                       on_start: OnStart | None = None) -> bool:
-        """Run to the end with the writer and companions around it; True when interrupted.
+        """Run to the end with the writer and sidecars around it; True when interrupted.
         `beside(runner)` (a worker's lease feed) is entered once everything watches the
         runner and left before anything stops."""
-        assert self.companions is not None and self.claim is not None, "prepare, holds"
+        assert self.sidecars is not None and self.claim is not None, "prepare, holds"
         grace = self.setup.cfg.settings.store.unwritable_grace_s
         async with collector_for_a_run():
             writer = self.writer = StoreWriter(self.conn, self.db_target, self.run_id, runner,
@@ -110,9 +110,9 @@ class RunLifecycle:
             for w in self._warnings:  # into the run's log too (the console shows it)
                 runner.emit(CONTROL, detail=f"preflight: {w}")
             writer.start()
-            await self.companions.start(runner, run_alerts=self.whole_run)
+            await self.sidecars.start(runner, run_alerts=self.whole_run)
             if on_start is not None:
-                on_start(runner, self.setup, self.companions.canary)
+                on_start(runner, self.setup, self.sidecars.canary)
             try:
                 async with beside(runner) if beside is not None else nullcontext():
                     return await run_with_progress(runner, show=self.show_progress)
@@ -124,7 +124,7 @@ class RunLifecycle:
                 status = (RunStatus.UNSAVED if writer.failure else RunStatus.CANCELLED
                           if runner.cancelled else runner.stop_reason or RunStatus.FINISHED)
                 # its end alert (a whole run's only) and deliveries: in the run's events
-                await self.companions.stop(status, end_alert=self.whole_run)
+                await self.sidecars.stop(status, end_alert=self.whole_run)
                 # a worker's writer leaves the run running: the last worker out ends it
                 ended = runner.stop_reason if self.whole_run else None
                 await writer.close(RunStatus.CANCELLED if runner.cancelled

@@ -37,25 +37,25 @@ class Outcome:
     interrupted: bool
 
 
-def config_snapshot(session: RunSetup, opts: RunOptions) -> dict[str, Any]:
+def config_snapshot(setup: RunSetup, opts: RunOptions) -> dict[str, Any]:
     """What a run was configured with — names, URLs and fingerprints, never a key."""
     gateways = {
         name: {"base_url": without_userinfo(gw.base_url),
                "keys": [k.fingerprint for k in gw.keys],
                "stream": gw.stream, "pinned_model": gw.pinned_model}
-        for name, gw in session.gateways.items()
+        for name, gw in setup.gateways.items()
     }
     snap: dict[str, Any] = {
-        "settings": session.cfg.settings.model_dump(mode="json"),
-        "config_path": str(session.cfg.path) if session.cfg.path else None,
-        "gateway": session.gateway_name, "concurrency": session.concurrency,
+        "settings": setup.cfg.settings.model_dump(mode="json"),
+        "config_path": str(setup.cfg.path) if setup.cfg.path else None,
+        "gateway": setup.gateway_name, "concurrency": setup.concurrency,
         "model": opts.model, "stream": opts.stream, "gateways": gateways,
         "budget_usd": (opts.budget_usd if opts.budget_usd is not None
-                       else session.cfg.settings.budget_usd),
+                       else setup.cfg.settings.budget_usd),
         # a canary run routes by the stored canary: `gateway` above is only its baseline
-        "canary": session.canary.name if session.canary is not None else None,
+        "canary": setup.canary.name if setup.canary is not None else None,
     }
-    if session.simulated:
+    if setup.simulated:
         snap["sim"] = opts.sim.model_dump(mode="json", exclude={"keys"})
     return snap
 
@@ -84,7 +84,7 @@ async def execute(
     claim: Claim | None = None, consumers: Iterable[Consumer] = (),
     on_start: OnStart | None = None,
 ) -> Outcome:
-    """Build the session, store the run, run it, and return the summary read back from
+    """Build the setup, store the run, run it, and return the summary read back from
     the store, so `run` and `report` print the same figures for the same run.
 
     The engine holds each task's head only: a new run's rows are written from a second
@@ -128,7 +128,7 @@ async def _execute(
                              simulated=setup.simulated,
                              config=config_snapshot(setup, opts), claim=claim)
         interrupted = await life.execute(runner, started="session_started", on_start=on_start)
-        ops = life.companions.ops if life.companions is not None else None
+        ops = life.sidecars.ops if life.sidecars is not None else None
         if ops is not None and ops.server is not None and opts.metrics_linger_s > 0:
             if show_progress:
                 print(f"swarm-tui: run ended; final metrics on :{ops.server.port}/metrics "

@@ -12,7 +12,7 @@ the workers beating in the store (at least as many as the run was started with),
 refreshed every second. So is its budget cap: each worker draws its allowance from the
 cap through the store (run/shared_budget.py, store/budget_ledger.py); the last
 worker stopped at the cap marks the run budget_stopped, resumable like any other. And so
-is a canary: every worker follows the stored canary (run/companions.py).
+is a canary: every worker follows the stored canary (run/sidecars.py).
 """
 
 from __future__ import annotations
@@ -66,17 +66,17 @@ from swarm_tui.store.writer import LOST_CLAIM, STORE_STOPPED
 from swarm_tui.workload import Workload
 
 
-def _refuse_in_one_process(session: RunSetup) -> None:
-    if session.simulated:
+def _refuse_in_one_process(setup: RunSetup) -> None:
+    if setup.simulated:
         raise UserError("--workers / worker: the built-in simulator lives in one process; "
                         "point a config's gateway at a server every worker reaches (e.g. "
                         "`swarm-tui sim --port 8000`)")
 
 
-def _same_canary(session: RunSetup, run_id: str, snap: dict) -> None:
+def _same_canary(setup: RunSetup, run_id: str, snap: dict) -> None:
     """A canary run's workers all follow its canary: one whose config has another (or
     none) would route its share elsewhere."""
-    mine = session.canary.name if session.canary is not None else None
+    mine = setup.canary.name if setup.canary is not None else None
     if mine != snap.get("canary"):
         raise UserError(f"worker: run {run_id} was started with canary "
                         f"{snap.get('canary') or '(none)'}, this worker's config has "
@@ -87,30 +87,30 @@ async def prepare(conn: StoreConnection, db_target: DbTarget, cfg: LoadedConfig,
                   opts: RunOptions, workload: Workload, run_id: str, workers: int) -> int:
     """Store the run and its batches; no process owns it (workers lease its batches).
     `workers`: how many it starts with — each one's share from the first second."""
-    session = RunSetup(cfg, opts)
-    _refuse_in_one_process(session)
-    session.open()  # clients only (routing): nothing is sent
-    if session.canary is not None:  # the stored rows say where the canary sends them now
-        assert isinstance(session.router, CanaryRouter)
-        canary = CanaryController(session.canary, session.router, db_target)
+    setup = RunSetup(cfg, opts)
+    _refuse_in_one_process(setup)
+    setup.open()  # clients only (routing): nothing is sent
+    if setup.canary is not None:  # the stored rows say where the canary sends them now
+        assert isinstance(setup.router, CanaryRouter)
+        canary = CanaryController(setup.canary, setup.router, db_target)
         await canary.open()
         await canary.close()
     bodies = StoredBodies(db_target, run_id)  # never read here: the runner only routes
     try:
-        runner = session.make_runner(workload.heads, bodies=bodies)
+        runner = setup.make_runner(workload.heads, bodies=bodies)
         claim = take_lock(db_target, run_id)
         try:
             await create_run(conn, run_id, runner.agents,
-                             (session.forced_model(t) for t in workload), name=opts.name,
+                             (setup.forced_model(t) for t in workload), name=opts.name,
                              simulated=False,
-                             config={**config_snapshot(session, opts), "workers": workers},
+                             config={**config_snapshot(setup, opts), "workers": workers},
                              claim=claim)
             batches = await split_run(conn, run_id, len(runner.agents))
         finally:
             claim.release()
     finally:
         await bodies.aclose()
-        await session.aclose()
+        await setup.aclose()
     return batches
 
 
@@ -179,9 +179,9 @@ async def work(conn: StoreConnection, db_target: DbTarget, cfg: LoadedConfig, op
         fence = LeaseFence(run_id, worker, claim.token, lease_seconds())
         runner = await life.prepare([])
         runner.feeding = True
-        assert life.companions is not None
+        assert life.sidecars is not None
         budget = None if cap is None else SharedBudget(runner, run_id, worker, float(cap),
-                                                      fence.lease_s, life.companions.ops.page)
+                                                      fence.lease_s, life.sidecars.ops.page)
         await join_run(conn, run_id, worker, claim.token, claim.host, claim.pid)
 
         @contextlib.asynccontextmanager

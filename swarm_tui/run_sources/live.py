@@ -60,7 +60,7 @@ class LiveSource:
         self.run_id = resume.run_id if resume is not None else new_run_id()
         self.metrics = LiveMetrics()
         self.runner: SwarmRunner | None = None
-        self.session: RunSetup | None = None
+        self.setup: RunSetup | None = None
         self.canary: CanaryController | None = None
         self.outcome: Outcome | None = None
         self.error: str | None = None
@@ -98,9 +98,9 @@ class LiveSource:
     async def _engine(self) -> None:
         from swarm_tui.run.stored_run import execute
 
-        def attach(runner: SwarmRunner, session: RunSetup,
+        def attach(runner: SwarmRunner, setup: RunSetup,
                    canary: CanaryController | None) -> None:
-            self.runner, self.session, self.canary = runner, session, canary
+            self.runner, self.setup, self.canary = runner, setup, canary
 
         try:
             conn = await open_db(self.db_target)
@@ -128,13 +128,13 @@ class LiveSource:
 
     async def snapshot(self) -> Snapshot | None:
         r = self.runner
-        if r is None or self.session is None:
+        if r is None or self.setup is None:
             return None
         status = None
         if self.outcome is not None and self.outcome.interrupted:
             status = RunStatus.CANCELLED
         snap = live_snapshot(r, self.metrics, run_id=self.run_id,
-                             simulated=self.session.simulated, sla=self.cfg.settings.sla,
+                             simulated=self.setup.simulated, sla=self.cfg.settings.sla,
                              tasks_per_day=self.cfg.settings.tasks_per_day,
                              readonly=self.readonly, status=status)
         view = self.canary.view if self.canary is not None else None

@@ -96,7 +96,7 @@ def test_sql_is_written_only_under_store():
     assert not offenders, offenders
 
 
-LIFECYCLE_STEPS = ("StoreWriter", "Companions", "run_with_progress", "collector_for_a_run")
+LIFECYCLE_STEPS = ("StoreWriter", "Sidecars", "run_with_progress", "collector_for_a_run")
 
 
 def _calls_of(tree: object, names: tuple[str, ...]) -> list[tuple[str, int]]:
@@ -115,7 +115,7 @@ def _calls_of(tree: object, names: tuple[str, ...]) -> list[tuple[str, int]]:
 
 def test_a_runs_lifecycle_is_written_once():
     """A new run, a resume and a worker go through run/lifecycle.py: the writer, the
-    companions, the collector and the progress loop are started nowhere else (they were
+    sidecars, the collector and the progress loop are started nowhere else (they were
     written out twice and drifted)."""
     import ast
 

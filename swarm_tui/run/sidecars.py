@@ -17,13 +17,15 @@ from swarm_tui.run.wiring import RunSetup
 from swarm_tui.store.target import DbTarget
 
 
-class Companions:
-    def __init__(self, session: RunSetup, db_target: DbTarget, run_id: str,
+class Sidecars:
+    """Started around a runner by its RunLifecycle, stopped with it."""
+
+    def __init__(self, setup: RunSetup, db_target: DbTarget, run_id: str,
                  show_progress: bool) -> None:
         """Built before anything starts: a busy metrics port is one line, before any call."""
-        opts = session.opts
-        self.session, self.db_target = session, db_target
-        self.ops = RunOps(session.cfg.settings, run_id, session.simulated, opts.metrics_port,
+        opts = setup.opts
+        self.setup, self.db_target = setup, db_target
+        self.ops = RunOps(setup.cfg.settings, run_id, setup.simulated, opts.metrics_port,
                           opts.metrics_bind)
         if self.ops.server is not None and show_progress:
             print(f"swarm-tui: metrics on http://{opts.metrics_bind}:{self.ops.server.port}"
@@ -33,9 +35,9 @@ class Companions:
 
     async def open_canary(self) -> CanaryController | None:
         """Before the runner exists: every task is routed at the stored percentage."""
-        if self.session.canary is not None:
-            assert isinstance(self.session.router, CanaryRouter)
-            self.canary = CanaryController(self.session.canary, self.session.router,
+        if self.setup.canary is not None:
+            assert isinstance(self.setup.router, CanaryRouter)
+            self.canary = CanaryController(self.setup.canary, self.setup.router,
                                            self.db_target)
             await self.canary.open()
         return self.canary
@@ -54,7 +56,7 @@ class Companions:
             runner.emit(CONTROL, detail=msg)
             runner.wake()  # a key added or enabled may unblock parked tasks
 
-        self._watchers = self.session.key_watchers(key_file_changed)
+        self._watchers = self.setup.key_watchers(key_file_changed)
         for watcher in self._watchers:
             watcher.start()
         self.ops.attach(runner, canary, run_alerts=run_alerts)
