@@ -140,41 +140,18 @@ def interactive() -> bool:
 
 
 def open_console(args: argparse.Namespace, cfg: LoadedConfig, **kw: Any) -> int:
-    from swarm_tui.ui.app import SwarmApp
-
-    ui = cfg.settings.ui
-    theme = ui.theme  # `--theme` is the config's top layer
-    if theme is None and not cfg.simulated_only:
-        gw = cfg.settings.gateways.get(getattr(args, "gateway", None)
-                                       or cfg.settings.default_gateway or "")
-        theme = gw.theme if gw else None
-    from swarm_tui.ui.themes import load_themes_reporting
-
-    known, problems = load_themes_reporting()  # a bad user theme is skipped and said
-    for line in problems:
-        print(f"swarm-tui: warning: {line}", file=sys.stderr)
-    if theme is not None and theme not in known:
-        raise UserError(f"theme {theme}: unknown (known: {', '.join(sorted(known))})")
     from swarm_tui.commands.canary import canary_config
+    from swarm_tui.ui.launch import run_console
 
     # with no gateways configured, the canary panel shows the simulator's demo canary
     canary = canary_config(cfg) if cfg.settings.canary or cfg.simulated_only else None
-    from swarm_tui.runtime import tune_gc
-
-    tune_gc()  # the console's key presses wait on the collector's walks otherwise
-    app = SwarmApp(refresh_s=ui.refresh_s, theme=theme, keymap=ui.keys, view=ui.view,
-                   readonly=args.readonly, canary=canary, **kw)
-    code = app.run()
-    if code is None and app.return_code not in (None, 0):
+    end = run_console(cfg, gateway=getattr(args, "gateway", None), readonly=args.readonly,
+                      canary=canary, **kw)
+    if end.failed:
         return EXIT_INTERNAL  # Textual itself failed (it printed why)
-    source = kw.get("source") or app.source
-    err = getattr(source, "error", None)
-    if err:
-        raise UserError(err)
-    outcome = getattr(source, "outcome", None)
-    if outcome is not None:
+    if end.outcome is not None:
         from swarm_tui.report.summary_text import summary_text
 
-        print(summary_text(outcome.summary))
-        return exit_code(outcome, console_code=code)
-    return code or EXIT_OK
+        print(summary_text(end.outcome.summary))
+        return exit_code(end.outcome, console_code=end.code)
+    return end.code or EXIT_OK
