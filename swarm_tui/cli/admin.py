@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from swarm_tui.cli.flags import CANARY_VERBS, common_flags, sim_flags
+from swarm_tui.cli.flags import CANARY_VERBS, at_least_one, common_flags, sim_flags
 from swarm_tui.cli.shared import config_of, run_async, sim_settings, with_db
 from swarm_tui.errors import EXIT_OK, UserError
 
@@ -63,7 +63,7 @@ def add_canary(sub: argparse._SubParsersAction) -> None:
     p.add_argument("pct", nargs="?", help="for `set`: the candidate's share of users, 1-100")
     p.add_argument("--reason", help="why (kept in the audit log)")
     p.add_argument("--json", action="store_true", help="status / history as JSON")
-    p.add_argument("--limit", type=int, default=20, help="history entries (default 20)")
+    p.add_argument("--limit", type=at_least_one, default=20, help="history entries (default 20)")
     p.add_argument("--readonly", action="store_true", default=argparse.SUPPRESS,
                    help="refuse any action that changes it (also before the sub-command)")
 

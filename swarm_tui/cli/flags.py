@@ -93,6 +93,19 @@ def port_number(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not a port number: {port}")
     return port
 
+
+def at_least_one(text: str) -> int:
+    """A count that must be 1 or more (`--limit`: SQLite reads -1 as "no limit", PostgreSQL
+    refuses it — one meaning, said at the flag)."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"1 or more, not {n}")
+    return n
+
+
 def demo_pace(n_tasks: int) -> float:
     """The console demo's pace: its tasks spread over ~DEMO_CONSOLE_S seconds, so there is
     a swarm to watch (unpaced, 100 tasks are over in about a second)."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from swarm_tui.cli.flags import STORED_RUN, common_flags
+from swarm_tui.cli.flags import STORED_RUN, at_least_one, common_flags
 from swarm_tui.cli.shared import run_async, with_db
 from swarm_tui.errors import EXIT_OK, UserError
 
@@ -15,7 +15,8 @@ def add_runs(sub: argparse._SubParsersAction) -> None:
     runs = sub.add_parser("runs", help="stored runs, newest first")
     common_flags(runs)
     runs.add_argument("--json", action="store_true", help="a JSON array instead of a table")
-    runs.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
+    runs.add_argument("--limit", type=at_least_one, default=50,
+                      help="at most this many (default 50)")
     runs.add_argument("--moments", action="store_true",
                       help="under each run, its notable moments (first failure, cooldowns, "
                       "alerts, canary moves) with the command that opens each")

@@ -130,6 +130,17 @@ def test_bad_sim_flags():
 
 
 @pytest.mark.usefixtures("no_user_config")
+@pytest.mark.parametrize("argv", [["runs", "--limit", "-1"], ["runs", "--limit", "0"],
+                                  ["canary", "history", "--limit", "-5"]], ids=" ".join)
+def test_a_limit_below_one_is_refused_at_the_flag(tmp_path, argv):
+    """SQLite reads LIMIT -1 as "every row", PostgreSQL refuses it: the flag says so first."""
+    r = swarm(*argv, "--db", str(tmp_path / "none.db"))
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.strip().splitlines()[-1].endswith("argument --limit: 1 or more, not "
+                                                      + argv[-1]), r.stderr
+
+
+@pytest.mark.usefixtures("no_user_config")
 @pytest.mark.slow
 def test_watch_errors_are_one_line_before_the_console_starts(tmp_path):
     db = tmp_path / "w.db"
