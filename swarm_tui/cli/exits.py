@@ -21,7 +21,7 @@ def exit_code(outcome: Outcome, console_code: int | None = None) -> int:
     or a console that was quit, hung up on, or left after the run ended."""
     from swarm_tui.core.states import RunStatus
 
-    if console_code == EXIT_HANGUP:
+    if console_code == EXIT_HANGUP or outcome.hung_up:
         return EXIT_HANGUP
     summary = outcome.summary
     if (console_code == EXIT_INTERRUPTED or outcome.interrupted

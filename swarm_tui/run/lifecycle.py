@@ -17,6 +17,7 @@ writer does not set the run's status — the last worker out does).
 from __future__ import annotations
 
 import dataclasses
+import signal
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
@@ -94,8 +95,9 @@ class RunLifecycle:
 
     async def execute(self, runner: SwarmRunner, *, started: str, detail: str | None = None,
                       fence: LeaseFence | None = None, beside: Beside | None = None,
-                      on_start: OnStart | None = None) -> bool:
-        """Run to the end with the writer and sidecars around it; True when interrupted.
+                      on_start: OnStart | None = None) -> signal.Signals | None:
+        """Run to the end with the writer and sidecars around it; the signal that cancelled
+        it (None: it ran to its end).
         `beside(runner)` (a worker's lease feed) is entered once everything watches the
         runner and left before anything stops."""
         assert self.sidecars is not None and self.claim is not None, "prepare, holds"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import shutil
 import signal
 import sys
@@ -49,10 +50,13 @@ class Progress:
             while True:
                 await asyncio.sleep(self.interval)
                 self._write()
+        except OSError:
+            return  # the terminal or the reader is gone (a hang-up): the run goes on
         finally:
             if self.tty:
-                self.out.write("\r\x1b[2K")
-                self.out.flush()
+                with contextlib.suppress(OSError):
+                    self.out.write("\r\x1b[2K")
+                    self.out.flush()
 
     def _write(self) -> None:
         if self.tty:
@@ -66,19 +70,31 @@ class Progress:
         self.out.flush()
 
 
-async def run_with_progress(runner: SwarmRunner, show: bool = True) -> bool:
-    """Run to the end; SIGINT/SIGTERM cancel the swarm cleanly. Returns True if interrupted."""
-    loop = asyncio.get_running_loop()
-    interrupted = False
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
-    def on_signal() -> None:
-        nonlocal interrupted
-        interrupted = True
+
+async def run_with_progress(runner: SwarmRunner, show: bool = True) -> signal.Signals | None:
+    """Run to the end; SIGINT, SIGTERM and SIGHUP cancel the swarm cleanly (what was
+    answered is stored, the rest stays resumable). Returns the signal that cancelled it,
+    None when it ran to its end.
+
+    A hang-up (an SSH drop under a run started without tmux) used to take SIGHUP's default,
+    killing the process with answered calls not yet stored; now the terminal it lost is
+    swapped for /dev/null, so the last writes — progress, the summary — cannot fail."""
+    loop = asyncio.get_running_loop()
+    stopped_by: signal.Signals | None = None
+    ttys = terminal_fds()  # asked now: after a hang-up a terminal no longer says it is one
+
+    def on_signal(sig: signal.Signals) -> None:
+        nonlocal stopped_by
+        stopped_by = stopped_by or sig
+        if sig == signal.SIGHUP:
+            detach_from_terminal(ttys)
         runner.cancel()
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in STOP_SIGNALS:
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.add_signal_handler(sig, on_signal)
+            loop.add_signal_handler(sig, on_signal, sig)
     progress = asyncio.create_task(Progress(runner).run()) if show else None
     try:
         await runner.run()
@@ -87,7 +103,24 @@ async def run_with_progress(runner: SwarmRunner, show: bool = True) -> bool:
             progress.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await progress
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in STOP_SIGNALS:
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 loop.remove_signal_handler(sig)
-    return interrupted
+    return stopped_by
+
+
+def terminal_fds() -> tuple[int, ...]:
+    """Which of standard output and error are a terminal (ask before it can hang up)."""
+    return tuple(fd for fd in (1, 2) if os.isatty(fd))
+
+
+def detach_from_terminal(fds: tuple[int, ...]) -> None:
+    """The terminal's descriptors become /dev/null (what `nohup` does up front): after a
+    hang-up every write to them fails (EIO). A log file or a pipe is left as it is."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                os.dup2(null, fd)
+    finally:
+        os.close(null)

@@ -13,8 +13,15 @@ import sys
 
 from swarm_tui.core.states import RunStatus
 from swarm_tui.core.summary import RunSummary
-from swarm_tui.errors import EXIT_BUDGET_STOPPED, EXIT_OK, EXIT_SLA_BREACHED
+from swarm_tui.errors import (
+    EXIT_BUDGET_STOPPED,
+    EXIT_HANGUP,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_SLA_BREACHED,
+)
 from swarm_tui.report.history import load_summary
+from swarm_tui.run.progress import detach_from_terminal, terminal_fds
 from swarm_tui.run.stored_run import Outcome
 from swarm_tui.run.wiring import RunOptions
 from swarm_tui.run.workers import prepare
@@ -56,7 +63,11 @@ async def run_with_workers(conn: StoreConnection, path: DbTarget, cfg: LoadedCon
 
     # the run is done; a store restarting right now is waited for, for the store's grace
     summary = await retrying(read_back, cfg.settings.store.unwritable_grace_s)
-    failed = [c for c in codes if c not in (EXIT_OK, EXIT_SLA_BREACHED, EXIT_BUDGET_STOPPED)]
+    # a worker stopped by the signal the starter got (or its terminal's, which reaches the
+    # whole process group) ended as it was told: no failure
+    stopped = (EXIT_INTERRUPTED, EXIT_HANGUP) if signalled.got else ()
+    failed = [c for c in codes
+              if c not in (EXIT_OK, EXIT_SLA_BREACHED, EXIT_BUDGET_STOPPED, *stopped)]
     if failed:
         print(f"swarm-tui: {len(failed)} of {workers} workers failed (exit "
               f"{', '.join(map(str, failed))}); `swarm-tui worker {run_id}` finishes the run",
@@ -64,7 +75,7 @@ async def run_with_workers(conn: StoreConnection, path: DbTarget, cfg: LoadedCon
     # a worker that died is no failure of a run the others finished (its batches were
     # leased again): exit as the run ended
     interrupted = (bool(failed) or signalled.got) and summary.status != RunStatus.FINISHED
-    return Outcome(summary, interrupted)
+    return Outcome(summary, interrupted, interrupted and signalled.first == signal.SIGHUP)
 
 
 class _Forwarded:
@@ -72,6 +83,7 @@ class _Forwarded:
 
     def __init__(self, loop: asyncio.AbstractEventLoop, sigs: tuple[int, ...]) -> None:
         self.loop, self.sigs, self.got = loop, sigs, False
+        self.first: int | None = None  # the first signal passed on
 
     def close(self) -> None:
         for sig in self.sigs:
@@ -83,9 +95,13 @@ def _forward_signals(procs: list[asyncio.subprocess.Process]) -> _Forwarded:
     loop = asyncio.get_running_loop()
     sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     fwd = _Forwarded(loop, sigs)
+    ttys = terminal_fds()
 
     def forward(sig: int) -> None:
         fwd.got = True
+        fwd.first = fwd.first or sig
+        if sig == signal.SIGHUP:
+            detach_from_terminal(ttys)  # its last lines must not fail on the lost terminal
         # a hang-up ends a worker as a SIGTERM does (its default would kill it mid-write)
         to = signal.SIGTERM if sig == signal.SIGHUP else sig
         for p in procs:

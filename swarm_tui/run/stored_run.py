@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import signal
 import sqlite3
 import sys
 from collections.abc import Iterable, Sequence
@@ -35,6 +36,7 @@ from swarm_tui.workload import Task, Workload
 class Outcome:
     summary: RunSummary
     interrupted: bool
+    hung_up: bool = False  # its terminal hung up (SIGHUP): cancelled cleanly, exit 129
 
 
 def config_snapshot(setup: RunSetup, opts: RunOptions) -> dict[str, Any]:
@@ -127,7 +129,7 @@ async def _execute(
                              (setup.forced_model(t) for t in workload), name=opts.name,
                              simulated=setup.simulated,
                              config=config_snapshot(setup, opts), claim=claim)
-        interrupted = await life.execute(runner, started="session_started", on_start=on_start)
+        stopped_by = await life.execute(runner, started="session_started", on_start=on_start)
         ops = life.sidecars.ops if life.sidecars is not None else None
         if ops is not None and ops.server is not None and opts.metrics_linger_s > 0:
             if show_progress:
@@ -141,7 +143,7 @@ async def _execute(
     await refresh_stats(conn, "results", "attempts")
     summary = await load_summary(conn, await get_run(conn, run_id, db_target))
     await save_summary(conn, summary)
-    return Outcome(summary, interrupted)
+    return Outcome(summary, stopped_by is not None, stopped_by == signal.SIGHUP)
 
 
 async def keep_replay(conn: StoreConnection, run_id: str, db_target: DbTarget) -> None:

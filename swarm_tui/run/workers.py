@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import dataclasses
 import os
+import signal
 import sys
 from collections.abc import AsyncIterator
 
@@ -201,9 +202,9 @@ async def work(conn: StoreConnection, db_target: DbTarget, cfg: LoadedConfig, op
                     await feeder
                 await leases.close()
 
-        interrupted = await life.execute(runner, started="worker_started",
-                                         detail=f'{{"worker": "{worker}"}}', fence=fence,
-                                         beside=lease_feed)
+        stopped_by = await life.execute(runner, started="worker_started",
+                                        detail=f'{{"worker": "{worker}"}}', fence=fence,
+                                        beside=lease_feed)
     writer = life.writer
     assert writer is not None
     if writer.failure == LOST_CLAIM and not writer.unsaved and not runner.cancelled:
@@ -224,7 +225,7 @@ async def work(conn: StoreConnection, db_target: DbTarget, cfg: LoadedConfig, op
     if ended or last_out:
         await _page_the_end(conn, cfg, summary, cap)
         await keep_replay(conn, run_id, db_target)  # after its end's alerts are in its log
-    return Outcome(summary, interrupted)
+    return Outcome(summary, stopped_by is not None, stopped_by == signal.SIGHUP)
 
 
 async def _page_the_end(conn: StoreConnection, cfg: LoadedConfig, summary: RunSummary,

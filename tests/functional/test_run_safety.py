@@ -220,6 +220,45 @@ def test_disk_full_mid_run_exits_2_and_resume_sends_only_unanswered(tmp_path, si
 # -- one executor per run ---------------------------------------------------------------------
 @pytest.mark.usefixtures("no_user_config")
 @pytest.mark.slow
+def test_a_hang_up_ends_a_headless_run_cleanly_with_every_answer_stored(tmp_path, sim_proc):
+    """An SSH drop under `run --headless` started without tmux: SIGHUP. Its default action
+    killed the process mid-flight — answered calls not yet flushed were paid and lost. Now
+    it ends as the console's hang-up does: the swarm is cancelled, what was answered is
+    stored, 129, resumable; every call the gateway saw is on record (the ones cancelled in
+    flight are sent again by the resume, as after a Ctrl-C)."""
+    port, cfg = sim_proc
+    db = tmp_path / "runs.db"
+    n = 4000
+    proc = subprocess.Popen([sys.executable, "-m", "swarm_tui", *_run_args(_workload(tmp_path, n),
+                                                                         cfg), "--db", str(db)],
+                            env={**os.environ, "GW_KEY": TEST_KEY}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+    try:
+        wait_until(lambda: _results(db) >= 300 or proc.poll() is not None, "some results")
+        assert proc.poll() is None, "the run ended before the hang-up"
+        proc.send_signal(signal.SIGHUP)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 129, (proc.returncode, err)
+    assert "Traceback" not in err, err
+    run_id, status = _q(db, "SELECT id, status FROM runs")[0]
+    assert status == "cancelled", status
+    served = _requests(port)
+    assert served == _q(db, "SELECT COUNT(*) FROM attempts")[0][0] < n  # every paid call kept
+    resumed = swarm("resume", run_id, "--db", str(db), "--config", str(cfg), "--quiet",
+                    env={"GW_KEY": TEST_KEY}, timeout=120)
+    assert resumed.returncode in (0, 3), resumed.stderr
+    cancelled_in_flight = _q(db, "SELECT COUNT(*) FROM attempts WHERE outcome='cancelled'")
+    assert _requests(port) == n + cancelled_in_flight[0][0]
+    assert _requests(port) == _q(db, "SELECT COUNT(*) FROM attempts")[0][0]
+    assert _q(db, "SELECT COUNT(*) FROM results WHERE state='succeeded'") == [(n,)]
+    assert _q(db, "SELECT MAX(c) FROM (SELECT COUNT(*) c FROM attempts WHERE outcome='ok' "
+                  "GROUP BY seq) per_seq") == [(1,)]
+
+
+@pytest.mark.usefixtures("no_user_config")
+@pytest.mark.slow
 def test_a_stopped_executor_keeps_its_run(tmp_path, sim_proc):
     port, cfg = sim_proc
     db = Path(os.environ["SWARM_TUI_DB"])

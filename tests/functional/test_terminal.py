@@ -142,6 +142,31 @@ def test_a_hang_up_cancels_the_run_cleanly_and_it_stays_resumable(env, tmp_path)
     assert runs[0]["status"] == "cancelled" and 0 < runs[0]["done"] < 8000
 
 
+def test_a_lost_terminal_ends_a_headless_run_cleanly(env):
+    """The SSH link drops under `run --headless` with its progress bar on the terminal: the
+    terminal is gone (the pty's other side closed — the kernel sends SIGHUP, and every
+    later write would fail). The run is cancelled cleanly, stored, 129, resumable."""
+    import json
+    import os
+
+    from tests.conftest import swarm
+
+    app = PtyApp("run", "--demo", "8000", "--headless", "--concurrency", "20", env=env)
+    try:
+        app.wait_for(lambda t: (m := re.search(r"(\d+)/8000", t)) is not None
+                     and int(m.group(1)) >= 100, what="some finished tasks")
+        os.close(app.fd)  # the terminal hangs up
+        app.fd = -1
+        deadline = time.monotonic() + 90
+        while app.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert app.returncode == 129, app.returncode
+    finally:
+        app.kill()
+    runs = json.loads(swarm("runs", "--json", env=env).stdout)
+    assert runs[0]["status"] == "cancelled" and 0 < runs[0]["done"] < 8000, runs[0]
+
+
 def test_cancel_then_quit_ends_130_like_quitting_a_live_run(env):
     app = PtyApp("run", "--demo", "8000", "--concurrency", "20", env=env)
     try:

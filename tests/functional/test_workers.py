@@ -225,12 +225,17 @@ def _alive(pid: int) -> bool:  # a zombie (exited, its parent gone) is not
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGHUP], ids=["INT", "HUP"])
-def test_a_signal_to_the_starter_reaches_its_workers(tmp_path, slow_sim, sig, monkeypatch):
+@pytest.mark.parametrize(("sig", "group"), [(signal.SIGINT, False), (signal.SIGHUP, False),
+                                            (signal.SIGHUP, True)],
+                         ids=["INT", "HUP", "HUP-to-the-process-group"])
+def test_a_signal_to_the_starter_reaches_its_workers(tmp_path, slow_sim, sig, group,
+                                                      monkeypatch):
     """`run --workers 2` is one unit: a SIGINT (TERM, HUP) to the starter alone — not its
-    process group — stops both workers cleanly and the starter exits 130 once they have;
-    what was paid for is stored and the rest resumes (the starter exited, and both workers
-    ran on)."""
+    process group — stops both workers cleanly and the starter exits 130 (129 for a
+    hang-up, as every run does) once they have; what was paid for is stored and the rest
+    resumes (the starter exited, and both workers ran on). A terminal that hangs up
+    signals the whole process group: each worker then gets its own SIGHUP besides the
+    starter's SIGTERM (SIGHUP's default action killed it mid-flight)."""
     port, cfg = slow_sim
     db = tmp_path / "runs.db"
     monkeypatch.setenv("SWARM_TUI_DB", str(db))
@@ -240,9 +245,10 @@ def test_a_signal_to_the_starter_reaches_its_workers(tmp_path, slow_sim, sig, mo
     proc = _run(_workload(tmp_path, n), cfg, 2)
     try:
         pids = _two_busy_workers(db)
-        os.kill(proc.pid, sig)
+        (os.killpg if group else os.kill)(proc.pid, sig)
         _out, err = proc.communicate(timeout=90)
-        assert proc.returncode == 130, err
+        assert proc.returncode == (129 if sig == signal.SIGHUP else 130), err
+        assert "workers failed" not in err, err  # they stopped as they were told
         assert not any(_alive(p) for p in pids), "a worker outlived its starter"
     finally:
         proc.kill()
