@@ -105,7 +105,10 @@ def raw_rows(target: Path | PgTarget, sql: str, params: Sequence = ()) -> list[t
         with psycopg.connect(target.url) as c:  # commits on leaving
             cur = c.execute(translate(sql), tuple(params))
             return [tuple(r) for r in cur.fetchall()] if cur.description else []
-    with contextlib.closing(sqlite3.connect(target, timeout=10)) as c, c:
+    # mode=rw: a poll before the run made its database must not create it (0644, and the
+    # run would then warn that others may read it and run on a file the test made)
+    with contextlib.closing(sqlite3.connect(f"file:{target}?mode=rw", uri=True,
+                                            timeout=10)) as c, c:
         return c.execute(sql, params).fetchall()
 
 

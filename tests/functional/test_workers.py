@@ -105,12 +105,13 @@ async def _stored_keys(db, run_id: str):
 
 
 def _count(db, sql: str, *args) -> int:
-    """A count; 0 only while the table does not exist yet (a poll before the run made its
-    database) — any other failure of the query fails the test."""
+    """A count; 0 only while the database or the table does not exist yet (a poll before
+    the run made it) — any other failure of the query fails the test."""
     try:
         return int(raw_rows(db, sql, args)[0][0] or 0)
     except (sqlite3.OperationalError, psycopg.errors.UndefinedTable) as e:
-        if "no such table" in str(e) or isinstance(e, psycopg.errors.UndefinedTable):
+        if ("no such table" in str(e) or "unable to open database file" in str(e)
+                or isinstance(e, psycopg.errors.UndefinedTable)):
             return 0
         raise
 
@@ -249,6 +250,7 @@ def test_a_signal_to_the_starter_reaches_its_workers(tmp_path, slow_sim, sig, gr
         _out, err = proc.communicate(timeout=90)
         assert proc.returncode == (129 if sig == signal.SIGHUP else 130), err
         assert "workers failed" not in err, err  # they stopped as they were told
+        assert "readable by other users" not in err, err  # the run made its database
         assert not any(_alive(p) for p in pids), "a worker outlived its starter"
     finally:
         proc.kill()
