@@ -106,6 +106,10 @@ async def run_with_progress(runner: SwarmRunner, show: bool = True) -> signal.Si
         for sig in STOP_SIGNALS:
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 loop.remove_signal_handler(sig)
+        # what follows — the writer's last flush, the summary, the replay timeline — must
+        # not die of a hang-up either: until the loop closes, one only detaches
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(signal.SIGHUP, detach_from_terminal, ttys)
     return stopped_by
 
 

@@ -244,14 +244,23 @@ def test_a_hang_up_ends_a_headless_run_cleanly_with_every_answer_stored(tmp_path
     assert "Traceback" not in err, err
     run_id, status = _q(db, "SELECT id, status FROM runs")[0]
     assert status == "cancelled", status
+    # every call the gateway answered is a stored attempt; a stored attempt it did not
+    # answer is one the hang-up cancelled (cut on the wire, or never written: under load a
+    # cancel lands mid-send — 361 stored, 350 served, 11 of them cancelled)
     served = _requests(port)
-    assert served == _q(db, "SELECT COUNT(*) FROM attempts")[0][0] < n  # every paid call kept
+    outcomes = dict(_q(db, "SELECT outcome, COUNT(*) FROM attempts GROUP BY outcome"))
+    stored = sum(outcomes.values())
+    assert outcomes.get("ok", 0) <= served <= stored < n, (served, outcomes)
+    assert stored - served <= outcomes.get("cancelled", 0), (served, outcomes)
     resumed = swarm("resume", run_id, "--db", str(db), "--config", str(cfg), "--quiet",
                     env={"GW_KEY": TEST_KEY}, timeout=120)
     assert resumed.returncode in (0, 3), resumed.stderr
-    cancelled_in_flight = _q(db, "SELECT COUNT(*) FROM attempts WHERE outcome='cancelled'")
-    assert _requests(port) == n + cancelled_in_flight[0][0]
-    assert _requests(port) == _q(db, "SELECT COUNT(*) FROM attempts")[0][0]
+    # in total: each task answered once; the only repeat sends are the calls the hang-up
+    # cancelled in flight, each on record
+    served = _requests(port)
+    cancelled = _q(db, "SELECT COUNT(*) FROM attempts WHERE outcome='cancelled'")[0][0]
+    assert n <= served <= n + cancelled, (served, cancelled)
+    assert served <= _q(db, "SELECT COUNT(*) FROM attempts")[0][0]
     assert _q(db, "SELECT COUNT(*) FROM results WHERE state='succeeded'") == [(n,)]
     assert _q(db, "SELECT MAX(c) FROM (SELECT COUNT(*) c FROM attempts WHERE outcome='ok' "
                   "GROUP BY seq) per_seq") == [(1,)]
