@@ -3,6 +3,7 @@
 config: ~/.config/swarm-tui/config.toml (SWARM_TUI_CONFIG / --config override it)
 themes: ~/.config/swarm-tui/themes/*.toml
 runs:   ~/.local/share/swarm-tui/runs.db (SWARM_TUI_DB / --db override it)
+screenshots from the console: the user's downloads folder (as Textual saves them)
 """
 
 from __future__ import annotations
@@ -28,3 +29,7 @@ def user_theme_dir() -> Path:
 
 def default_db_path() -> Path:
     return platformdirs.user_data_path(APP_NAME) / "runs.db"
+
+
+def downloads_dir() -> Path:
+    return platformdirs.user_downloads_path()

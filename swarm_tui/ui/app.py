@@ -319,6 +319,32 @@ class SwarmApp(App[int]):
     def run_active(self) -> bool:
         return self.source is not None and self.source.active
 
+    # -- screenshots ---------------------------------------------------------------------
+    def deliver_screenshot(self, filename: str | None = None, path: str | None = None,
+                           time_format: str | None = None) -> str | None:
+        """The palette's Screenshot, saved here 0600 like an export (it shows task ids,
+        errors and cost: the operator's data; Textual's own save follows the umask, 0644
+        on a shared host). In a browser (`serve`) the browser receives it, as Textual does."""
+        if self.is_web:
+            return super().deliver_screenshot(filename, path, time_format)
+        import time
+
+        from swarm_tui.paths import downloads_dir
+        from swarm_tui.report.history import open_out
+
+        name = filename or time.strftime(f"swarm-tui {time_format or '%Y-%m-%dT%H_%M_%S'}.svg")
+        target = (Path(path) if path else downloads_dir()) / name
+        try:
+            out, _ = open_out(str(target))
+            with out:
+                out.write(self.export_screenshot())
+        except OSError as e:
+            self.notify(f"screenshot not saved: {target}: {e.strerror}", severity="error",
+                        markup=False)
+            return None
+        self.notify(f"screenshot saved to {target}", title="Screenshot", markup=False)
+        return None
+
     # -- commands palette ----------------------------------------------------------------
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         # Textual's own Quit (no question on a live run), Keys and Theme are ours below:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from swarm_tui.report.history import open_out
 from swarm_tui.ui.app import SwarmApp
 
 
@@ -30,7 +31,10 @@ class _Shot(SwarmApp):
         if tries and drawn != last:
             self.set_timer(0.05, lambda: self._save(target, tries - 1, drawn))
             return
-        self.shot = self.save_screenshot(target.name, str(target.parent))
+        out, _ = open_out(str(target))  # 0600, as an export: it shows the operator's data
+        with out:
+            out.write(self.export_screenshot())
+        self.shot = str(target)
         self.exit()
 
     def _drawn(self) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import time
 from datetime import UTC, datetime
 
@@ -125,6 +126,8 @@ async def test_the_screenshot_of_a_moment_is_the_console_at_that_moment(
         console = app.export_screenshot()
     assert _svg_text(shot.read_text()) == _svg_text(console)
     assert f"{mf.MOMENTS[moment]:.0f}" in r.stdout or "+" in r.stdout  # the status block
+    # the operator's data (task ids, errors, cost): private as an export, whatever the umask
+    assert stat.S_IMODE(shot.stat().st_mode) == 0o600
 
 
 async def test_mark_move_and_compare_say_what_changed(incident_db):

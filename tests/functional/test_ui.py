@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import stat
 import subprocess
 import sys
 
@@ -156,6 +157,23 @@ async def test_command_palette_offers_every_action():
     for wanted in ("Pause / resume dispatch", "Cancel the run (asks first)", "Filter agents",
                    "Stored runs: replay, compare", "Show the key bindings"):
         assert wanted in titles
+
+
+async def test_the_palettes_screenshot_is_saved_private(tmp_path):
+    """Textual saves it with the umask (0644 on a shared bastion); it shows task ids,
+    errors and cost — the operator's data — so it is written 0600, as an export is."""
+    old = os.umask(0o022)
+    try:
+        app = SwarmApp(FixedSource(mid_run_snapshot()), refresh_s=10)
+        async with app.run_test():
+            await wait_for(lambda: app.snapshot is not None)
+            app.action_screenshot("moment.svg", str(tmp_path))
+            await wait_for(lambda: (tmp_path / "moment.svg").exists())
+    finally:
+        os.umask(old)
+    shot = tmp_path / "moment.svg"
+    assert stat.S_IMODE(shot.stat().st_mode) == 0o600
+    assert "<svg" in shot.read_text() and "demo-0000" in shot.read_text()
 
 
 def test_filter_words():
