@@ -157,7 +157,7 @@ def run_add(cfg: LoadedConfig, args: argparse.Namespace) -> int:
         raise UserError("--label: one word, no '#'")
     line = secret + (f" {label}" if label else "") + "\n"
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # a folder it makes: its own
         # created 0600, appended in one write: a reloading runner never sees half a line
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, stat.S_IRUSR | stat.S_IWUSR)
         try:
