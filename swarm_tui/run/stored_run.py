@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import gc
 import signal
 import sqlite3
@@ -148,14 +150,41 @@ async def _execute(
 
 async def keep_replay(conn: StoreConnection, run_id: str, db_target: DbTarget) -> None:
     """The run's replay timeline stored now that it has ended (replay/timeline.py):
-    ~15 µs a task here, so a page's link to any moment of it opens at once."""
+    ~15 µs a task here, so a page's link to any moment of it opens at once.
+
+    The run is stored and summarised already: a Ctrl-C or SIGTERM now skips the save (the
+    first replay builds it) instead of ending a finished run as `interrupted`, exit 130,
+    with no summary printed."""
     from swarm_tui.replay.timeline import keep_timeline
 
+    async def save() -> None:
+        try:
+            run, status = await get_settled_run(conn, run_id, db_target)
+            if status != RunStatus.RUNNING and run.finished_at is not None:
+                await keep_timeline(conn, run_id, run.started_at, run.finished_at)
+        except sqlite3.Error:
+            # the run and its summary are stored; the timeline only saves a replay its
+            # build (a store that failed just now: the first replay builds it from the rows)
+            pass
+
+    loop = asyncio.get_running_loop()
+    task = asyncio.ensure_future(save())
+    skipped = False
+
+    def skip() -> None:
+        nonlocal skipped
+        skipped = True
+        task.cancel()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(sig, skip)
     try:
-        run, status = await get_settled_run(conn, run_id, db_target)
-        if status != RunStatus.RUNNING and run.finished_at is not None:
-            await keep_timeline(conn, run_id, run.started_at, run.finished_at)
-    except sqlite3.Error:
-        # the run and its summary are stored; the timeline only saves a replay its build
-        # (a store that failed just now: the first replay builds it from the rows)
-        pass
+        await task
+    except asyncio.CancelledError:
+        if not skipped:
+            raise  # this coroutine itself was cancelled, not the save skipped
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.remove_signal_handler(sig)

@@ -6,7 +6,10 @@ that no longer matches its run, or that is not one, is built again from the rows
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
+import subprocess
+import sys
 
 import psycopg
 import pytest
@@ -195,3 +198,32 @@ def test_a_store_that_refuses_the_timeline_does_not_fail_the_run(tmp_path):
               str(tmp_path / "end.svg"), env=env, timeout=60)
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "end.svg").stat().st_size > 1_000 and "50/50" in r.stdout
+
+
+def test_a_ctrl_c_while_the_timeline_is_stored_skips_it_and_the_run_ends_as_it_did(tmp_path):
+    """The run is stored and summarised before its timeline is: a Ctrl-C then (1.7 s at
+    100,000 tasks) used to end a finished run as `interrupted` with no summary printed.
+    Here the signal lands as the save starts, in a process of its own: the save is
+    skipped, nothing is raised, and the first replay builds the timeline from the rows."""
+    db, run_id, env = demo_run(tmp_path, "50")
+    _drop_index(db)
+    code = ("import asyncio, os, signal, sys\n"
+            "from pathlib import Path\n"
+            "from swarm_tui.run.stored_run import keep_replay\n"
+            "from swarm_tui.store.db import open_db\n"
+            "async def main():\n"
+            "    conn = await open_db(Path(sys.argv[1]), create=False)\n"
+            "    asyncio.get_running_loop().call_soon(os.kill, os.getpid(), signal.SIGINT)\n"
+            "    try:\n"
+            "        await keep_replay(conn, sys.argv[2], Path(sys.argv[1]))\n"
+            "    finally:\n"
+            "        await conn.close()\n"
+            "    print('the run ends as it did')\n"
+            "asyncio.run(main())\n")
+    r = subprocess.run([sys.executable, "-c", code, str(db), run_id], capture_output=True,
+                       text=True, timeout=60, env={**os.environ, **env})
+    assert r.returncode == 0 and "the run ends as it did" in r.stdout, r.stderr
+    assert _index_rows(db) == []  # skipped, not half written
+    shot = swarm("replay", run_id, "--at", "end", "--screenshot", str(tmp_path / "end.svg"),
+                 env=env, timeout=60)
+    assert shot.returncode == 0 and "50/50" in shot.stdout, shot.stderr
