@@ -93,6 +93,17 @@ class PtyApp:
         self.pump()
         return self.returncode
 
+    def hang_up(self, timeout: float) -> int | None:
+        """The terminal goes away (an SSH drop): this side of the pty is closed — the kernel
+        sends SIGHUP, and every later write to the terminal fails — then up to `timeout`
+        seconds for the exit. Its code, or None when none came."""
+        os.close(self.fd)
+        self.fd = -1
+        deadline = time.monotonic() + timeout
+        while self.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return self.returncode
+
     def kill(self) -> None:
         """Idempotent: the end of every test, whatever happened before."""
         if self.returncode is None:

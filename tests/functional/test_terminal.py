@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-import time
 
 import pytest
 
@@ -125,7 +124,6 @@ def test_a_scrolled_grid_keeps_repainting(env):
 
 def test_a_hang_up_cancels_the_run_cleanly_and_it_stays_resumable(env, tmp_path):
     import json
-    import os
     import signal
 
     from tests.conftest import swarm
@@ -147,7 +145,6 @@ def test_a_lost_terminal_ends_a_headless_run_cleanly(env):
     terminal is gone (the pty's other side closed — the kernel sends SIGHUP, and every
     later write would fail). The run is cancelled cleanly, stored, 129, resumable."""
     import json
-    import os
 
     from tests.conftest import swarm
 
@@ -155,12 +152,7 @@ def test_a_lost_terminal_ends_a_headless_run_cleanly(env):
     try:
         app.wait_for(lambda t: (m := re.search(r"(\d+)/8000", t)) is not None
                      and int(m.group(1)) >= 100, what="some finished tasks")
-        os.close(app.fd)  # the terminal hangs up
-        app.fd = -1
-        deadline = time.monotonic() + 90
-        while app.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert app.returncode == 129, app.returncode
+        assert app.hang_up(timeout=90) == 129, app.returncode
     finally:
         app.kill()
     runs = json.loads(swarm("runs", "--json", env=env).stdout)
@@ -279,14 +271,9 @@ def test_a_console_whose_terminal_goes_away_exits_and_keeps_its_run(env, with_di
         if with_dialog:
             app.send("q")
             app.wait_for(lambda t: "Quit" in t or "quit" in t, what="the quit dialog")
-        os.close(app.fd)  # the terminal goes away
-        app.fd = -1
         # within seconds: storing the cancelled run, then 2 s; whatever happens, the 20 s
         # backstop from the hang-up (a starved one-core run took longer than 10 s to store)
-        deadline = time.monotonic() + 25
-        while app.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert app.returncode == 129, app.returncode
+        assert app.hang_up(timeout=25) == 129, app.returncode
     finally:
         app.kill()
     runs = json.loads(swarm("runs", "--json", env=env).stdout)
