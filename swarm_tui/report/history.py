@@ -6,6 +6,7 @@ import csv
 import json
 import os
 import sys
+from contextlib import aclosing
 from typing import IO, Any
 
 from swarm_tui.core.summary import RunSummary
@@ -128,8 +129,9 @@ async def export_run(conn: StoreConnection, run: RunRecord, fmt: str, out: IO[st
     """JSONL: one task per line with its attempts nested. CSV: one row per attempt, with its
     task's columns (a task never sent gets one row with empty attempt columns)."""
     attempts: dict[int, list[dict[str, Any]]] = {}
-    async for seq, a in reads.attempt_dicts(conn, run.id, _ATTEMPT_COLS):
-        attempts.setdefault(seq, []).append(a)
+    async with aclosing(reads.attempt_dicts(conn, run.id, _ATTEMPT_COLS)) as rows:
+        async for seq, a in rows:
+            attempts.setdefault(seq, []).append(a)
     twice = await tasks_sent_twice(conn, run.id)
     writer = None
     if fmt == "csv":
@@ -138,18 +140,21 @@ async def export_run(conn: StoreConnection, run: RunRecord, fmt: str, out: IO[st
                          *(f"input_{c}" for c in _INPUT_COLS),
                          *(f"attempt_{c}" for c in _ATTEMPT_COLS)])
     n = 0
-    async for task, asked in reads.task_dicts(conn, run.id, _TASK_COLS):
-        task["sent_twice"] = task["seq"] in twice
-        tries = attempts.get(task["seq"], [])
-        n += 1
-        if writer is None:
-            out.write(json.dumps({"run_id": run.id, **task, "input": asked, "attempts": tries})
-                      + "\n")
-            continue
-        inputs = [json.dumps(v) if isinstance(v, dict) else v
-                  for v in (asked.get(k) for k in _INPUT_COLS)]
-        for a in tries or [dict.fromkeys(_ATTEMPT_COLS)]:
-            writer.writerow([run.id, *task.values(), *inputs, *a.values()])
+    # closed here, while the connection is open: a reader that leaves (`| head`) ends the
+    # loop with BrokenPipeError, and a generator finalised later printed a traceback
+    async with aclosing(reads.task_dicts(conn, run.id, _TASK_COLS)) as tasks:
+        async for task, asked in tasks:
+            task["sent_twice"] = task["seq"] in twice
+            tries = attempts.get(task["seq"], [])
+            n += 1
+            if writer is None:
+                out.write(json.dumps({"run_id": run.id, **task, "input": asked,
+                                      "attempts": tries}) + "\n")
+                continue
+            inputs = [json.dumps(v) if isinstance(v, dict) else v
+                      for v in (asked.get(k) for k in _INPUT_COLS)]
+            for a in tries or [dict.fromkeys(_ATTEMPT_COLS)]:
+                writer.writerow([run.id, *task.values(), *inputs, *a.values()])
     return n
 
 

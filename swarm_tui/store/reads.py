@@ -4,7 +4,7 @@ command, its stored log, the executor's live figures, one task in full, its keys
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
 from typing import Any
 
 from swarm_tui.core.records import KeyRow
@@ -237,7 +237,7 @@ async def _key_counts(conn: StoreConnection, run_id: str, at: float) -> KeyCount
 
 
 async def attempt_dicts(conn: StoreConnection, run_id: str, cols: Sequence[str]
-                        ) -> AsyncIterator[tuple[int, dict[str, Any]]]:
+                        ) -> AsyncGenerator[tuple[int, dict[str, Any]], None]:
     """(seq, attempt as a dict of `cols`) for every attempt of the run, in order."""
     async with conn.execute(f"SELECT seq, {', '.join(cols)} FROM attempts WHERE run_id=? "
                             "ORDER BY seq, number, id", (run_id,)) as cur:
@@ -246,7 +246,7 @@ async def attempt_dicts(conn: StoreConnection, run_id: str, cols: Sequence[str]
 
 
 async def task_dicts(conn: StoreConnection, run_id: str, cols: Sequence[str]
-                     ) -> AsyncIterator[tuple[dict[str, Any], dict[str, Any]]]:
+                     ) -> AsyncGenerator[tuple[dict[str, Any], dict[str, Any]], None]:
     """Every task of the run, by seq: its result (`task_results` columns) and what was
     asked (the workload line as stored: prompt, user_id, model, metadata, …)."""
     select = ", ".join(f"r.{c}" for c in cols)

@@ -171,6 +171,26 @@ def test_resume_refuses_a_live_run_and_unknown_ids(tmp_path):
 
 @pytest.mark.usefixtures("no_user_config")
 @pytest.mark.slow
+@pytest.mark.usefixtures("no_user_config")
+@pytest.mark.parametrize("fmt", ["jsonl", "csv"])
+def test_an_export_whose_reader_leaves_ends_quietly(tmp_path, fmt):
+    """`swarm-tui export RUN | head`: the reader leaves after a few bytes. Exit 0 and not a
+    word on stderr (the rows' generator, finalised after the database closed, printed a
+    traceback)."""
+    from tests.conftest import demo_run
+
+    _db, run_id, env = demo_run(tmp_path, "600", "--rate", "0")
+    proc = subprocess.Popen([sys.executable, "-m", "swarm_tui", "export", run_id, "--format",
+                             fmt], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, **env})
+    assert proc.stdout is not None and proc.stderr is not None
+    assert len(proc.stdout.read(100)) == 100
+    proc.stdout.close()  # the reader leaves with the export unfinished (> a pipe's 64 KiB)
+    err = proc.stderr.read()
+    assert proc.wait(timeout=60) == 0, err
+    assert err == b"", err
+
+
 def test_export_csv_and_jsonl_carry_no_key(tmp_path, sim_proc):
     _port, cfg = sim_proc
     w = _workload(tmp_path, 20)
