@@ -169,7 +169,6 @@ def test_resume_refuses_a_live_run_and_unknown_ids(tmp_path):
     assert_one_line_error(swarm("export", "nope"), 2, "run nope: not found")
 
 
-@pytest.mark.usefixtures("no_user_config")
 @pytest.mark.slow
 @pytest.mark.usefixtures("no_user_config")
 @pytest.mark.parametrize("fmt", ["jsonl", "csv"])
@@ -191,6 +190,8 @@ def test_an_export_whose_reader_leaves_ends_quietly(tmp_path, fmt):
     assert err == b"", err
 
 
+@pytest.mark.usefixtures("no_user_config")
+@pytest.mark.slow
 def test_export_csv_and_jsonl_carry_no_key(tmp_path, sim_proc):
     _port, cfg = sim_proc
     w = _workload(tmp_path, 20)
