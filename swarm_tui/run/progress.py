@@ -103,14 +103,24 @@ async def run_with_progress(runner: SwarmRunner, show: bool = True) -> signal.Si
             progress.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await progress
+        # What follows — the writer's last flush, the summary, the replay timeline — must
+        # not die of a late signal either: until the loop closes a hang-up only detaches
+        # and a SIGINT / SIGTERM is said and let be (a worker whose terminal hung up gets
+        # its own SIGHUP and then its starter's SIGTERM: the default action of the second
+        # killed it mid-flush, exit -15). Bounded: the store's grace, then the journal.
         for sig in STOP_SIGNALS:
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 loop.remove_signal_handler(sig)
-        # what follows — the writer's last flush, the summary, the replay timeline — must
-        # not die of a hang-up either: until the loop closes, one only detaches
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.add_signal_handler(signal.SIGHUP, detach_from_terminal, ttys)
+                if sig == signal.SIGHUP:
+                    loop.add_signal_handler(sig, detach_from_terminal, ttys)
+                else:
+                    loop.add_signal_handler(sig, _ending)
     return stopped_by
+
+
+def _ending() -> None:
+    with contextlib.suppress(OSError):
+        print("swarm-tui: storing what was answered; it ends by itself", file=sys.stderr)
 
 
 def terminal_fds() -> tuple[int, ...]:
