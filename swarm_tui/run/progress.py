@@ -108,9 +108,8 @@ async def run_with_progress(runner: SwarmRunner, show: bool = True) -> signal.Si
         # and a SIGINT / SIGTERM is said and let be (a worker whose terminal hung up gets
         # its own SIGHUP and then its starter's SIGTERM: the default action of the second
         # killed it mid-flush, exit -15). Bounded: the store's grace, then the journal.
-        for sig in STOP_SIGNALS:
+        for sig in STOP_SIGNALS:  # (adding a handler replaces the one before)
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                loop.remove_signal_handler(sig)
                 if sig == signal.SIGHUP:
                     loop.add_signal_handler(sig, detach_from_terminal, ttys)
                 else:

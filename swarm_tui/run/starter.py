@@ -21,7 +21,7 @@ from swarm_tui.errors import (
     EXIT_SLA_BREACHED,
 )
 from swarm_tui.report.history import load_summary
-from swarm_tui.run.progress import detach_from_terminal, terminal_fds
+from swarm_tui.run.progress import STOP_SIGNALS, detach_from_terminal, terminal_fds
 from swarm_tui.run.stored_run import Outcome
 from swarm_tui.run.wiring import RunOptions
 from swarm_tui.run.workers import prepare
@@ -81,24 +81,26 @@ async def run_with_workers(conn: StoreConnection, path: DbTarget, cfg: LoadedCon
 class _Forwarded:
     """Signal handlers that pass SIGINT / SIGTERM / SIGHUP on to worker processes."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, sigs: tuple[int, ...]) -> None:
-        self.loop, self.sigs, self.got = loop, sigs, False
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
         self.first: int | None = None  # the first signal passed on
 
+    @property
+    def got(self) -> bool:
+        return self.first is not None
+
     def close(self) -> None:
-        for sig in self.sigs:
+        for sig in STOP_SIGNALS:
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 self.loop.remove_signal_handler(sig)
 
 
 def _forward_signals(procs: list[asyncio.subprocess.Process]) -> _Forwarded:
     loop = asyncio.get_running_loop()
-    sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-    fwd = _Forwarded(loop, sigs)
+    fwd = _Forwarded(loop)
     ttys = terminal_fds()
 
     def forward(sig: int) -> None:
-        fwd.got = True
         fwd.first = fwd.first or sig
         if sig == signal.SIGHUP:
             detach_from_terminal(ttys)  # its last lines must not fail on the lost terminal
@@ -109,7 +111,7 @@ def _forward_signals(procs: list[asyncio.subprocess.Process]) -> _Forwarded:
                 with contextlib.suppress(ProcessLookupError):
                     p.send_signal(to)
 
-    for sig in sigs:
+    for sig in STOP_SIGNALS:
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
             loop.add_signal_handler(sig, forward, sig)
     return fwd
