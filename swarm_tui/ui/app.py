@@ -249,8 +249,12 @@ class SwarmApp(App[int]):
     async def _tick(self) -> None:
         can = (self.may_control(), self.source is None)
         if can != self._bindings_for:  # a run started, ended, was replaced: redo footer
+            try:
+                self.refresh_bindings()
+            except ScreenStackError:
+                return  # the app is closing: its screens are down (a run that ended as a
+                # one-core test closed its console raised here)
             self._bindings_for = can
-            self.refresh_bindings()
         if self.frozen or self._shown_dashboard() is None:
             return
         snap = None
