@@ -120,7 +120,7 @@ async def runner(url: str, n: int, conc: int, transport: str = "wire") -> dict:
     await r.run()
     wall, cpu = time.perf_counter() - t0, cpu_seconds() - c0
     await gw.aclose()
-    lat = sorted(a.latency_ms for a in r.agents if a.latency_ms is not None)
+    lat = sorted(a.latency_ms for a in r.records if a.latency_ms is not None)
     return {"ok": r.counts["succeeded"], "wall_s": wall, "cpu_s": cpu, "events": events,
             "p50_ms": lat[len(lat) // 2], "p95_ms": lat[int(len(lat) * 0.95)]}
 

@@ -63,7 +63,7 @@ async def engine_phase(url: str, n: int, conc: int, db: Path, with_store: bool) 
     if with_store:
         conn = await open_db(db)
         claim = take_lock(db, "engine")
-        await create_run(conn, "engine", runner.agents, demo_tasks(n), name=None,
+        await create_run(conn, "engine", runner.records, demo_tasks(n), name=None,
                      simulated=True, config={}, claim=claim)
         writer = StoreWriter(conn, db, "engine", runner, claim=claim)
         RunRecorder(writer, runner)
@@ -88,13 +88,13 @@ async def capacity_phase(n: int, db: Path) -> dict:
     conn = await open_db(db)
     t0 = time.perf_counter()
     claim = take_lock(db, "capacity")
-    await create_run(conn, "capacity", runner.agents, demo_tasks(n), name=None,
+    await create_run(conn, "capacity", runner.records, demo_tasks(n), name=None,
                      simulated=True, config={}, claim=claim)
     setup_s = time.perf_counter() - t0
     writer = StoreWriter(conn, db, "capacity", runner, claim=claim)
     recorder = RunRecorder(writer, runner)
     text = "the swarm agent answers with a short careful summary " * 90  # ~4.8 KB
-    for a in runner.agents:  # finished tasks, as the engine leaves them
+    for a in runner.records:  # finished tasks, as the engine leaves them
         att = Attempt(1, a.model, "sim", "sk-…beef#abcdef", 5.0, 1.0, 180.0, 60.0, tokens_in=720,
                       tokens_out=1200, outcome="ok")
         a.attempts.append(att)
@@ -104,7 +104,7 @@ async def capacity_phase(n: int, db: Path) -> dict:
     writer.start()
     t0 = time.perf_counter()
     emit_s = 0.0
-    for i, a in enumerate(runner.agents):
+    for i, a in enumerate(runner.records):
         e0 = time.perf_counter()
         recorder.on_event(ev.Event(ev.SUCCEEDED, 200.0, a, a.attempts[0]))
         emit_s += time.perf_counter() - e0

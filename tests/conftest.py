@@ -146,7 +146,7 @@ class Recorder:
         self.events: list[tuple[str, str | None, int | None, float]] = []
 
     def __call__(self, e: Event) -> None:
-        self.events.append((e.kind, e.agent.id if e.agent else None,
+        self.events.append((e.kind, e.record.id if e.record else None,
                             e.attempt.number if e.attempt else None, e.at_ms))
 
     def kinds(self, kind: str) -> list[tuple[str, str | None, int | None, float]]:

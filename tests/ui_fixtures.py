@@ -10,8 +10,8 @@ from __future__ import annotations
 import dataclasses
 import random
 
-from swarm_tui.engine.snapshot import AgentCell, SlotCell, Snapshot
-from swarm_tui.run_sources import AgentDetail
+from swarm_tui.engine.snapshot import SlotCell, Snapshot, TaskCell
+from swarm_tui.run_sources import TaskDetail
 from swarm_tui.settings.sections import SlaConfig
 
 STATES = ["succeeded"] * 55 + ["streaming"] * 20 + ["running"] * 8 + ["retrying"] * 4 + \
@@ -24,7 +24,7 @@ def mid_run_snapshot(n: int = 140) -> Snapshot:
     for i in range(n):
         state = STATES[i % len(STATES)] if i < 90 else "queued"
         lat = round(150 + rng.random() * 200, 1) if state == "succeeded" else None
-        cells.append(AgentCell(i, f"demo-{i:05d}", state,
+        cells.append(TaskCell(i, f"demo-{i:05d}", state,
                                "kimi-k2.5" if i % 7 == 0 else "deepseek-v3.2", "baseline",
                                lat, 0.00065 if lat else None, 2 if state == "retrying" else 1,
                                "rate_limited" if state in ("retrying", "failed") else None))
@@ -50,15 +50,15 @@ def mid_run_snapshot(n: int = 140) -> Snapshot:
         success_rate=55 / 57, call_success_rate=55 / 64, calls=64,
         latency_ms=(182.0, 281.0, 402.0), ttft_ms=(64.0, 99.0),
         tokens_in=39_600, tokens_out=66_000, cost_usd=0.0358, unpriced_tasks=0,
-        usage_estimated=False, projected_month_usd=234.0, sla=SlaConfig(), agents=tuple(cells),
+        usage_estimated=False, projected_month_usd=234.0, sla=SlaConfig(), cells=tuple(cells),
         slots=tuple(slots),
         log=log, histogram=(0, 0, 4, 20, 18, 9, 3, 1, 0, 0, 0, 0),
         sparkline=(0,) * 50 + (40, 180, 390, 412, 405, 398, 420, 415, 410, 412),
     )
 
 
-def agent_detail() -> AgentDetail:
-    return AgentDetail(
+def agent_detail() -> TaskDetail:
+    return TaskDetail(
         seq=7, task_id="demo-00007", state="succeeded", model="kimi-k2.5", gateway="sim",
         bucket="baseline", key_fp="sk-…a1b2#3f9c1e", prompt="Task 7: summarise the contract " * 4,
         latency_ms=214.0, ttft_ms=71.0, queue_ms=1012.0, tokens_in=1210, tokens_out=1150,
@@ -92,7 +92,7 @@ class FixedSource:
     async def snapshot(self) -> Snapshot:
         return self.snap
 
-    async def detail(self, seq: int) -> AgentDetail:
+    async def detail(self, seq: int) -> TaskDetail:
         return agent_detail()
 
     async def control(self, command: str, arg: str | None = None) -> bool:

@@ -40,7 +40,7 @@ FINAL_KINDS = frozenset({SUCCEEDED, FAILED, CANCELLED})
 class Event:
     kind: EventKind
     at_ms: float                 # since run start
-    agent: TaskRecord | None = None   # the live record: copy what you keep, it will change
+    record: TaskRecord | None = None   # the live record: copy what you keep, it will change
     attempt: Attempt | None = None
     detail: str | None = None
 

@@ -27,7 +27,7 @@ __all__ = ["Executor", "apply_command"]
 class Executor(Protocol):
     """What the run's recorder reads of the run it records, and a command acts on."""
 
-    agents: list[TaskRecord]
+    records: list[TaskRecord]
     consumers: list[ev.Consumer]
     holds: dict[str, str]
     started_wall: float
@@ -52,7 +52,7 @@ class Executor(Protocol):
     def set_concurrency(self, n: int) -> None: ...
     def cancel_agent(self, index: int) -> None: ...
     def wake(self) -> None: ...
-    def emit(self, kind: ev.EventKind, agent: TaskRecord | None = None,
+    def emit(self, kind: ev.EventKind, rec: TaskRecord | None = None,
              attempt: Attempt | None = None, detail: str | None = None) -> None: ...
 
 
@@ -79,9 +79,9 @@ def apply_command(runner: Executor, command: str, arg: str | None) -> bool:
             runner.set_concurrency(int(arg))
         elif cmd is Command.CANCEL_AGENT and arg:
             seq = int(arg)
-            for agent in runner.agents:
-                if agent.seq == seq:
-                    runner.cancel_agent(agent.index)
+            for rec in runner.records:
+                if rec.seq == seq:
+                    runner.cancel_agent(rec.index)
         else:
             return False
     except (ValueError, UserError):

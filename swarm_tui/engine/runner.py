@@ -101,12 +101,12 @@ class SwarmRunner:
             bodies, items = MemoryBodies(kept), kept  # type: ignore[arg-type]
         self.bodies = bodies
         self._chains: dict[str, tuple[str, ...]] = {}  # fallback chain by first model
-        self.agents = [self._agent(i, t.head() if isinstance(t, Task) else t)
+        self.records = [self._record(i, t.head() if isinstance(t, Task) else t)
                        for i, t in enumerate(items)]
-        for agent, seq in zip(self.agents, seqs or (), strict=False):
-            agent.seq = seq
-        for agent, prior in zip(self.agents, prior_attempts or (), strict=False):
-            agent.prior_attempts = prior
+        for rec, seq in zip(self.records, seqs or (), strict=False):
+            rec.seq = seq
+        for rec, prior in zip(self.records, prior_attempts or (), strict=False):
+            rec.prior_attempts = prior
         self.limit = policy.concurrency
         self.paused = False
         self.cancelled = False
@@ -166,17 +166,17 @@ class SwarmRunner:
     def add_tasks(self, heads: Sequence[TaskHead], seqs: Sequence[int],
                   prior_attempts: Sequence[int]) -> None:
         """More of a stored run's tasks (by seq) for this runner to send."""
-        start = len(self.agents)
-        new = [self._agent(start + k, head) for k, head in enumerate(heads)]
-        for agent, seq, prior in zip(new, seqs, prior_attempts, strict=True):
-            agent.seq, agent.prior_attempts = seq, prior
-        self.agents.extend(new)
+        start = len(self.records)
+        new = [self._record(start + k, head) for k, head in enumerate(heads)]
+        for rec, seq, prior in zip(new, seqs, prior_attempts, strict=True):
+            rec.seq, rec.prior_attempts = seq, prior
+        self.records.extend(new)
         if self.t0:  # running: queue them now (before the run, run() queues every agent)
             now = time.perf_counter()
-            for agent in new:
-                agent.ready_at = now
-                self._pending.append(agent)
-                self.emit(ev.QUEUED, agent)
+            for rec in new:
+                rec.ready_at = now
+                self._pending.append(rec)
+                self.emit(ev.QUEUED, rec)
             self._wake.set()
 
     @property
@@ -188,33 +188,33 @@ class SwarmRunner:
         self.feeding = False
         self._wake.set()
 
-    def _agent(self, i: int, task: TaskHead) -> TaskRecord:
-        agent = TaskRecord(i, i, task, "", "", "", (), runner=self)
-        self._route(agent)
-        return agent
+    def _record(self, i: int, task: TaskHead) -> TaskRecord:
+        rec = TaskRecord(i, i, task, "", "", "", (), runner=self)
+        self._route(rec)
+        return rec
 
-    def _route(self, agent: TaskRecord) -> None:
+    def _route(self, rec: TaskRecord) -> None:
         """Gateway, bucket and model for a task's first send. A canary stage change
         re-routes tasks not yet sent (a retry stays on its gateway: same user, same side)."""
-        gw_name, agent.bucket = self.router.route(agent.task)
-        agent.gateway = gw_name
-        agent.route_version = self.router.version
+        gw_name, rec.bucket = self.router.route(rec.task)
+        rec.gateway = gw_name
+        rec.route_version = self.router.version
         pinned = self.gateways[gw_name].pinned_model
-        agent.model = choose_model(agent.task, self.policy.routing, self.policy.default_model,
+        rec.model = choose_model(rec.task, self.policy.routing, self.policy.default_model,
                                    pinned)
-        chain = self._chains.get(agent.model)
+        chain = self._chains.get(rec.model)
         if chain is None:
-            chain = self._chains[agent.model] = fallback_chain(agent.model,
+            chain = self._chains[rec.model] = fallback_chain(rec.model,
                                                                self.policy.routing)
-        agent.fallbacks = chain
+        rec.fallbacks = chain
 
     # -- clock and events ------------------------------------------------------------------
     def now_ms(self) -> float:
         return (time.perf_counter() - self.t0) * 1000.0
 
-    def emit(self, kind: ev.EventKind, agent: TaskRecord | None = None,
+    def emit(self, kind: ev.EventKind, rec: TaskRecord | None = None,
              attempt: Attempt | None = None, detail: str | None = None) -> None:
-        event = ev.Event(kind, self.now_ms(), agent, attempt, detail)
+        event = ev.Event(kind, self.now_ms(), rec, attempt, detail)
         for consumer in self.consumers:
             try:
                 consumer(event)
@@ -267,43 +267,43 @@ class SwarmRunner:
         """Dispatch stopped for good: a retry still waiting out its backoff will never be
         sent, so it stops waiting now and stays unsent (resumable) — the run ends when
         the calls in flight do, not a Retry-After later."""
-        for agent in self.agents:
-            if agent.state == RETRYING:
-                if agent.handle is not None and not isinstance(agent.handle, asyncio.Task):
-                    agent.handle.cancel()
-                agent.handle = None
-                agent.state = QUEUED
+        for rec in self.records:
+            if rec.state == RETRYING:
+                if rec.handle is not None and not isinstance(rec.handle, asyncio.Task):
+                    rec.handle.cancel()
+                rec.handle = None
+                rec.state = QUEUED
                 self.retry_waiting -= 1
 
     # -- budget -----------------------------------------------------------------------------
-    def call_estimate_usd(self, agent: TaskRecord) -> float | None:
+    def call_estimate_usd(self, rec: TaskRecord) -> float | None:
         """What the agent's next call may cost, at most: its prompt's guaranteed token
         bound (UTF-8 bytes: no script passes it) plus its max_tokens — which a capped run
         sends with every call (DEFAULT_OUTPUT_ESTIMATE when the task gives none) — at the
         model's price, or the dearest call this run has finished on the model if more.
         None: unpriced model."""
-        out = agent.task.max_tokens or DEFAULT_OUTPUT_ESTIMATE
-        head = agent.task
-        bound = self.prices.cost(agent.model, head.prompt_bound or head.prompt_tokens, out)
-        dearest = self._model_dearest.get(agent.model)
+        out = rec.task.max_tokens or DEFAULT_OUTPUT_ESTIMATE
+        head = rec.task
+        bound = self.prices.cost(rec.model, head.prompt_bound or head.prompt_tokens, out)
+        dearest = self._model_dearest.get(rec.model)
         if bound is None:
             return dearest
         return bound if dearest is None else max(bound, dearest)
 
-    def _over_budget(self, agent: TaskRecord) -> bool:
+    def _over_budget(self, rec: TaskRecord) -> bool:
         """True: do not send this call now. Spent + the in-flight calls' estimates + this
         call would pass the cap: wait while calls are in flight (each completion wakes
         dispatch to look again); with none in flight, stop dispatch for good."""
         cap = self.policy.budget_usd
         assert cap is not None
-        est = self.call_estimate_usd(agent)
+        est = self.call_estimate_usd(rec)
         if est is None:
-            if agent.model not in self._unpriced_warned:
-                self._unpriced_warned.add(agent.model)
-                self.emit(ev.CONTROL, detail=f"budget: {agent.model} is unpriced; its calls "
+            if rec.model not in self._unpriced_warned:
+                self._unpriced_warned.add(rec.model)
+                self.emit(ev.CONTROL, detail=f"budget: {rec.model} is unpriced; its calls "
                                              "cannot be counted against the cap")
             est = 0.0
-        agent.budget_est = est
+        rec.budget_est = est
         committed = self.spent_usd + self.unmetered_usd + self.in_flight_est_usd + est
         if not self.budget_warned and committed + self.others_usd >= BUDGET_WARN_AT * cap:
             self.budget_warned = True
@@ -339,7 +339,7 @@ class SwarmRunner:
         """Dispatch stops for good: the next call (≈ `est`) would pass the cap."""
         self.stop_reason = BUDGET_STOPPED
         self._drop_retry_waits()
-        unsent = sum(1 for a in self.agents if a.state == QUEUED)
+        unsent = sum(1 for a in self.records if a.state == QUEUED)
         self.emit(ev.CONTROL, detail=f"budget cap ${cap:.4f} reached ({spent}; the next call "
                                      f"≈ ${est:.4f}): dispatch stopped, {unsent} tasks unsent "
                                      "(resumable)")
@@ -351,9 +351,9 @@ class SwarmRunner:
         self.budget_short = 0.0
         self._wake.set()
 
-    def _settle_estimate(self, agent: TaskRecord) -> None:
-        self.in_flight_est_usd -= agent.budget_est
-        agent.budget_est = 0.0
+    def _settle_estimate(self, rec: TaskRecord) -> None:
+        self.in_flight_est_usd -= rec.budget_est
+        rec.budget_est = 0.0
 
     def wake(self) -> None:
         """Look at the queue again now (a key came back or was added, routing changed)."""
@@ -388,9 +388,9 @@ class SwarmRunner:
             return
         self.cancelled = True
         self.emit(ev.CONTROL, detail="cancel")
-        for agent in self.agents:
-            if not agent.final:
-                self.cancel_agent(agent.index)
+        for rec in self.records:
+            if not rec.final:
+                self.cancel_agent(rec.index)
         self._wake.set()
         with contextlib.suppress(RuntimeError):  # no running loop: nothing in flight
             asyncio.get_running_loop().call_later(CANCEL_GRACE_S, self._reap_after_cancel)
@@ -400,16 +400,16 @@ class SwarmRunner:
         (seen once under heavy load: a cancelled console run stayed RUNNING for a minute)
         is booked cancelled here, and its late answer, if any, is ignored."""
         reaped = 0
-        for agent in self.agents:
-            attempt = agent.attempts[-1] if agent.attempts else None
-            if (isinstance(agent.handle, asyncio.Task) and not agent.handle.done()
+        for rec in self.records:
+            attempt = rec.attempts[-1] if rec.attempts else None
+            if (isinstance(rec.handle, asyncio.Task) and not rec.handle.done()
                     and attempt is not None and attempt.outcome == AttemptOutcome.RUNNING):
-                agent.handle.cancel()
+                rec.handle.cancel()
                 attempt.outcome = AttemptOutcome.CANCELLED
                 attempt.latency_ms = self.now_ms() - attempt.started_ms
                 self.in_flight -= 1
-                self._settle_estimate(agent)
-                self._finish_cancelled(agent)
+                self._settle_estimate(rec)
+                self._finish_cancelled(rec)
                 reaped += 1
         if reaped:
             self.emit(ev.CONTROL, detail=f"cancel: {reaped} calls did not stop within "
@@ -417,32 +417,32 @@ class SwarmRunner:
             self._wake.set()
 
     def cancel_agent(self, index: int) -> None:
-        agent = self.agents[index]
-        if agent.final:
+        rec = self.records[index]
+        if rec.final:
             return
-        agent.cancel_requested = True
-        if agent.state == QUEUED:
-            self._finish_cancelled(agent)  # lazily skipped when popped from the queue
-        elif agent.state == RETRYING:
+        rec.cancel_requested = True
+        if rec.state == QUEUED:
+            self._finish_cancelled(rec)  # lazily skipped when popped from the queue
+        elif rec.state == RETRYING:
             # a timer handle: uvloop's is not an asyncio.TimerHandle (an isinstance check
             # left its retry timer armed; it fired after the cancel, counted the wait off
             # twice, and a cancelled console run never ended)
-            if agent.handle is not None and not isinstance(agent.handle, asyncio.Task):
-                agent.handle.cancel()
+            if rec.handle is not None and not isinstance(rec.handle, asyncio.Task):
+                rec.handle.cancel()
             self.retry_waiting -= 1
-            self._finish_cancelled(agent)
-        elif isinstance(agent.handle, asyncio.Task):
-            agent.handle.cancel()
+            self._finish_cancelled(rec)
+        elif isinstance(rec.handle, asyncio.Task):
+            rec.handle.cancel()
         self._wake.set()
 
     # -- the run ------------------------------------------------------------------------------
     async def run(self) -> None:
         self.t0 = time.perf_counter()
         self.started_wall = time.time()
-        for agent in self.agents:
-            agent.ready_at = self.t0
-            self._pending.append(agent)
-            self.emit(ev.QUEUED, agent)
+        for rec in self.records:
+            rec.ready_at = self.t0
+            self._pending.append(rec)
+            self.emit(ev.QUEUED, rec)
         self.emit(ev.RUN_STARTED)
         self.loop_lag.start()
         try:
@@ -451,7 +451,7 @@ class SwarmRunner:
             self.loop_lag.stop()
             if self.in_flight or self.retry_waiting:  # we were cancelled from outside
                 self.cancel()
-                tasks = [a.handle for a in self.agents if isinstance(a.handle, asyncio.Task)]
+                tasks = [a.handle for a in self.records if isinstance(a.handle, asyncio.Task)]
                 await asyncio.gather(*tasks, return_exceptions=True)
             self.wall_ms = self.now_ms()
             self.emit(ev.RUN_FINISHED)
@@ -462,17 +462,17 @@ class SwarmRunner:
                    and not self.holds and self.in_flight < self.limit):
                 if self._paced():
                     break
-                agent = self._next_ready()
-                if agent is None:
+                rec = self._next_ready()
+                if rec is None:
                     break
-                if self.policy.budget_usd is not None and self._over_budget(agent):
-                    self._retry_ready.appendleft(agent)
+                if self.policy.budget_usd is not None and self._over_budget(rec):
+                    self._retry_ready.appendleft(rec)
                     break
                 if self.send_permit is not None and (why := self.send_permit()) is not None:
-                    self._retry_ready.appendleft(agent)
+                    self._retry_ready.appendleft(rec)
                     self.hold(PERMIT_HOLD, why)  # released by whoever renews the permit
                     break
-                self._launch(agent)
+                self._launch(rec)
             if not (self.in_flight or self.retry_waiting or self._pending or self._retry_ready
                     or self._unparked or self.feeding
                     or any(r or f for r, f in self._parked.values())):
@@ -506,49 +506,49 @@ class SwarmRunner:
 
     def _next_ready(self) -> TaskRecord | None:
         while self._retry_ready:
-            agent = self._retry_ready.popleft()
-            if agent.state == QUEUED:
-                return agent
+            rec = self._retry_ready.popleft()
+            if rec.state == QUEUED:
+                return rec
         while self._unparked or self._pending:
             if self._unparked and (not self._pending
                                    or self._unparked[0][0] < self._pending[0].index):
-                agent = heapq.heappop(self._unparked)[1]
+                rec = heapq.heappop(self._unparked)[1]
             else:
-                agent = self._pending.popleft()
-            if agent.state == QUEUED:
-                return agent
+                rec = self._pending.popleft()
+            if rec.state == QUEUED:
+                return rec
         return None
 
-    def _launch(self, agent: TaskRecord) -> None:
+    def _launch(self, rec: TaskRecord) -> None:
         """Send the agent's next attempt — or, when none of its gateway's keys is usable,
         park it until the first one cools down (or fail it if none ever will)."""
-        if agent.route_version != self.router.version and not agent.attempts:
-            self._route(agent)
-        gw = self.gateways[agent.gateway]
-        slot = gw.pick_key(agent.model)
+        if rec.route_version != self.router.version and not rec.attempts:
+            self._route(rec)
+        gw = self.gateways[rec.gateway]
+        slot = gw.pick_key(rec.model)
         if slot is None:
-            self._no_key(agent, gw)
+            self._no_key(rec, gw)
             return
-        agent.state = RUNNING
-        self.in_flight_est_usd += agent.budget_est
-        agent.key_fp = slot.fingerprint
-        agent.live_chars = 0
+        rec.state = RUNNING
+        self.in_flight_est_usd += rec.budget_est
+        rec.key_fp = slot.fingerprint
+        rec.live_chars = 0
         self.in_flight += 1
         now = time.perf_counter()
         attempt = Attempt(
-            number=agent.prior_attempts + agent.sent + 1, model=agent.model,
+            number=rec.prior_attempts + rec.sent + 1, model=rec.model,
             gateway=gw.name, key_fp=slot.fingerprint, started_ms=(now - self.t0) * 1000.0,
-            queue_ms=(now - agent.ready_at) * 1000.0,
+            queue_ms=(now - rec.ready_at) * 1000.0,
         )
-        agent.attempts.append(attempt)
-        agent.attempts_on_model += 1
-        agent.queue_ms += attempt.queue_ms
-        task = asyncio.create_task(self._attempt(agent, attempt, gw, slot))
-        task.add_done_callback(lambda _t: self._attempt_done(agent, attempt, gw, slot))
-        agent.handle = task
-        self.emit(ev.STARTED, agent, attempt)
+        rec.attempts.append(attempt)
+        rec.attempts_on_model += 1
+        rec.queue_ms += attempt.queue_ms
+        task = asyncio.create_task(self._attempt(rec, attempt, gw, slot))
+        task.add_done_callback(lambda _t: self._attempt_done(rec, attempt, gw, slot))
+        rec.handle = task
+        self.emit(ev.STARTED, rec, attempt)
 
-    def _attempt_done(self, agent: TaskRecord, attempt: Attempt, gw: GatewayClient,
+    def _attempt_done(self, rec: TaskRecord, attempt: Attempt, gw: GatewayClient,
                       slot: KeySlot) -> None:
         """A task cancelled before its first step never runs its body: release its slot
         and key here so the run cannot wait forever for it."""
@@ -556,17 +556,17 @@ class SwarmRunner:
             return
         gw.release(slot, attempt.model)
         self.in_flight -= 1
-        self._settle_estimate(agent)
+        self._settle_estimate(rec)
         attempt.outcome = AttemptOutcome.CANCELLED
-        self._finish_cancelled(agent)
+        self._finish_cancelled(rec)
         self._wake.set()
 
-    def _no_key(self, agent: TaskRecord, gw: GatewayClient) -> None:
+    def _no_key(self, rec: TaskRecord, gw: GatewayClient) -> None:
         """No key may take this model's call now: park the task until one may (or, with
         every key disabled or retired, until an operator adds or enables one)."""
-        key = (gw.name, agent.model)
+        key = (gw.name, rec.model)
         retries, fresh = self._parked.setdefault(key, (deque(), deque()))
-        (retries if agent.attempts else fresh).append(agent)
+        (retries if rec.attempts else fresh).append(rec)
         if key not in self._park_timers:
             self._arm(key)
 
@@ -592,19 +592,19 @@ class SwarmRunner:
         if pool.stuck_for(key[1]) > self.policy.retry.rate_limit_max_wait_s:
             # no key has answered this model anything but 429 for that long: fall back or
             # fail now, rather than one by one at a 429-storm's pace
-            for agent in [*retries, *fresh]:
-                if agent.final:
+            for rec in [*retries, *fresh]:
+                if rec.final:
                     continue
-                if agent.fallbacks:
-                    self._fall_back(agent, agent.attempts[-1] if agent.attempts else None,
+                if rec.fallbacks:
+                    self._fall_back(rec, rec.attempts[-1] if rec.attempts else None,
                                     RATE_LIMITED)
-                    self._retry_ready.append(agent)
+                    self._retry_ready.append(rec)
                 else:
-                    agent.error_class = RATE_LIMITED
-                    agent.error_message = (f"no key of {key[0]} took a {key[1]} call for "
+                    rec.error_class = RATE_LIMITED
+                    rec.error_message = (f"no key of {key[0]} took a {key[1]} call for "
                                            f"{self.policy.retry.rate_limit_max_wait_s:.0f} s "
                                            "(429s only)")
-                    self._finish(agent, FAILED, ev.FAILED)
+                    self._finish(rec, FAILED, ev.FAILED)
             retries.clear()  # type: ignore[union-attr]
             fresh.clear()  # type: ignore[union-attr]
             self._wake.set()
@@ -619,9 +619,9 @@ class SwarmRunner:
             batch.append(retries.popleft())
         self._retry_ready.extendleft(reversed(batch))
         while fresh and len(batch) < n:
-            agent = fresh.popleft()
-            batch.append(agent)
-            heapq.heappush(self._unparked, (agent.index, agent))
+            rec = fresh.popleft()
+            batch.append(rec)
+            heapq.heappush(self._unparked, (rec.index, rec))
         if retries or fresh:  # after dispatch took this batch
             asyncio.get_running_loop().call_soon(self._rearm, key)
         self._wake.set()
@@ -631,62 +631,62 @@ class SwarmRunner:
         if (retries or fresh) and key not in self._park_timers:
             self._arm(key)
 
-    def first_token(self, agent: TaskRecord, at: float) -> None:
-        self.emit(ev.FIRST_TOKEN, agent, agent.attempts[-1])
+    def first_token(self, rec: TaskRecord, at: float) -> None:
+        self.emit(ev.FIRST_TOKEN, rec, rec.attempts[-1])
 
-    def progress(self, agent: TaskRecord) -> None:
-        self.emit(ev.PROGRESS, agent, agent.attempts[-1], str(agent.live_chars // 4))
+    def progress(self, rec: TaskRecord) -> None:
+        self.emit(ev.PROGRESS, rec, rec.attempts[-1], str(rec.live_chars // 4))
 
-    async def _body(self, agent: TaskRecord, attempt: Attempt) -> Task:
+    async def _body(self, rec: TaskRecord, attempt: Attempt) -> Task:
         """The task's prompt for this send: at hand (read ahead), or waited for — a wait
         booked as queue time, like the client's own delay before the wire."""
-        body = agent.body or self.bodies.ready(agent.index, agent.seq)
+        body = rec.body or self.bodies.ready(rec.index, rec.seq)
         if body is None:
             t = time.perf_counter()
-            body = await self.bodies.load(agent.index, agent.seq)
+            body = await self.bodies.load(rec.index, rec.seq)
             waited = (time.perf_counter() - t) * 1000.0
             attempt.started_ms += waited
             attempt.queue_ms += waited
-            agent.queue_ms += waited
-        agent.body = body  # kept for its retries; let go of when the task is final
+            rec.queue_ms += waited
+        rec.body = body  # kept for its retries; let go of when the task is final
         return body
 
-    async def _attempt(self, agent: TaskRecord, attempt: Attempt, gw: GatewayClient,
+    async def _attempt(self, rec: TaskRecord, attempt: Attempt, gw: GatewayClient,
                        slot: KeySlot) -> None:
         try:
             try:
-                task = await self._body(agent, attempt)
+                task = await self._body(rec, attempt)
             except Exception as e:  # nothing was sent: cancelled, so `resume` sends it
-                self._unreadable(agent, attempt, gw, slot, e)
+                self._unreadable(rec, attempt, gw, slot, e)
                 return
-            if agent.route_version != self.router.version and len(agent.attempts) == 1:
-                self._unlaunch(agent, attempt, gw, slot)  # routed before the wait
+            if rec.route_version != self.router.version and len(rec.attempts) == 1:
+                self._unlaunch(rec, attempt, gw, slot)  # routed before the wait
                 return
             # a capped run bounds every call's output, so its ceiling is a bound
             max_tokens = task.max_tokens or (DEFAULT_OUTPUT_ESTIMATE
                                              if self.policy.budget_usd is not None else None)
-            res = await gw.complete(slot, agent.model, task.messages(), max_tokens,
-                                    task.temperature, agent)
+            res = await gw.complete(slot, rec.model, task.messages(), max_tokens,
+                                    task.temperature, rec)
         except asyncio.CancelledError:
             if attempt.outcome != AttemptOutcome.RUNNING:  # already reaped after a cancel
                 raise
             self.in_flight -= 1
-            self._settle_estimate(agent)
+            self._settle_estimate(rec)
             attempt.outcome = AttemptOutcome.CANCELLED
             attempt.latency_ms = self.now_ms() - attempt.started_ms
-            self._finish_cancelled(agent)
+            self._finish_cancelled(rec)
             self._wake.set()
-            if not agent.cancel_requested:
+            if not rec.cancel_requested:
                 raise
             return
         if attempt.outcome != AttemptOutcome.RUNNING:  # reaped after a cancel: too late
             return
         self.in_flight -= 1
-        ceiling = agent.budget_est  # what this call was allowed to cost, at most
-        self._settle_estimate(agent)
+        ceiling = rec.budget_est  # what this call was allowed to cost, at most
+        self._settle_estimate(rec)
         self._wake.set()
         if res.rate_note:
-            self.emit(ev.CONTROL, detail=f"{gw.name} key {slot.fingerprint} {agent.model}: "
+            self.emit(ev.CONTROL, detail=f"{gw.name} key {slot.fingerprint} {rec.model}: "
                                          f"{res.rate_note}")
         key = (gw.name, attempt.model)
         if key in self._parked:  # an answer may have freed (or told us) the next slot
@@ -697,7 +697,7 @@ class SwarmRunner:
         if res.send_delay_ms:  # the client's own delay before the wire is queue time
             attempt.started_ms += res.send_delay_ms
             attempt.queue_ms += res.send_delay_ms
-            agent.queue_ms += res.send_delay_ms
+            rec.queue_ms += res.send_delay_ms
         attempt.latency_ms = res.latency_ms
         attempt.ttft_ms = res.ttft_ms
         if res.error is None:
@@ -707,153 +707,153 @@ class SwarmRunner:
             attempt.status_code = res.status_code
             attempt.response_id, attempt.response_model = res.response_id, res.response_model
             attempt.finish_reason = res.finish_reason
-            agent.latency_ms, agent.ttft_ms = res.latency_ms, res.ttft_ms
-            agent.tokens_in, agent.tokens_out = res.tokens_in, res.tokens_out
-            agent.cached_in, agent.usage_estimated = res.cached_in, res.usage_estimated
-            agent.cost_usd = self.prices.cost(agent.model, res.tokens_in, res.tokens_out,
+            rec.latency_ms, rec.ttft_ms = res.latency_ms, res.ttft_ms
+            rec.tokens_in, rec.tokens_out = res.tokens_in, res.tokens_out
+            rec.cached_in, rec.usage_estimated = res.cached_in, res.usage_estimated
+            rec.cost_usd = self.prices.cost(rec.model, res.tokens_in, res.tokens_out,
                                               res.cached_in)
-            if agent.cost_usd is not None:
-                self.spent_usd += agent.cost_usd
+            if rec.cost_usd is not None:
+                self.spent_usd += rec.cost_usd
                 if res.usage_estimated:  # the gateway said no usage: the cap counts the
                     # call at its ceiling (its real bill is unknown; never an estimate)
-                    self.unmetered_usd += max(0.0, ceiling - agent.cost_usd)
+                    self.unmetered_usd += max(0.0, ceiling - rec.cost_usd)
                 self._check_cap_passed()
-                self._model_dearest[agent.model] = max(
-                    agent.cost_usd, self._model_dearest.get(agent.model, 0.0))
-            agent.response_text = res.text
-            agent.status_code = 200
-            agent.error_class = agent.error_message = None
-            self._finish(agent, SUCCEEDED, ev.SUCCEEDED)
+                self._model_dearest[rec.model] = max(
+                    rec.cost_usd, self._model_dearest.get(rec.model, 0.0))
+            rec.response_text = res.text
+            rec.status_code = 200
+            rec.error_class = rec.error_message = None
+            self._finish(rec, SUCCEEDED, ev.SUCCEEDED)
             return
-        self._failed_attempt(agent, attempt, res.error)
+        self._failed_attempt(rec, attempt, res.error)
 
-    def _unlaunch(self, agent: TaskRecord, attempt: Attempt, gw: GatewayClient,
+    def _unlaunch(self, rec: TaskRecord, attempt: Attempt, gw: GatewayClient,
                   slot: KeySlot) -> None:
         """Routing moved (a canary abort, a new stage) while this task's prompt was read:
         nothing was sent, so it goes back to the head of the queue and is routed again at
         its launch — a worker sends no first call to an aborted candidate once it knows."""
         gw.release(slot, attempt.model)
         self.in_flight -= 1
-        self._settle_estimate(agent)
-        agent.attempts.pop()
-        agent.attempts_on_model -= 1
-        agent.queue_ms -= attempt.queue_ms
+        self._settle_estimate(rec)
+        rec.attempts.pop()
+        rec.attempts_on_model -= 1
+        rec.queue_ms -= attempt.queue_ms
         attempt.outcome = AttemptOutcome.CANCELLED  # its done callback has nothing to undo
-        agent.state = QUEUED
-        agent.handle = None
-        self._retry_ready.appendleft(agent)
-        self.emit(ev.QUEUED, agent)
+        rec.state = QUEUED
+        rec.handle = None
+        self._retry_ready.appendleft(rec)
+        self.emit(ev.QUEUED, rec)
         self._wake.set()
 
-    def _unreadable(self, agent: TaskRecord, attempt: Attempt, gw: GatewayClient, slot: KeySlot,
+    def _unreadable(self, rec: TaskRecord, attempt: Attempt, gw: GatewayClient, slot: KeySlot,
                     e: Exception) -> None:
         gw.release(slot, attempt.model)
         self.in_flight -= 1
-        self._settle_estimate(agent)
+        self._settle_estimate(rec)
         attempt.outcome = AttemptOutcome.CANCELLED
         attempt.latency_ms = 0.0
-        agent.error_class, agent.error_message = "workload", f"prompt unreadable: {e}"
-        self.emit(ev.CONTROL, detail=f"task {agent.id}: its prompt could not be read ({e}); "
+        rec.error_class, rec.error_message = "workload", f"prompt unreadable: {e}"
+        self.emit(ev.CONTROL, detail=f"task {rec.id}: its prompt could not be read ({e}); "
                                      "left unsent for `resume`")
-        self._finish_cancelled(agent)
+        self._finish_cancelled(rec)
         self._wake.set()
 
-    def _failed_attempt(self, agent: TaskRecord, attempt: Attempt, err: CallError) -> None:
+    def _failed_attempt(self, rec: TaskRecord, attempt: Attempt, err: CallError) -> None:
         attempt.outcome = AttemptOutcome.ERROR
         attempt.status_code = err.status_code
         attempt.error_class = err.error_class
         attempt.error_message = err.message
-        agent.status_code, agent.error_class, agent.error_message = (
+        rec.status_code, rec.error_class, rec.error_message = (
             err.status_code, err.error_class, err.message)
-        agent.latency_ms, agent.ttft_ms = attempt.latency_ms, attempt.ttft_ms
-        if self.cancelled or agent.cancel_requested:
-            self._finish_cancelled(agent)
+        rec.latency_ms, rec.ttft_ms = attempt.latency_ms, attempt.ttft_ms
+        if self.cancelled or rec.cancel_requested:
+            self._finish_cancelled(rec)
             return
-        pool = self.gateways[agent.gateway].pool
+        pool = self.gateways[rec.gateway].pool
         if err.error_class == RATE_LIMITED:
-            wait, detail = self._rate_limited(agent, attempt, err, pool)
+            wait, detail = self._rate_limited(rec, attempt, err, pool)
             if wait is None:
                 return
         elif err.error_class == AUTH and err.status_code in (401, 403):
             # The key was refused (now disabled): not the task's fault, not one of its
             # attempts. Another key takes the call at once; with none left the task waits
             # (visibly, resumable) for an operator to enable or add one.
-            agent.attempts_on_model -= 1
+            rec.attempts_on_model -= 1
             wait = 0.0
             other = pool.any_usable(besides=attempt.key_fp)
             detail = (f"{err.error_class} {err.status_code} on {attempt.key_fp}: "
                       + ("other key" if other else "no usable key left, waiting"))
         elif not err.retryable:
-            self._finish(agent, FAILED, ev.FAILED)
+            self._finish(rec, FAILED, ev.FAILED)
             return
-        elif agent.attempts_on_model < self.policy.retry.max_attempts:
-            wait = retry_wait_s(self.policy.retry, agent.attempts_on_model, err.retry_after_s,
+        elif rec.attempts_on_model < self.policy.retry.max_attempts:
+            wait = retry_wait_s(self.policy.retry, rec.attempts_on_model, err.retry_after_s,
                                 self.rng)
             detail = f"{err.error_class} {err.status_code or ''}".strip()
-        elif agent.fallbacks:
-            wait, detail = 0.0, self._fall_back(agent, attempt, err.error_class)
+        elif rec.fallbacks:
+            wait, detail = 0.0, self._fall_back(rec, attempt, err.error_class)
         else:
-            self._finish(agent, FAILED, ev.FAILED)
+            self._finish(rec, FAILED, ev.FAILED)
             return
         attempt.retry_wait_s = wait
-        agent.state = RETRYING
-        agent.ready_at = time.perf_counter()  # the wait counts as queue time, not latency
+        rec.state = RETRYING
+        rec.ready_at = time.perf_counter()  # the wait counts as queue time, not latency
         self.retry_waiting += 1
-        agent.handle = asyncio.get_running_loop().call_later(wait, self._retry_due, agent)
+        rec.handle = asyncio.get_running_loop().call_later(wait, self._retry_due, rec)
         attempt.reported = True
-        self.emit(ev.RETRY_SCHEDULED, agent, attempt, detail)
+        self.emit(ev.RETRY_SCHEDULED, rec, attempt, detail)
 
-    def _rate_limited(self, agent: TaskRecord, attempt: Attempt, err: CallError,
+    def _rate_limited(self, rec: TaskRecord, attempt: Attempt, err: CallError,
                       pool: KeyPool) -> tuple[float | None, str]:
         """A 429 is the gateway's pace, not the task's failure: it never spends one of the
         task's attempts. Another key ready for the model takes it at once; else the task
         waits (Retry-After, capped) and then for its key-model's next free slot. Only after
         `rate_limit_max_wait_s` of 429s does it fall back or fail. (None: finished.)"""
-        agent.attempts_on_model -= 1
+        rec.attempts_on_model -= 1
         now = time.monotonic()
-        if pool.stuck_for(agent.model, now) > self.policy.retry.rate_limit_max_wait_s:
-            if agent.fallbacks:
-                return 0.0, self._fall_back(agent, attempt, RATE_LIMITED)
-            self._finish(agent, FAILED, ev.FAILED)
+        if pool.stuck_for(rec.model, now) > self.policy.retry.rate_limit_max_wait_s:
+            if rec.fallbacks:
+                return 0.0, self._fall_back(rec, attempt, RATE_LIMITED)
+            self._finish(rec, FAILED, ev.FAILED)
             return None, ""
-        if pool.any_usable(agent.model, now, besides=attempt.key_fp):
+        if pool.any_usable(rec.model, now, besides=attempt.key_fp):
             return 0.0, f"rate_limited 429 on {attempt.key_fp}: other key"
         wait = retry_wait_s(self.policy.retry, 1, err.retry_after_s, self.rng)
         return wait, "rate_limited 429"
 
-    def _fall_back(self, agent: TaskRecord, attempt: Attempt | None, why: str) -> str:
-        previous, agent.model = agent.model, agent.fallbacks[0]
-        agent.fallbacks = agent.fallbacks[1:]
-        agent.attempts_on_model = 0
-        detail = f"{previous} → {agent.model} after {why}"
-        self.emit(ev.FALLBACK, agent, attempt, detail)
+    def _fall_back(self, rec: TaskRecord, attempt: Attempt | None, why: str) -> str:
+        previous, rec.model = rec.model, rec.fallbacks[0]
+        rec.fallbacks = rec.fallbacks[1:]
+        rec.attempts_on_model = 0
+        detail = f"{previous} → {rec.model} after {why}"
+        self.emit(ev.FALLBACK, rec, attempt, detail)
         return detail
 
-    def _retry_due(self, agent: TaskRecord) -> None:
-        if agent.state != RETRYING:  # cancelled meanwhile (which counted the wait off)
+    def _retry_due(self, rec: TaskRecord) -> None:
+        if rec.state != RETRYING:  # cancelled meanwhile (which counted the wait off)
             return
         self.retry_waiting -= 1
-        agent.state = QUEUED
-        self._retry_ready.append(agent)
+        rec.state = QUEUED
+        self._retry_ready.append(rec)
         self._wake.set()
 
-    def _finish_cancelled(self, agent: TaskRecord) -> None:
-        if not agent.final:
-            self._finish(agent, CANCELLED, ev.CANCELLED)
+    def _finish_cancelled(self, rec: TaskRecord) -> None:
+        if not rec.final:
+            self._finish(rec, CANCELLED, ev.CANCELLED)
 
-    def _finish(self, agent: TaskRecord, state: TaskState, kind: ev.EventKind) -> None:
-        agent.state = state
-        agent.handle = None
-        agent.body = None
-        agent.finished_ms = self.now_ms()
+    def _finish(self, rec: TaskRecord, state: TaskState, kind: ev.EventKind) -> None:
+        rec.state = state
+        rec.handle = None
+        rec.body = None
+        rec.finished_ms = self.now_ms()
         self.counts[state] += 1
         self.done += 1
-        last = agent.attempts[-1] if agent.attempts else None
+        last = rec.attempts[-1] if rec.attempts else None
         if last is not None and last.reported:
             last = None  # booked with its retry: a cancel or failure in the wait adds none
         elif last is not None:
             last.reported = True
-        self.emit(kind, agent, last)
+        self.emit(kind, rec, last)
         if not self.policy.keep_answers:
-            agent.response_text = None
-            agent.settle()
+            rec.response_text = None
+            rec.settle()

@@ -34,7 +34,7 @@ SPARK_SECONDS = 60
 HIST_EDGES_MS = (50, 100, 150, 200, 250, 300, 350, 500, 750, 1000, 2000)
 
 
-class AgentCell(NamedTuple):
+class TaskCell(NamedTuple):
     """What the grid needs for one agent (a tuple: 100,000 of them are built to replay a
     moment, ~4x faster than a frozen dataclass's)."""
 
@@ -54,7 +54,7 @@ class SlotCell:
     """One agent of the swarm — a concurrency slot — and the call it is making now."""
 
     slot: int
-    cell: AgentCell | None      # None: idle
+    cell: TaskCell | None      # None: idle
     started_s: float | None     # run seconds when its current call was sent
     chars: int | None           # streamed characters so far (None: not known here)
 
@@ -97,7 +97,7 @@ class Snapshot:
     usage_estimated: bool
     projected_month_usd: float | None
     sla: SlaConfig
-    agents: tuple[AgentCell, ...]
+    cells: tuple[TaskCell, ...]     # one per task, in the workload's order
     log: tuple[str, ...]
     histogram: tuple[int, ...]      # counts per HIST_EDGES_MS bucket (+ overflow)
     sparkline: tuple[int, ...]      # completions per second, last SPARK_SECONDS
@@ -137,8 +137,8 @@ def _chars_of(a: TaskRecord) -> Callable[[], int]:
     return lambda: a.live_chars
 
 
-def _cell(a: TaskRecord) -> AgentCell:
-    return AgentCell(a.seq, a.task.id, a.state, a.model, a.bucket, a.latency_ms, a.cost_usd,
+def _cell(a: TaskRecord) -> TaskCell:
+    return TaskCell(a.seq, a.task.id, a.state, a.model, a.bucket, a.latency_ms, a.cost_usd,
                      a.prior_attempts + a.sent, a.error_class)
 
 
@@ -154,7 +154,7 @@ class LiveMetrics:
     """
 
     def __init__(self, clock: Callable[[], float] | None = None) -> None:
-        self.cells: list[AgentCell | None] = []
+        self.cells: list[TaskCell | None] = []
         self.counts: Counter[str] = Counter()
         self.latency = HdrHistogram(1, 3_600_000, 2)  # ms
         self.ttft = HdrHistogram(1, 3_600_000, 2)
@@ -183,7 +183,7 @@ class LiveMetrics:
         self.clock = clock or (lambda: time.monotonic() - start)
 
     # -- the changes ------------------------------------------------------------------------
-    def put_cell(self, index: int, cell: AgentCell) -> None:
+    def put_cell(self, index: int, cell: TaskCell) -> None:
         cells = self.cells
         if index >= len(cells):
             cells.extend([None] * (index + 1 - len(cells)))
@@ -272,7 +272,7 @@ class LiveMetrics:
     # -- the engine's events ----------------------------------------------------------------
     def __call__(self, e: ev.Event) -> None:
         kind = e.kind
-        a = e.agent
+        a = e.record
         if a is not None and kind in _CELL_KINDS:
             self.put_cell(a.index, _cell(a))
             if kind == ev.STARTED:
@@ -337,7 +337,7 @@ def metrics_snapshot(m: LiveMetrics, *, run_id: str, simulated: bool,
     # ~1.4 ms (`None in` calls the dataclass __eq__ per cell: ~5 ms)
     copied = tuple(m.cells)
     gaps = any(map(operator.is_, copied, itertools.repeat(None)))
-    cells: tuple[AgentCell, ...] = (
+    cells: tuple[TaskCell, ...] = (
         tuple(c for c in copied if c is not None) if gaps
         else copied)  # type: ignore[assignment]  # no None in it
     slots = _slot_cells(m, copied, concurrency)
@@ -357,7 +357,7 @@ def metrics_snapshot(m: LiveMetrics, *, run_id: str, simulated: bool,
         tokens_in=m.tokens_in, tokens_out=m.tokens_out, cost_usd=m.cost_usd,
         unpriced_tasks=m.unpriced, usage_estimated=m.estimated,
         projected_month_usd=per_task * tasks_per_day * 30 if per_task is not None else None,
-        sla=sla, agents=cells, slots=slots, log=tuple(m.log), histogram=tuple(m.hist),
+        sla=sla, cells=cells, slots=slots, log=tuple(m.log), histogram=tuple(m.hist),
         sparkline=m.sparkline(), readonly=readonly, source=source, errors=dict(m.errors),
         keys=keys, waiting_for_keys=waiting_for_keys, client_bound=client_bound,
         budget_usd=budget_usd, canary=canary,
@@ -367,7 +367,7 @@ def metrics_snapshot(m: LiveMetrics, *, run_id: str, simulated: bool,
 _WORKING = frozenset({TaskState.RUNNING, TaskState.STREAMING})
 
 
-def _slot_cells(m: LiveMetrics, cells: tuple[AgentCell | None, ...], concurrency: int
+def _slot_cells(m: LiveMetrics, cells: tuple[TaskCell | None, ...], concurrency: int
                 ) -> tuple[SlotCell, ...]:
     """One cell per slot: at least the concurrency (idle slots shown), its call if any. A
     slot whose task is no longer working (an end not seen as an event) reads idle."""
@@ -401,7 +401,7 @@ def live_snapshot(runner: SwarmRunner, metrics: LiveMetrics, *, run_id: str, sim
     elapsed = (runner.wall_ms or (runner.now_ms() if runner.t0 else 0.0)) / 1000.0
     return metrics_snapshot(
         metrics, run_id=run_id, simulated=simulated, gateways=tuple(runner.gateways),
-        status=status, elapsed_s=elapsed, total=len(runner.agents), in_flight=runner.in_flight,
+        status=status, elapsed_s=elapsed, total=len(runner.records), in_flight=runner.in_flight,
         concurrency=runner.limit, sla=sla, tasks_per_day=tasks_per_day,
         client_bound=runner.loop_lag.client_bound(), keys=key_rows(runner.gateways),
         readonly=readonly, budget_usd=runner.policy.budget_usd,

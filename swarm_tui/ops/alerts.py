@@ -216,7 +216,7 @@ class AlertWatch:
                        cap_usd=cap, passed_by_usd=runner.spent_usd - cap)
         if runner.stop_reason == BUDGET_STOPPED and not self._budget_stopped:
             self._budget_stopped = True
-            unsent = sum(1 for a in runner.agents if a.state == TaskState.QUEUED)
+            unsent = sum(1 for a in runner.records if a.state == TaskState.QUEUED)
             self.alert(AlertKind.BUDGET_STOP, f"budget cap ${cap:.4f} reached: dispatch "
                        f"stopped, {unsent} tasks unsent (resumable)", spent_usd=runner.spent_usd,
                        cap_usd=cap, unsent=unsent)

@@ -121,7 +121,7 @@ class RunOps:
                 and self.runner is not None):
             r = self.runner
             self.delivery.send(end_alert_of(self.run_id, status, dict(r.counts),
-                                            len(r.agents), r.spent_usd))
+                                            len(r.records), r.spent_usd))
         if self.delivery is not None:
             await self.delivery.close()
         if self.tracer is not None:

@@ -108,10 +108,10 @@ class RunMetrics:
     # -- engine events (per event: a few dictionary lookups) ----------------------------------
     def on_event(self, e: ev.Event) -> None:
         kind = e.kind
-        if kind == ev.RETRY_SCHEDULED and e.agent is not None and e.attempt is not None:
-            self._attempt(e.agent, e.attempt)
-        elif kind in ev.FINAL_KINDS and e.agent is not None:
-            a = e.agent
+        if kind == ev.RETRY_SCHEDULED and e.record is not None and e.attempt is not None:
+            self._attempt(e.record, e.attempt)
+        elif kind in ev.FINAL_KINDS and e.record is not None:
+            a = e.record
             if e.attempt is not None:
                 self._attempt(a, e.attempt)
             self.count_task(a.gateway, a.model, a.bucket, str(a.state), a.tokens_in,
@@ -148,7 +148,7 @@ class RunMetrics:
         view = canary.view if canary is not None else None
         self.set_gauges(
             in_flight=runner.in_flight, concurrency=runner.limit,
-            remaining=len(runner.agents) - runner.done,
+            remaining=len(runner.records) - runner.done,
             paused=bool(runner.paused or runner.holds), keys=key_rows(runner.gateways),
             lag_s=lag / 1000.0 if lag is not None else None,
             canary_pct=view.state.pct if view is not None else None,

@@ -51,10 +51,10 @@ class AttemptTracer:
                                        or (443 if url.scheme == "https" else 80))
 
     def on_event(self, e: ev.Event) -> None:
-        if e.attempt is None or e.agent is None:
+        if e.attempt is None or e.record is None:
             return
         if e.kind == ev.RETRY_SCHEDULED or e.kind in ev.FINAL_KINDS:
-            self._span(e.agent, e.attempt)
+            self._span(e.record, e.attempt)
 
     def _span(self, a: TaskRecord, x: Attempt) -> None:
         # attempt times are ms since the run started; spans want ns since the epoch

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from hdrh.histogram import HdrHistogram
 
 from swarm_tui.core.states import TaskState
-from swarm_tui.engine.snapshot import LOG_LINES, AgentCell, LiveMetrics
+from swarm_tui.engine.snapshot import LOG_LINES, LiveMetrics, TaskCell
 from swarm_tui.store import reads, replay_index
 
 if TYPE_CHECKING:
@@ -155,9 +155,9 @@ class Timeline:
         self.line_times = [x[1] for x in c.lines]
         self.calls_out = calls_out
         # each task's final cell, and the change that ends it: built at the first move
-        self.final: list[AgentCell | None] = []
+        self.final: list[TaskCell | None] = []
         self.result_pos: list[int] = []
-        self._queued: list[AgentCell] | None = None  # built the first time one is needed
+        self._queued: list[TaskCell] | None = None  # built the first time one is needed
         self.metrics = LiveMetrics(clock=lambda: clock_end - started_at)
         self.pos = 0  # changes applied to the figures
         self.cells_pos = -1  # changes applied to the cells (-1: none drawn yet)
@@ -317,7 +317,7 @@ class Timeline:
         c = self.cols
         r_pos, task_r = c.result_index()
         seqs, ids = c.seqs, c.task_ids
-        cells: list[AgentCell | None] = list(_cells(
+        cells: list[TaskCell | None] = list(_cells(
             list(map(seqs.__getitem__, c.r_task)), list(map(ids.__getitem__, c.r_task)),
             c.r_state, c.r_model, c.r_bucket,
             [None if v != v else v for v in c.r_latency],  # NaN: none stored
@@ -361,7 +361,7 @@ class Timeline:
         m.cells = cells  # (a task without a result has its queued cell)
         m.counts = Counter(map(_STATE, cells))
 
-    def _queued_cells(self) -> list[AgentCell]:
+    def _queued_cells(self) -> list[TaskCell]:
         if self._queued is None:
             queued = TaskState.QUEUED
             c = self.cols
@@ -456,10 +456,10 @@ def _sound(c: Columns) -> bool:
             and inside(c.refs, 0, max(r, 2)) and set(c.kinds) <= {RESULT, CALL})
 
 
-def _cells(*columns: Any) -> Iterator[AgentCell]:
-    """AgentCells from columns, made in C (the named tuple's own __new__ is a Python
+def _cells(*columns: Any) -> Iterator[TaskCell]:
+    """TaskCells from columns, made in C (the named tuple's own __new__ is a Python
     function: 100,000 cells took ~40 ms through it)."""
-    return map(tuple.__new__, itertools.repeat(AgentCell),
+    return map(tuple.__new__, itertools.repeat(TaskCell),
                zip(*columns, strict=False))  # (a repeat() column is endless)
 
 

@@ -27,7 +27,7 @@ class Progress:
 
     def line(self) -> str:
         r = self.runner
-        total = len(r.agents)
+        total = len(r.records)
         elapsed = max(1e-9, r.now_ms() / 1000.0)
         ended = r.counts[TaskState.SUCCEEDED] + r.counts[TaskState.FAILED]
         state = " PAUSED" if r.paused else ""

@@ -50,22 +50,22 @@ class RunRecorder:
     def on_event(self, e: ev.Event) -> None:
         kind, w = e.kind, self.writer
         if kind in ev.FINAL_KINDS:
-            agent = e.agent
-            assert agent is not None
-            self._working.pop(agent.index, None)
+            rec = e.record
+            assert rec is not None
+            self._working.pop(rec.index, None)
             if e.attempt is not None:
-                w.add("attempt", self._attempt_row(agent, e.attempt))
-            w.add("result", self._task_row(agent))
+                w.add("attempt", self._attempt_row(rec, e.attempt))
+            w.add("result", self._task_row(rec))
         elif kind == ev.RETRY_SCHEDULED:
-            assert e.agent is not None and e.attempt is not None
-            self._working.pop(e.agent.index, None)
-            w.add("attempt", self._attempt_row(e.agent, e.attempt))
+            assert e.record is not None and e.attempt is not None
+            self._working.pop(e.record.index, None)
+            w.add("attempt", self._attempt_row(e.record, e.attempt))
         elif kind == ev.STARTED:
-            assert e.agent is not None and e.attempt is not None
-            self._working[e.agent.index] = (e.agent, e.attempt.started_ms / 1000.0)
+            assert e.record is not None and e.attempt is not None
+            self._working[e.record.index] = (e.record, e.attempt.started_ms / 1000.0)
             return
-        elif kind == ev.QUEUED and e.agent is not None:  # taken back before it was sent
-            self._working.pop(e.agent.index, None)
+        elif kind == ev.QUEUED and e.record is not None:  # taken back before it was sent
+            self._working.pop(e.record.index, None)
             return
         elif kind == ev.CONTROL:
             # a worker signs what it did (followed a canary move, applied a command), on the
@@ -76,9 +76,9 @@ class RunRecorder:
                 self._signing.said = True
                 detail = f"{detail} (by {self._signing.actor})"
             w.add("event", (self.run_id, self._now(), "control", w.worker or None, detail))
-        elif kind == ev.FALLBACK and e.agent is not None:  # for a watched/replayed log
+        elif kind == ev.FALLBACK and e.record is not None:  # for a watched/replayed log
             w.add("event", (self.run_id, self._now(), "fallback", None,
-                            f"{e.agent.task.id} {e.detail}"))
+                            f"{e.record.task.id} {e.detail}"))
         else:
             return
         w.added()

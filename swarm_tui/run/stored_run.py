@@ -127,7 +127,7 @@ async def _execute(
         if claim is None:
             claim = take_lock(db_target, run_id)
             life.holds(claim)
-            await create_run(conn, run_id, runner.agents,
+            await create_run(conn, run_id, runner.records,
                              (setup.forced_model(t) for t in workload), name=opts.name,
                              simulated=setup.simulated,
                              config=config_snapshot(setup, opts), claim=claim)

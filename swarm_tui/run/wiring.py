@@ -238,7 +238,7 @@ class RunSetup:
         assert self.runner is not None
         r = self.runner
         lag = (r.loop_lag.run_p95_ms(), r.loop_lag.run_max_ms())
-        return summarize(r.agents, run_id=run_id, sla=self.cfg.settings.sla, wall_ms=r.wall_ms,
+        return summarize(r.records, run_id=run_id, sla=self.cfg.settings.sla, wall_ms=r.wall_ms,
                          client_lag=lag,
                          name=self.opts.name, status=status, simulated=self.simulated,
                          started_at=r.started_wall)

@@ -101,12 +101,12 @@ async def prepare(conn: StoreConnection, db_target: DbTarget, cfg: LoadedConfig,
         runner = setup.make_runner(workload.heads, bodies=bodies)
         claim = take_lock(db_target, run_id)
         try:
-            await create_run(conn, run_id, runner.agents,
+            await create_run(conn, run_id, runner.records,
                              (setup.forced_model(t) for t in workload), name=opts.name,
                              simulated=False,
                              config={**config_snapshot(setup, opts), "workers": workers},
                              claim=claim)
-            batches = await split_run(conn, run_id, len(runner.agents))
+            batches = await split_run(conn, run_id, len(runner.records))
         finally:
             claim.release()
     finally:

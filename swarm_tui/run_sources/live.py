@@ -24,7 +24,7 @@ from swarm_tui.errors import UserError
 from swarm_tui.run.engine_host import EngineGone, EngineHost
 from swarm_tui.run.stored_run import Outcome, Resumed
 from swarm_tui.run.wiring import RunOptions, RunSetup
-from swarm_tui.run_sources.base import AgentDetail
+from swarm_tui.run_sources.base import TaskDetail
 from swarm_tui.settings.loader import LoadedConfig
 from swarm_tui.settings.sections import CanaryConfig
 from swarm_tui.store import reads
@@ -153,14 +153,14 @@ class LiveSource:
         if r is None:
             return None
         s = self.cfg.settings
-        agents = list(r.agents)
+        records = list(r.records)
         return cost_report(
-            agents, self.cfg.prices, run_id=self.run_id,
+            records, self.cfg.prices, run_id=self.run_id,
             wall_s=(r.wall_ms or (r.now_ms() if r.t0 else 0.0)) / 1000.0,
             tasks_per_day=s.tasks_per_day,
             long_model=s.routing.long_model if s.routing.enabled else None,
             finished_s=[a.finished_ms / 1000.0 if a.finished_ms is not None else None
-                        for a in agents], budget_usd=r.policy.budget_usd)
+                        for a in records], budget_usd=r.policy.budget_usd)
 
     async def key_op(self, op: str, ref: str, secret: str | None = None,
                      label: str | None = None) -> str:
@@ -201,34 +201,34 @@ class LiveSource:
             return False
         return True
 
-    async def detail(self, seq: int) -> AgentDetail | None:
+    async def detail(self, seq: int) -> TaskDetail | None:
         r = self.runner
         if r is None:
             return None
-        agent = next((a for a in r.agents if a.seq == seq), None)
-        if agent is None:
+        rec = next((a for a in r.records if a.seq == seq), None)
+        if rec is None:
             return None
-        answer, body = agent.response_text, agent.body
+        answer, body = rec.response_text, rec.body
         prompt = body.prompt if body is not None else None
         attempts = [{"number": x.number, "model": x.model, "key_fp": x.key_fp,
                      "queue_ms": x.queue_ms, "latency_ms": x.latency_ms, "ttft_ms": x.ttft_ms,
                      "status_code": x.status_code, "error_class": x.error_class,
                      "error_message": x.error_message, "retry_wait_s": x.retry_wait_s,
-                     "outcome": x.outcome} for x in agent.attempts]
-        if prompt is None or (agent.final and not r.policy.keep_answers):
+                     "outcome": x.outcome} for x in rec.attempts]
+        if prompt is None or (rec.final and not r.policy.keep_answers):
             # the runner holds a prompt only while its task is sent, an answer and the
             # attempts until they are stored
-            stored = await self._stored(seq, agent.final)
+            stored = await self._stored(seq, rec.final)
             prompt = prompt or stored[0]
             answer = answer if answer is not None else stored[1]
             attempts = attempts or stored[2]
-        return AgentDetail(
-            seq=agent.seq, task_id=agent.id, state=agent.state, model=agent.model,
-            gateway=agent.gateway, bucket=agent.bucket, key_fp=agent.key_fp,
-            prompt=prompt or "", latency_ms=agent.latency_ms, ttft_ms=agent.ttft_ms,
-            queue_ms=agent.queue_ms, tokens_in=agent.tokens_in, tokens_out=agent.tokens_out,
-            cost_usd=agent.cost_usd,
-            error=f"{agent.error_class}: {agent.error_message}" if agent.error_class else None,
+        return TaskDetail(
+            seq=rec.seq, task_id=rec.id, state=rec.state, model=rec.model,
+            gateway=rec.gateway, bucket=rec.bucket, key_fp=rec.key_fp,
+            prompt=prompt or "", latency_ms=rec.latency_ms, ttft_ms=rec.ttft_ms,
+            queue_ms=rec.queue_ms, tokens_in=rec.tokens_in, tokens_out=rec.tokens_out,
+            cost_usd=rec.cost_usd,
+            error=f"{rec.error_class}: {rec.error_message}" if rec.error_class else None,
             response_text=answer, attempts=attempts,
         )
 

@@ -13,15 +13,15 @@ from swarm_tui.core.states import RunStatus, TaskState
 from swarm_tui.engine.cost import CostReport
 from swarm_tui.engine.snapshot import (
     LOG_LINES,
-    AgentCell,
     KeyRow,
     LiveMetrics,
     Snapshot,
+    TaskCell,
     metrics_snapshot,
 )
 from swarm_tui.errors import UserError
 from swarm_tui.replay.timeline import Timeline, call_line, event_line
-from swarm_tui.run_sources.base import AgentDetail, RowObserver
+from swarm_tui.run_sources.base import RowObserver, TaskDetail
 from swarm_tui.settings.loader import LoadedConfig
 from swarm_tui.settings.sections import CanaryConfig, SlaConfig
 from swarm_tui.store import reads
@@ -61,7 +61,7 @@ class _Follow:
             self.metrics = LiveMetrics(clock=lambda: (self.ended_at or time.time())
                                        - run.started_at)
             for i, (seq, task_id, model, bucket) in enumerate(tasks):
-                self.metrics.put_cell(i, AgentCell(seq, task_id, TaskState.QUEUED, model,
+                self.metrics.put_cell(i, TaskCell(seq, task_id, TaskState.QUEUED, model,
                                                    bucket, None, None, 0, None))
         self.buckets = [t[3] for t in tasks]
         self.working: set[int] = set()  # cells shown working from the executor's heartbeat
@@ -94,11 +94,11 @@ def _show_working(f: _Follow, agents: list[list]) -> None:
         m.slot_off(i)
         cell = m.cells[i]
         if cell is not None and cell.state not in _FINAL:
-            m.put_cell(i, AgentCell(cell.seq, cell.task_id, TaskState.RETRYING, cell.model,
+            m.put_cell(i, TaskCell(cell.seq, cell.task_id, TaskState.RETRYING, cell.model,
                                     cell.bucket, None, None, cell.attempts, None))
     for i, (seq, state, sent, chars, model, *_) in now.items():
         cell = m.cells[i]
-        m.put_cell(i, AgentCell(seq, f.task_ids[i], state, model, f.buckets[i], None, None,
+        m.put_cell(i, TaskCell(seq, f.task_ids[i], state, model, f.buckets[i], None, None,
                                 cell.attempts if cell else 0, None))
         # the executor's send on the wall clock, read on this watcher's run clock (the
         # executor's own run clock starts later: preflight, a resume)
@@ -349,7 +349,7 @@ class StoreSource:
             i = f.index.get(seq)
             if i is None:
                 continue  # a task this reader does not know (cannot happen: tasks come first)
-            m.put_cell(i, AgentCell(seq, f.task_ids[i], state, model, bucket, latency, cost,
+            m.put_cell(i, TaskCell(seq, f.task_ids[i], state, model, bucket, latency, cost,
                                     attempts, error_class))
             at_s = finished_at - started_at
             if state == TaskState.SUCCEEDED:
@@ -432,7 +432,7 @@ class StoreSource:
             if i is None or i in f.working:
                 continue
             f.working.add(i)
-            m.put_cell(i, AgentCell(seq, f.task_ids[i], TaskState.RUNNING, model,
+            m.put_cell(i, TaskCell(seq, f.task_ids[i], TaskState.RUNNING, model,
                                     f.buckets[i], None, None, 0, None))
             m.slot_on(i, sent_at - f.started_at, int)  # (streamed so far: not stored)
         for seq in calls.waiting_at(at):
@@ -440,16 +440,16 @@ class StoreSource:
             cell = m.cells[i] if i is not None else None
             if i is None or i in f.working or cell is None or cell.state in _FINAL:
                 continue
-            m.put_cell(i, AgentCell(seq, f.task_ids[i], TaskState.RETRYING, cell.model,
+            m.put_cell(i, TaskCell(seq, f.task_ids[i], TaskState.RETRYING, cell.model,
                                     cell.bucket, None, None, cell.attempts, None))
 
-    async def detail(self, seq: int) -> AgentDetail | None:
+    async def detail(self, seq: int) -> TaskDetail | None:
         assert self.conn is not None and self.run_id is not None
         row, attempts = await reads.task_detail_row(self.conn, self.run_id, seq)
         if row is None:
             return None
         task = Task.model_validate_json(row[7])
-        return AgentDetail(
+        return TaskDetail(
             seq=row[0], task_id=row[1], state=row[2], model=row[3], gateway=row[4],
             bucket=row[5], key_fp=row[6], prompt=task.prompt, latency_ms=row[8], ttft_ms=row[9],
             queue_ms=row[10], tokens_in=row[11], tokens_out=row[12], cost_usd=row[13],

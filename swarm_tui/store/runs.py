@@ -85,7 +85,7 @@ def _record(row: tuple) -> RunRecord:
                      owner_started=owner_started, lock_path=lock_path)
 
 
-async def create_run(conn: StoreConnection, run_id: str, agents: Sequence[TaskRecord],
+async def create_run(conn: StoreConnection, run_id: str, records: Sequence[TaskRecord],
                      tasks: Iterable[Task], *, name: str | None, simulated: bool,
                      config: dict[str, Any], claim: Claim) -> None:
     """The run and its task rows; `tasks` are the agents' whole tasks, in their order (a
@@ -95,7 +95,7 @@ async def create_run(conn: StoreConnection, run_id: str, agents: Sequence[TaskRe
 
     def rows() -> Iterator[tuple]:
         # a generator: 100,000 rows of ~3 KB of JSON never exist at once
-        for a, task in zip(agents, tasks, strict=True):
+        for a, task in zip(records, tasks, strict=True):
             if task.id != a.id:
                 raise RuntimeError(f"workload changed while read: {task.id} != {a.id}")
             line = task.model_dump_json(exclude_none=True)
@@ -115,7 +115,7 @@ async def create_run(conn: StoreConnection, run_id: str, agents: Sequence[TaskRe
         await conn.execute(
             f"INSERT INTO runs ({_RUN_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (run_id, name, "running", int(simulated), now, None, now, claim.pid,
-             claim.host, 0.0, len(agents), "", json.dumps(config),
+             claim.host, 0.0, len(records), "", json.dumps(config),
              None, claim.token, claim.started, str(claim.lock_path)))
         await _insert_tasks(conn, first)
         await conn.execute("COMMIT")

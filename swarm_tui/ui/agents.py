@@ -15,7 +15,7 @@ from rich.style import Style
 from textual.strip import Strip
 from textual.widget import Widget
 
-from swarm_tui.engine.snapshot import AgentCell, SlotCell, Snapshot
+from swarm_tui.engine.snapshot import SlotCell, Snapshot, TaskCell
 from swarm_tui.ui.grid import CURSOR_BINDINGS, GLYPHS
 
 WIDTHS = (28, 20, 14, 9, 7, 6, 3, 2)  # a cell's width, widest first (with its gap)
@@ -75,9 +75,9 @@ class AgentsView(Widget, can_focus=True):
     enter / d describe the call the selected agent makes now, c cancels its task."""
 
     DEFAULT_CSS = "AgentsView { height: 1fr; }"
-    COMPONENT_CLASSES = {f"agentgrid--{s}" for s in GLYPHS} | {"agents--idle",
+    COMPONENT_CLASSES = {f"cell--{s}" for s in GLYPHS} | {"agents--idle",
                                                                "agents--header",
-                                                               "agentgrid--cursor"}
+                                                               "cell--cursor"}
     BINDINGS = [*CURSOR_BINDINGS]
 
     def __init__(self, **kw: Any) -> None:
@@ -88,7 +88,7 @@ class AgentsView(Widget, can_focus=True):
         self.cursor = 0
 
     @property
-    def selected(self) -> AgentCell | None:
+    def selected(self) -> TaskCell | None:
         """The task the selected agent works on now (None: it is idle)."""
         if not self.slots:
             return None
@@ -139,10 +139,10 @@ class AgentsView(Widget, can_focus=True):
             more = f" +{len(self.slots) - start - keep} more"
             row = row[:keep]
         styles: dict[str, Style] = {
-            s: base + self.get_component_rich_style(f"agentgrid--{s}", partial=True)
+            s: base + self.get_component_rich_style(f"cell--{s}", partial=True)
             for s in GLYPHS}
         idle = base + self.get_component_rich_style("agents--idle", partial=True)
-        cursor = (base + self.get_component_rich_style("agentgrid--cursor", partial=True)
+        cursor = (base + self.get_component_rich_style("cell--cursor", partial=True)
                   if self.has_focus else None)
         segments = [Segment(cell_text(s, self.now_s, w),
                             cursor if cursor is not None and start + i == self.cursor else

@@ -36,7 +36,7 @@ from textual.worker import Worker
 from swarm_tui.canary.controller import CanaryView
 from swarm_tui.core.commands import Command
 from swarm_tui.core.states import TaskState
-from swarm_tui.engine.snapshot import AgentCell, Snapshot
+from swarm_tui.engine.snapshot import Snapshot, TaskCell
 from swarm_tui.errors import EXIT_HANGUP, UserError
 from swarm_tui.run_sources.base import RunSource
 from swarm_tui.settings.sections import CanaryConfig
@@ -46,7 +46,7 @@ from swarm_tui.ui.canary_panel import CanaryScreen
 from swarm_tui.ui.command_line import CommandError, completions, parse
 from swarm_tui.ui.cost_panel import CostScreen
 from swarm_tui.ui.filtering import SORTS, FilterError, parse_filter, sort_cells
-from swarm_tui.ui.grid import AgentGrid
+from swarm_tui.ui.grid import TaskGrid
 from swarm_tui.ui.keys_panel import KeysScreen
 from swarm_tui.ui.screens import ConfirmScreen, DetailScreen, HelpScreen, RunsScreen, TextScreen
 from swarm_tui.ui.themes import load_themes
@@ -84,7 +84,7 @@ class Dashboard(Screen[None]):
         yield StatusBar(id="status")
         yield Static("", id="timebar", classes="hidden", markup=False)  # a replay's clock
         yield AgentsView(id="agents", classes="" if agents else "hidden")
-        yield AgentGrid(id="grid", classes="hidden" if agents else "")
+        yield TaskGrid(id="grid", classes="hidden" if agents else "")
         with Horizontal(id="bottom"):
             yield EventLog(id="log")
             yield LatencyHistogram(id="hist")
@@ -147,7 +147,7 @@ class SwarmApp(App[int]):
         self.idle_message = idle_message
         self.frozen = False
         self.filter_text = ""
-        self._filter: Callable[[AgentCell], bool] | None = None  # parsed once per change
+        self._filter: Callable[[TaskCell], bool] | None = None  # parsed once per change
         self.sort_order = SORTS[0]
         self.snapshot: Snapshot | None = None
         self._shown_message: str | None = None
@@ -289,7 +289,7 @@ class SwarmApp(App[int]):
         idle = self.idle_message if self.source is None else "starting…"
         screen.query_one(StatusBar).show(s, idle if s is None else "", self.frozen)
         message = self.message
-        cells = list(s.agents) if s is not None else []
+        cells = list(s.cells) if s is not None else []
         if self._filter is not None:
             total = len(cells)
             cells = [c for c in cells if self._filter(c)]
@@ -298,7 +298,7 @@ class SwarmApp(App[int]):
         if s is None:
             return
         cells = sort_cells(cells, self.sort_order)
-        screen.query_one(AgentGrid).update_cells(tuple(cells))
+        screen.query_one(TaskGrid).update_cells(tuple(cells))
         if self.view == "agents":
             screen.query_one(AgentsView).show(s)
         screen.query_one(EventLog).feed(s.log)
@@ -585,7 +585,7 @@ class SwarmApp(App[int]):
     def _focus_view(self) -> None:
         if isinstance(self.screen, Dashboard):
             if self.view == "tasks":
-                self.screen.query_one(AgentGrid).focus()
+                self.screen.query_one(TaskGrid).focus()
             else:  # arrows move over the agents here too
                 self.screen.query_one(AgentsView).focus()
 
@@ -595,7 +595,7 @@ class SwarmApp(App[int]):
         self.notify(f"sort: {self.sort_order}")
         self.render_snapshot()
 
-    def _selected_cell(self) -> AgentCell | None:
+    def _selected_cell(self) -> TaskCell | None:
         """The selected task: in the agents view, the one its selected agent works on."""
         if not isinstance(self.screen, Dashboard):
             return None
@@ -608,14 +608,14 @@ class SwarmApp(App[int]):
         grid = self._dashboard_grid()
         return grid.selected if grid is not None else None
 
-    def _dashboard_grid(self) -> AgentGrid | None:
+    def _dashboard_grid(self) -> TaskGrid | None:
         """The all-tasks grid (shown first, if the agents view was up)."""
         if not isinstance(self.screen, Dashboard):
             return None
         if self.view != "tasks":
             self.view = "tasks"
             self._apply_view()
-        return self.screen.query_one(AgentGrid)
+        return self.screen.query_one(TaskGrid)
 
     def _apply_view(self) -> None:
         screen = self.screen
@@ -623,7 +623,7 @@ class SwarmApp(App[int]):
             return
         agents = self.view == "agents"
         screen.query_one(AgentsView).set_class(not agents, "hidden")
-        grid = screen.query_one(AgentGrid)
+        grid = screen.query_one(TaskGrid)
         grid.set_class(agents, "hidden")
         (screen.query_one(AgentsView) if agents else grid).focus()
         self.render_snapshot()
@@ -801,7 +801,7 @@ class SwarmApp(App[int]):
             return
         self._start(self.start_source())
 
-    async def on_agent_grid_selected(self, message: AgentGrid.Selected) -> None:
+    async def on_task_grid_selected(self, message: TaskGrid.Selected) -> None:
         await self._describe(message.cell)
 
     async def action_describe(self) -> None:
@@ -812,7 +812,7 @@ class SwarmApp(App[int]):
             return
         await self._describe(cell)
 
-    async def _describe(self, cell: AgentCell) -> None:
+    async def _describe(self, cell: TaskCell) -> None:
         if self.source is None:
             return
         detail = await self.source.detail(cell.seq)

@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable
 
 from swarm_tui.core.states import TaskState
-from swarm_tui.engine.snapshot import AgentCell
+from swarm_tui.engine.snapshot import TaskCell
 
 FIELDS = {"state": "state", "model": "model", "bucket": "bucket", "error": "error_class"}
 SORTS = ("index", "latency", "state", "cost")
@@ -24,11 +24,11 @@ class FilterError(ValueError):
     pass
 
 
-def _field_test(attr: str, needle: str) -> Callable[[AgentCell], bool]:
+def _field_test(attr: str, needle: str) -> Callable[[TaskCell], bool]:
     return lambda c: needle in str(getattr(c, attr) or "").lower()
 
 
-def _id_test(pattern: str) -> Callable[[AgentCell], bool]:
+def _id_test(pattern: str) -> Callable[[TaskCell], bool]:
     try:
         rx = re.compile(pattern, re.IGNORECASE)
     except re.error as e:
@@ -36,12 +36,12 @@ def _id_test(pattern: str) -> Callable[[AgentCell], bool]:
     return lambda c: rx.search(c.task_id) is not None
 
 
-def _negated(test: Callable[[AgentCell], bool]) -> Callable[[AgentCell], bool]:
+def _negated(test: Callable[[TaskCell], bool]) -> Callable[[TaskCell], bool]:
     return lambda c: not test(c)
 
 
-def parse_filter(text: str) -> Callable[[AgentCell], bool]:
-    tests: list[Callable[[AgentCell], bool]] = []
+def parse_filter(text: str) -> Callable[[TaskCell], bool]:
+    tests: list[Callable[[TaskCell], bool]] = []
     for word in text.split():
         invert = word.startswith("!")
         word = word[1:] if invert else word
@@ -54,7 +54,7 @@ def parse_filter(text: str) -> Callable[[AgentCell], bool]:
     return lambda c: all(t(c) for t in tests)
 
 
-def sort_cells(cells: list[AgentCell], order: str) -> list[AgentCell]:
+def sort_cells(cells: list[TaskCell], order: str) -> list[TaskCell]:
     if order == "latency":
         return sorted(cells, key=lambda c: -(c.latency_ms or 0.0))
     if order == "state":

@@ -17,7 +17,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from swarm_tui.core.states import TaskState
-from swarm_tui.engine.snapshot import AgentCell
+from swarm_tui.engine.snapshot import TaskCell
 
 # State → glyph: readable without colour (NO_COLOR, monochrome terminals).
 GLYPHS: dict[str, str] = {
@@ -38,9 +38,9 @@ CURSOR_BINDINGS = [
 ]
 
 
-class AgentGrid(ScrollView, can_focus=True):
-    COMPONENT_CLASSES: ClassVar[set[str]] = {f"agentgrid--{s}" for s in GLYPHS} | {
-        "agentgrid--cursor"}
+class TaskGrid(ScrollView, can_focus=True):
+    COMPONENT_CLASSES: ClassVar[set[str]] = {f"cell--{s}" for s in GLYPHS} | {
+        "cell--cursor"}
     BINDINGS = [
         *CURSOR_BINDINGS,
         Binding("pageup", "page(-1)", "Page up", show=False),
@@ -48,13 +48,13 @@ class AgentGrid(ScrollView, can_focus=True):
     ]
 
     class Selected(Message):
-        def __init__(self, cell: AgentCell) -> None:
+        def __init__(self, cell: TaskCell) -> None:
             super().__init__()
             self.cell = cell
 
     def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
-        self.cells: tuple[AgentCell, ...] = ()
+        self.cells: tuple[TaskCell, ...] = ()
         self.cursor = 0
         self._rows: list[tuple] = []
 
@@ -74,7 +74,7 @@ class AgentGrid(ScrollView, can_focus=True):
         self.refresh()
 
     # -- data ---------------------------------------------------------------------------
-    def update_cells(self, cells: tuple[AgentCell, ...]) -> None:
+    def update_cells(self, cells: tuple[TaskCell, ...]) -> None:
         """Refresh only the visible rows whose states (or the cursor) changed."""
         self.cells = cells
         if self.cursor >= len(cells):
@@ -103,7 +103,7 @@ class AgentGrid(ScrollView, can_focus=True):
         self._rows = rows
 
     @property
-    def selected(self) -> AgentCell | None:
+    def selected(self) -> TaskCell | None:
         return self.cells[self.cursor] if self.cells else None
 
     # -- rendering ----------------------------------------------------------------------
@@ -115,9 +115,9 @@ class AgentGrid(ScrollView, can_focus=True):
             return Strip.blank(self.size.width, self.rich_style)
         base = self.rich_style
         styles: dict[str, Style] = {
-            s: base + self.get_component_rich_style(f"agentgrid--{s}", partial=True)
+            s: base + self.get_component_rich_style(f"cell--{s}", partial=True)
             for s in GLYPHS}
-        cursor = base + self.get_component_rich_style("agentgrid--cursor", partial=True)
+        cursor = base + self.get_component_rich_style("cell--cursor", partial=True)
         segments = []
         for i, cell in enumerate(self.cells[start:start + cols]):
             style: Style = styles.get(cell.state, base)

@@ -16,14 +16,14 @@ from textual.widgets import Button, DataTable, Footer, Input, Label, Static
 
 from swarm_tui.core import fmt
 from swarm_tui.core.states import TaskState
-from swarm_tui.run_sources import AgentDetail
+from swarm_tui.run_sources import TaskDetail
 
 if TYPE_CHECKING:
     from swarm_tui.report.listing import RunListItem
 
 
 
-def detail_text(d: AgentDetail) -> str:
+def detail_text(d: TaskDetail) -> str:
     cost = "unpriced" if d.cost_usd is None and d.state == TaskState.SUCCEEDED else (
         "-" if d.cost_usd is None else f"${d.cost_usd:.6f}")
     head = [
@@ -55,7 +55,7 @@ def detail_text(d: AgentDetail) -> str:
 class DetailScreen(Screen[None]):
     BINDINGS = [Binding("escape,q", "app.pop_screen", "Back", id="detail.back")]
 
-    def __init__(self, detail: AgentDetail) -> None:
+    def __init__(self, detail: TaskDetail) -> None:
         super().__init__()
         self.detail = detail
 

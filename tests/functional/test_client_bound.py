@@ -37,14 +37,14 @@ async def test_a_starved_engine_loop_marks_the_run_client_bound_not_breached(sim
     assert lag is not None and lag >= CLIENT_BOUND_MS, lag
     # over the SLA by less than the client's own delay: inconclusive, never "breached"
     # the SLA just under what was measured: the client's delay can explain the difference
-    p95 = sorted(a.latency_ms for a in runner.agents)[int(0.95 * 300) - 1]
-    s = summarize(runner.agents, run_id="r", sla=SlaConfig(p95_ms=p95 - 1),
+    p95 = sorted(a.latency_ms for a in runner.records)[int(0.95 * 300) - 1]
+    s = summarize(runner.records, run_id="r", sla=SlaConfig(p95_ms=p95 - 1),
                   wall_ms=runner.wall_ms, client_lag=(lag, runner.loop_lag.run_max_ms()))
     assert s.client_bound
     assert s.sla is not None and not s.sla.met and not s.sla.breaches
     assert s.sla.inconclusive and s.sla.inconclusive.startswith("client-bound")
     # far over it (more than the client's delay can explain): a breach, bound or not
-    far = summarize(runner.agents, run_id="r", sla=SlaConfig(p95_ms=max(1.0, p95 - lag - 20)),
+    far = summarize(runner.records, run_id="r", sla=SlaConfig(p95_ms=max(1.0, p95 - lag - 20)),
                     wall_ms=runner.wall_ms, client_lag=(lag, runner.loop_lag.run_max_ms()))
     assert far.sla is not None and far.sla.breaches and not far.sla.inconclusive
 

@@ -193,16 +193,16 @@ async def test_a_budget_stop_does_not_wait_out_retry_backoffs(sim_factory):
     slow_retries = RetryConfig(base_backoff_s=60.0, max_backoff_s=120.0, max_attempts=5)
     async with client_for(server) as gw:
         probe = make_runner(gw, tasks(60), concurrency=4, retry=slow_retries)
-        one_call = probe.call_estimate_usd(probe.agents[0])
+        one_call = probe.call_estimate_usd(probe.records[0])
         assert one_call
         runner = make_runner(gw, tasks(60), concurrency=4, retry=slow_retries)
         runner.policy = dataclasses.replace(runner.policy, budget_usd=one_call * 12)
         await asyncio.wait_for(runner.run(), 50)  # not the 60-120 s of a backoff
     assert runner.stop_reason == "budget_stopped"
     assert runner.retry_waiting == 0
-    states = {a.state for a in runner.agents}
+    states = {a.state for a in runner.records}
     assert "retrying" not in states and "queued" in states
-    assert any(a.attempts and a.state == "queued" for a in runner.agents)  # a dropped retry
+    assert any(a.attempts and a.state == "queued" for a in runner.records)  # a dropped retry
 
 
 @pytest.mark.slow

@@ -24,7 +24,7 @@ async def test_a_paced_run_sends_no_faster_than_its_rate(sim_factory):
                              load_price_table(None, {}, "test"))
         await runner.run()
     assert runner.counts["succeeded"] == 60
-    starts = sorted(a.attempts[0].started_ms for a in runner.agents)
+    starts = sorted(a.attempts[0].started_ms for a in runner.records)
     # 60 sends at 100/s take at least ~0.59 s whatever the machine's load (a lower bound:
     # a busy machine only makes it slower); unpaced, 50 would go out at once
     assert starts[-1] - starts[0] >= 540

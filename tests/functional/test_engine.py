@@ -23,14 +23,14 @@ async def test_hundred_agents_on_gateway_profile_all_succeed(sim_factory):
         runner = make_runner(gw, demo_tasks(100), consumers=[rec])
         await runner.run()
     assert runner.counts == {"succeeded": 100, "failed": 0, "cancelled": 0}
-    for a in runner.agents:
+    for a in runner.records:
         assert a.state == "succeeded"
         assert a.tokens_in > 0 and a.tokens_out > 0 and not a.usage_estimated
         assert a.ttft_ms is not None and 0 < a.ttft_ms <= a.latency_ms
         assert a.cost_usd is not None and a.cost_usd > 0
         assert a.response_text
     # dual-model routing: long prompts went to the long-context model
-    models = Counter(a.model for a in runner.agents)
+    models = Counter(a.model for a in runner.records)
     assert set(models) == {"kimi-k2.5", "deepseek-v3.2"}
     assert len(rec.kinds(ev.SUCCEEDED)) == 100
 
@@ -45,7 +45,7 @@ async def test_injected_429s_retry_after_honoured_and_nothing_counted_twice(sim_
         await runner.run()
     finals = Counter(e[1] for e in rec.events if e[0] in ev.FINAL_KINDS)
     assert len(finals) == 300 and set(finals.values()) == {1}  # one final event per task
-    for a in runner.agents:
+    for a in runner.records:
         assert a.state in ("succeeded", "failed")
         if a.state == "failed":
             assert a.error_class == "rate_limited"
@@ -57,7 +57,7 @@ async def test_injected_429s_retry_after_honoured_and_nothing_counted_twice(sim_
         await asyncio.sleep(0.01)
     assert runner.counts["succeeded"] == server.app.stats["served"]
     waited = []
-    for a in runner.agents:
+    for a in runner.records:
         for prev, nxt in zip(a.attempts, a.attempts[1:], strict=False):
             assert prev.error_class == "rate_limited" and prev.status_code == 429
             assert prev.retry_wait_s == 0.3  # from retry-after-ms, not our backoff
@@ -75,7 +75,7 @@ async def test_queueing_is_never_reported_as_latency(sim_factory):
     async with client_for(server) as gw:
         runner = make_runner(gw, tasks(100), concurrency=10)
         await runner.run()
-    agents = sorted(runner.agents, key=lambda a: a.attempts[0].started_ms)
+    agents = sorted(runner.records, key=lambda a: a.attempts[0].started_ms)
     lat = sorted(a.latency_ms for a in agents)
     assert lat[len(lat) // 2] >= 95, lat  # the server's 100 ms, never less
     first, last = agents[:10], agents[-10:]
@@ -98,7 +98,7 @@ async def test_cancelled_run_leaves_nothing_running(sim_factory):
         runner.cancel()
         await asyncio.wait_for(task, 30)
     assert runner.in_flight == 0 and runner.retry_waiting == 0
-    assert all(a.state in FINAL_STATES for a in runner.agents)
+    assert all(a.state in FINAL_STATES for a in runner.records)
     assert runner.counts["cancelled"] > 100
     assert 0 < runner.counts["succeeded"] < 100
     assert sum(runner.counts.values()) == 200
@@ -109,13 +109,13 @@ async def test_cancel_one_agent_in_flight(sim_factory):
     async with client_for(server) as gw:
         runner = make_runner(gw, tasks(5), concurrency=5)
         task = asyncio.create_task(runner.run())
-        while not runner.agents[2].attempts:  # in flight (after the key-model's first answer)
+        while not runner.records[2].attempts:  # in flight (after the key-model's first answer)
             await asyncio.sleep(0.01)
         runner.cancel_agent(2)
         await asyncio.wait_for(task, 5)
-    assert [a.state for a in runner.agents].count("cancelled") == 1
-    assert runner.agents[2].state == "cancelled"
-    assert runner.agents[2].attempts[-1].outcome == "cancelled"
+    assert [a.state for a in runner.records].count("cancelled") == 1
+    assert runner.records[2].state == "cancelled"
+    assert runner.records[2].attempts[-1].outcome == "cancelled"
 
 
 @pytest.mark.slow
@@ -146,7 +146,7 @@ async def test_pause_stops_dispatch_and_resume_continues(sim_factory):
         while runner.done < 10:  # under way (state, not time)
             await asyncio.sleep(0.005)
         runner.pause()
-        sends = sum(len(ag.attempts) for ag in runner.agents)  # attempts exist from launch
+        sends = sum(len(ag.attempts) for ag in runner.records)  # attempts exist from launch
         while runner.in_flight:  # in-flight calls drain; nothing new goes out
             await asyncio.sleep(0.005)
         # wake the dispatcher and wait until it has run a round and gone back to waiting
@@ -154,7 +154,7 @@ async def test_pause_stops_dispatch_and_resume_continues(sim_factory):
         runner._wake.set()
         while runner._wake.is_set():
             await asyncio.sleep(0)
-        assert sum(len(ag.attempts) for ag in runner.agents) == sends
+        assert sum(len(ag.attempts) for ag in runner.records) == sends
         runner.resume()
         await asyncio.wait_for(task, 30)
     assert runner.counts["succeeded"] == 200
@@ -170,7 +170,7 @@ async def test_a_refused_key_is_never_retried_and_dispatch_waits_for_a_usable_on
         assert runner.in_flight == 0 and runner.counts["failed"] == 0
         runner.cancel()  # an operator gives up: every task stays resumable
         await asyncio.wait_for(run, 10)
-    attempts = [x for a in runner.agents for x in a.attempts]
+    attempts = [x for a in runner.records for x in a.attempts]
     assert len(attempts) == 1  # the refused key took one call, never a second
     assert attempts[0].error_class == "auth" and attempts[0].status_code == 401
     assert "sk-wrong-key-000000000000000000" not in (attempts[0].error_message or "")
@@ -181,9 +181,9 @@ async def test_bad_request_is_never_retried(sim_factory):
     server = sim_factory(profile="fixed:10")
     async with client_for(server) as gw:
         runner = make_runner(gw, [Task(id="t", prompt="x", max_tokens=10**6 - 1)])
-        runner.agents[0].model = ""  # the simulator answers 400: model and messages required
+        runner.records[0].model = ""  # the simulator answers 400: model and messages required
         await runner.run()
-    a = runner.agents[0]
+    a = runner.records[0]
     assert a.state == "failed" and a.error_class == "bad_request" and len(a.attempts) == 1
 
 
@@ -195,7 +195,7 @@ async def test_server_errors_fall_back_to_next_model(sim_factory):
         runner = make_runner(gw, tasks(2), retry=RetryConfig(max_attempts=2, base_backoff_s=0.01),
                              routing=routing, consumers=[rec])
         await runner.run()
-    a = runner.agents[0]
+    a = runner.records[0]
     assert a.state == "failed" and a.error_class == "server"
     assert [x.model for x in a.attempts] == ["deepseek-v3.2"] * 2 + ["kimi-k2.5"] * 2
     assert len(rec.kinds(ev.FALLBACK)) == 2
@@ -206,7 +206,7 @@ async def test_fallback_succeeds_when_first_model_keeps_failing(sim_factory):
     async with client_for(server) as gw:
         runner = make_runner(gw, tasks(60), retry=RetryConfig(max_attempts=2, base_backoff_s=0.01))
         await runner.run()
-    fell_back = [a for a in runner.agents if a.state == "succeeded" and a.model == "kimi-k2.5"]
+    fell_back = [a for a in runner.records if a.state == "succeeded" and a.model == "kimi-k2.5"]
     assert fell_back, "some tasks should have succeeded on the fallback model"
     assert all(len(a.attempts) == 3 or len(a.attempts) == 4 for a in fell_back)
 
@@ -216,7 +216,7 @@ async def test_cut_streams_are_classified_and_retried(sim_factory):
     async with client_for(server) as gw:
         runner = make_runner(gw, tasks(60), retry=RetryConfig(max_attempts=6, base_backoff_s=0.01))
         await runner.run()
-    cut = [x for a in runner.agents for x in a.attempts if x.outcome == "error"]
+    cut = [x for a in runner.records for x in a.attempts if x.outcome == "error"]
     assert cut and all(x.error_class == "connection" for x in cut)
     assert runner.counts["succeeded"] == 60
 
@@ -228,7 +228,7 @@ async def test_hang_past_timeout_is_a_timeout(sim_factory):
         runner = make_runner(gw, tasks(2), retry=RetryConfig(max_attempts=1),
                              routing=RoutingConfig(fallback={}))
         await runner.run()
-    for a in runner.agents:
+    for a in runner.records:
         assert a.state == "failed" and a.error_class == "timeout"
         # no earlier than the 0.3 s timeout; far short of the 30 s hang (the timeout ended
         # it, not the server), however slow the machine
@@ -241,7 +241,7 @@ async def test_missing_usage_is_estimated_and_marked(sim_factory):
         sent = tasks(3)
         runner = make_runner(gw, sent)
         await runner.run()
-    for a, task in zip(runner.agents, sent, strict=True):
+    for a, task in zip(runner.records, sent, strict=True):
         assert a.state == "succeeded" and a.usage_estimated
         assert a.tokens_out == estimate_tokens(a.response_text)
         # the chat template's tokens count: 4 per message and 3 for the reply's opening
@@ -271,7 +271,7 @@ async def test_usage_on_the_finish_chunk_is_accepted(sim_factory):
     async with client_for(server) as gw:
         runner = make_runner(gw, tasks(3))
         await runner.run()
-    for a in runner.agents:
+    for a in runner.records:
         assert not a.usage_estimated and a.tokens_out > 0
         assert a.cached_in == a.tokens_in // 2
 
@@ -281,7 +281,7 @@ async def test_non_streaming_mode(sim_factory):
     async with client_for(server, stream=False) as gw:
         runner = make_runner(gw, tasks(10))
         await runner.run()
-    for a in runner.agents:
+    for a in runner.records:
         assert a.state == "succeeded" and a.tokens_out > 0 and not a.usage_estimated
         assert a.ttft_ms == a.latency_ms  # one clock reading: equal, not "close"
 
@@ -293,7 +293,7 @@ async def test_explicit_task_model_wins_over_routing(sim_factory):
         runner = make_runner(gw, [Task(id="a", prompt=long_prompt, model="gpt-4.1"),
                                   Task(id="b", prompt=long_prompt), Task(id="c", prompt="hi")])
         await runner.run()
-    assert [a.model for a in runner.agents] == ["gpt-4.1", "kimi-k2.5", "deepseek-v3.2"]
+    assert [a.model for a in runner.records] == ["gpt-4.1", "kimi-k2.5", "deepseek-v3.2"]
 
 
 async def test_latency_starts_when_the_request_hits_the_wire(sim_factory):
@@ -353,7 +353,7 @@ def test_cancel_on_uvloop_stops_retry_timers_and_the_run_ends(sim_factory):
             run = asyncio.create_task(runner.run())
             while runner.retry_waiting < 5:  # agents sitting in their retry waits
                 await asyncio.sleep(0.01)
-            timers = [a.handle for a in runner.agents
+            timers = [a.handle for a in runner.records
                       if a.state == "retrying" and a.handle is not None]
             runner.cancel()
             await asyncio.wait_for(run, 30)

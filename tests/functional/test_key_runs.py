@@ -104,7 +104,7 @@ async def test_a_rejected_key_is_disabled_and_the_run_finishes_on_the_others(sim
     assert revoked.state == DISABLED and revoked.reason.startswith("401")
     # refused only by calls picked before its first refusal came back (at most the first
     # wave), each of which moved to another key; never used again
-    on_bad = [x for a in runner.agents for x in a.attempts if x.key_fp == revoked.fingerprint]
+    on_bad = [x for a in runner.records for x in a.attempts if x.key_fp == revoked.fingerprint]
     assert 1 <= len(on_bad) == calls_then <= 10
     assert all(x.status_code == 401 for x in on_bad)
     assert revoked.calls == calls_then
@@ -211,7 +211,7 @@ async def test_a_cooling_gateway_does_not_hold_up_the_other(sim_factory):
         run = asyncio.create_task(runner.run())
 
         def done_on(gw: str) -> int:
-            return sum(ag.state == "succeeded" and ag.gateway == gw for ag in runner.agents)
+            return sum(ag.state == "succeeded" and ag.gateway == gw for ag in runner.records)
 
         while done_on("cand") <= 50 and not run.done():  # state, not a sleep
             await asyncio.sleep(0.01)

@@ -67,7 +67,7 @@ async def test_a_queued_pause_reaches_the_writer_by_notification(pg, sim_factory
     runner = make_runner(gw, work, concurrency=10)
     claim = take_lock(pg, "n")
     try:
-        await create_run(conn, "n", runner.agents, work, name=None, simulated=True,
+        await create_run(conn, "n", runner.records, work, name=None, simulated=True,
                          config={}, claim=claim)
         writer = StoreWriter(conn, pg, "n", runner, claim=claim)
         ControlPoll(RunRecorder(writer, runner))  # as the run's lifecycle attaches them
@@ -117,7 +117,7 @@ async def test_a_watcher_of_a_quiet_run_reads_nothing_until_told(pg, sim_factory
     statements: list[str] = []
     src = StoreSource(pg, "q")
     try:
-        await create_run(conn, "q", make_runner(gw, work).agents, work, name=None,
+        await create_run(conn, "q", make_runner(gw, work).records, work, name=None,
                          simulated=True, config={}, claim=claim)
         await src.open()
         assert src.conn is not None

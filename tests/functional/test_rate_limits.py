@@ -99,8 +99,8 @@ async def test_a_third_party_quota_server_llmock_fails_no_task():
         proc.terminate()
         proc.wait(10)
     assert runner.counts == {"succeeded": 195, "failed": 0, "cancelled": 0}
-    calls = sum(len(a.attempts) for a in runner.agents)
-    r429 = sum(1 for a in runner.agents for x in a.attempts if x.status_code == 429)
+    calls = sum(len(a.attempts) for a in runner.records)
+    r429 = sum(1 for a in runner.records for x in a.attempts if x.status_code == 429)
     # ≤ 5 % on an idle machine (bench/ratelimits.py: 0.2–2.2 %); a loaded one delays our
     # sends unevenly, so the bound here is looser — no task fails either way
     assert r429 <= 0.10 * calls, (r429, calls)
@@ -119,10 +119,10 @@ async def test_one_models_429s_do_not_hold_another_model(sim_factory):
                              retry=RetryConfig(base_backoff_s=0.05, rate_limit_max_wait_s=2.0),
                              routing=RoutingConfig(fallback={}))
         await asyncio.wait_for(runner.run(), 60)
-    healthy = [a for a in runner.agents if a.task.model == "deepseek-v3.2"]
+    healthy = [a for a in runner.records if a.task.model == "deepseek-v3.2"]
     assert all(a.state == "succeeded" for a in healthy)
     assert _p95([a.queue_ms for a in healthy]) <= 1000.0  # was ~62 s with key-wide cooling
-    starved = [a for a in runner.agents if a.task.model == "kimi-k2.5"]
+    starved = [a for a in runner.records if a.task.model == "kimi-k2.5"]
     # they waited out rate_limit_max_wait_s, never spending an attempt on a 429
     assert all(a.state == "failed" and a.error_class == RATE_LIMITED for a in starved)
     key = gw.keys[0]
@@ -146,7 +146,7 @@ async def test_a_huge_retry_after_waits_no_longer_than_the_cap(sim_factory):
         await asyncio.wait_for(run, 30)
     assert longest <= retry.retry_after_cap_s
     assert runner.counts["succeeded"] == 40
-    waits = [x.retry_wait_s for a in runner.agents for x in a.attempts if x.status_code == 429]
+    waits = [x.retry_wait_s for a in runner.records for x in a.attempts if x.status_code == 429]
     assert waits and max(waits) <= retry.retry_after_cap_s
 
 
@@ -160,7 +160,7 @@ async def test_an_error_event_inside_the_stream_is_retried_then_falls_back(sim_f
                              retry=RetryConfig(max_attempts=2, base_backoff_s=0.01))
         await asyncio.wait_for(runner.run(), 30)
     assert runner.counts["succeeded"] == 10
-    for a in runner.agents:
+    for a in runner.records:
         first = a.attempts[0]
         assert first.error_class == SERVER and first.status_code == 503
         assert "in-stream error" in (first.error_message or "")
@@ -175,7 +175,7 @@ async def test_malformed_chunks_are_a_retryable_protocol_error(sim_factory):
         runner = make_runner(gw, tasks(300), retry=RetryConfig(base_backoff_s=0.01))
         await asyncio.wait_for(runner.run(), 60)
     assert runner.counts["succeeded"] >= 297  # ≥ 99 %
-    classes = {x.error_class for a in runner.agents for x in a.attempts if x.error_class}
+    classes = {x.error_class for a in runner.records for x in a.attempts if x.error_class}
     assert classes == {PROTOCOL}
     assert sim.app.stats["malformed"] > 50
 
@@ -186,7 +186,7 @@ async def test_a_truncated_json_body_is_retried_too(sim_factory):
         runner = make_runner(gw, tasks(100), retry=RetryConfig(base_backoff_s=0.01))
         await asyncio.wait_for(runner.run(), 60)
     assert runner.counts["succeeded"] >= 99
-    assert any(x.error_class == PROTOCOL for a in runner.agents for x in a.attempts)
+    assert any(x.error_class == PROTOCOL for a in runner.records for x in a.attempts)
 
 
 async def test_a_gateway_that_ignores_stream_true_answers_in_one_call(sim_factory):
@@ -197,7 +197,7 @@ async def test_a_gateway_that_ignores_stream_true_answers_in_one_call(sim_factor
     assert runner.counts["succeeded"] == 50
     assert sim.app.stats["requests"] == 50  # one call each
     assert all(a.tokens_out > 0 and not a.usage_estimated and a.response_text
-               for a in runner.agents)
+               for a in runner.records)
 
 
 @pytest.mark.parametrize("transport", ["aiohttp", "httpx2"])
@@ -210,7 +210,7 @@ async def test_a_refused_connection_is_connection_not_timeout(transport):
         await asyncio.wait_for(runner.run(), 30)
     finally:
         await gw.aclose()
-    assert runner.agents[0].error_class == CONNECTION
+    assert runner.records[0].error_class == CONNECTION
 
 
 # -- keys in trouble ----------------------------------------------------------------------------

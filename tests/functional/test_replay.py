@@ -61,7 +61,7 @@ async def test_the_replay_at_each_moment_is_what_had_happened_by_then(stored):
                "failed": snap.counts.get("failed", 0), "calls": snap.calls,
                "in_flight": snap.in_flight}
         assert got == truth, (at - start, got, truth)
-        working = sum(1 for cell in snap.agents if cell is not None and cell.state == "running")
+        working = sum(1 for cell in snap.cells if cell is not None and cell.state == "running")
         assert working == truth["in_flight"]
         assert snap.status == ("running" if at < end else "finished")
         assert snap.done >= done_before  # a moment later never shows less done

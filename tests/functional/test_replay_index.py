@@ -54,7 +54,7 @@ def _span(db) -> tuple[float, float]:
 
 def _seen(snap) -> dict:
     """Everything a moment shows: cells, figures, log, histogram, keys."""
-    return {"agents": snap.agents, "counts": snap.counts, "in_flight": snap.in_flight,
+    return {"agents": snap.cells, "counts": snap.counts, "in_flight": snap.in_flight,
             "latency": snap.latency_ms, "ttft": snap.ttft_ms, "calls": snap.calls,
             "success": (snap.success_rate, snap.call_success_rate), "cost": snap.cost_usd,
             "tokens": (snap.tokens_in, snap.tokens_out), "log": snap.log,

@@ -42,7 +42,7 @@ def cells(s: Snapshot) -> dict[int, tuple]:
     was out. (Waiting out a retry or queued behind it are one: the retry's timer fires
     within the loop's own few ms of its stored end + wait, and sets no event.)"""
     out = {}
-    for c in s.agents:
+    for c in s.cells:
         if c.state in FINAL:
             out[c.seq] = (c.state, c.model, c.latency_ms, c.cost_usd, c.attempts,
                           c.error_class)
@@ -69,8 +69,8 @@ async def test_the_replay_at_each_moment_equals_the_live_console_then(cfg, tmp_p
         console as it stood then, at 2 ms after k (on the stored rows' wall clock)."""
         runner, last = state["runner"], state["last_ms"]
         state["last_ms"] = e.at_ms
-        if e.kind == ev.STARTED and runner is not None and e.agent and e.attempt:
-            launched[(e.agent.seq, e.attempt.number)] = (runner.started_wall
+        if e.kind == ev.STARTED and runner is not None and e.record and e.attempt:
+            launched[(e.record.seq, e.attempt.number)] = (runner.started_wall
                                                          + e.at_ms / 1000.0)
         if runner is None or last is None or e.at_ms - last < GAP_MS or not runner.started_wall:
             return

@@ -115,7 +115,7 @@ async def test_full_store_holds_dispatch_journals_and_resume_sends_only_unanswer
     log = _Log()
     runner.consumers.append(log)
     claim = take_lock(path, "full")
-    await create_run(conn, "full", runner.agents, work, name=None,
+    await create_run(conn, "full", runner.records, work, name=None,
                      simulated=True, config={}, claim=claim)
     async with conn.execute("PRAGMA page_count") as cur:
         pages = (await cur.fetchone())[0]
@@ -158,7 +158,7 @@ async def test_full_store_holds_dispatch_journals_and_resume_sends_only_unanswer
     gw = make_client(server)
     bodies = StoredBodies(path, "full")  # heads only: the prompts are read at each send
     runner = make_runner(gw, todo, concurrency=50, bodies=bodies)
-    for a, s, p in zip(runner.agents, seqs, prior, strict=True):
+    for a, s, p in zip(runner.records, seqs, prior, strict=True):
         a.seq, a.prior_attempts = s, p
     claim = take_lock(path, "full")
     await conn.execute("UPDATE runs SET owner_token=? WHERE id='full'", (claim.token,))
@@ -393,7 +393,7 @@ async def test_an_executor_that_lost_its_claim_cannot_write(sim_factory, db_targ
     work = tasks(400, prefix="c")
     runner = make_runner(gw, work, concurrency=20)
     claim = take_lock(path, "c")
-    await create_run(conn, "c", runner.agents, work, name=None,
+    await create_run(conn, "c", runner.records, work, name=None,
                      simulated=True, config={}, claim=claim)
     writer = StoreWriter(conn, path, "c", runner, claim=claim, flush_interval=0.05)
     RunRecorder(writer, runner)

@@ -38,7 +38,7 @@ async def test_draws_on_a_shared_cap_never_pass_it_and_a_silent_worker_gives_bac
     claim = take_lock(db_target, "b")
     drawers = [await open_db(db_target, create=False, reconcile=False) for _ in range(6)]
     try:
-        await create_run(conn, "b", make_runner(gw, work).agents, work, name=None,
+        await create_run(conn, "b", make_runner(gw, work).records, work, name=None,
                          simulated=True, config={"budget_usd": 1.0}, claim=claim)
         await split_run(conn, "b", 10)
         for i in range(6):

@@ -95,7 +95,7 @@ async def _stored_run(sim_factory, path, n=400, **sim):
         work = tasks(n, prefix="s")
         runner = make_runner(gw, work, concurrency=60)
         claim = take_lock(path, "r1")
-        await create_run(conn, "r1", runner.agents, work, name="t", simulated=True,
+        await create_run(conn, "r1", runner.records, work, name="t", simulated=True,
                          config={"settings": {"sla": {"p95_ms": 350, "min_success": 0.99}}},
                          claim=claim)
         writer = StoreWriter(conn, path, "r1", runner, claim=claim, flush_interval=0.05,
@@ -115,7 +115,7 @@ async def test_writer_stores_every_task_and_attempt_in_batches(sim_factory, db_t
     expected = {k: v for k, v in runner.counts.items() if v}
     assert states == expected and sum(states.values()) == 400
     stored_attempts = raw_rows(path, "SELECT COUNT(*) FROM attempts")[0][0]
-    assert stored_attempts == sum(len(a.attempts) for a in runner.agents)
+    assert stored_attempts == sum(len(a.attempts) for a in runner.records)
     assert stored_attempts > 400  # some 429 retries happened
     rate_limited = raw_rows(
         path, "SELECT COUNT(*) FROM attempts WHERE error_class='rate_limited' AND retry_wait_s=?",
@@ -152,7 +152,7 @@ async def test_report_equals_independent_recomputation_from_raw_rows(sim_factory
         if values:
             assert summary.by_model[model].latency_ms.p95 == _nearest_rank(values, 95)
     # the summary computed live from the engine's records equals the stored one
-    live = summarize(runner.agents, run_id="r1", sla=SlaConfig(), wall_ms=runner.wall_ms,
+    live = summarize(runner.records, run_id="r1", sla=SlaConfig(), wall_ms=runner.wall_ms,
                      name="t", status="finished", simulated=True, started_at=summary.started_at,
                      client_lag=(runner.loop_lag.run_p95_ms(), runner.loop_lag.run_max_ms()))
     assert live == summary and summary.succeeded == 300
@@ -175,12 +175,12 @@ async def test_closing_during_a_flush_loses_nothing(db_target):
     runner = make_runner(gw, work)
     runner.started_wall = 1.0
     claim = take_lock(path, "c")
-    await create_run(conn, "c", runner.agents, work, name=None,
+    await create_run(conn, "c", runner.records, work, name=None,
                      simulated=True, config={}, claim=claim)
     writer = StoreWriter(conn, path, "c", runner, claim=claim, max_rows=500)
     recorder = RunRecorder(writer, runner)
     writer.start()
-    for i, a in enumerate(runner.agents):
+    for i, a in enumerate(runner.records):
         a.attempts.append(Attempt(1, a.model, "sim", "fp", 1.0, 0.0, 10.0, outcome="ok"))
         a.state, a.response_text = SUCCEEDED, "x" * 2000
         recorder.on_event(ev.Event(ev.SUCCEEDED, 1.0, a, a.attempts[0]))
@@ -205,7 +205,7 @@ async def test_last_names_the_newest_run_and_an_empty_store_says_so(sim_factory,
         gw = make_client(sim_factory(profile="fixed:5"))
         for run_id in ("20261204-100000-aaaa", "20261204-100001-bbbb"):
             runner = make_runner(gw, tasks(3))
-            await create_run(conn, run_id, runner.agents, tasks(3), name=None, simulated=True,
+            await create_run(conn, run_id, runner.records, tasks(3), name=None, simulated=True,
                              config={}, claim=take_lock(path, run_id))
         await gw.aclose()
         # the newest by started_at, not by insertion or id: make the first one the newer
@@ -250,7 +250,7 @@ async def test_a_big_run_is_created_without_a_wal_the_size_of_its_workload(tmp_p
             for t in tasks(12_000, prefix="w")]
     runner = make_runner(gw, work)
     try:
-        await create_run(conn, "w", runner.agents, work, name=None, simulated=True,
+        await create_run(conn, "w", runner.records, work, name=None, simulated=True,
                          config={}, claim=take_lock(path, "w"))
         wal = (tmp_path / "runs.db-wal").stat().st_size
         workload = sum(len(t.prompt) for t in work)

@@ -20,7 +20,7 @@ from tests.conftest import make_client, make_runner, tasks
 async def _stored(path: Path, run_id: str, work, runner) -> None:
     conn = await open_db(path)
     try:
-        await create_run(conn, run_id, runner.agents, work, name=None, simulated=True,
+        await create_run(conn, run_id, runner.records, work, name=None, simulated=True,
                          config={}, claim=take_lock(path, run_id))
     finally:
         await conn.close()
@@ -71,20 +71,20 @@ async def test_a_run_on_heads_sends_every_stored_prompt_and_an_unreadable_one_wa
         raw.execute("DELETE FROM tasks WHERE run_id='h' AND seq=?", (gone,))
     bodies = StoredBodies(path, "h")
     runner = make_runner(gw, [t.head() for t in work], concurrency=40, bodies=bodies)
-    assert all(a.body is None for a in runner.agents)
+    assert all(a.body is None for a in runner.records)
     sent: list[str] = []
-    runner.consumers.append(lambda e: e.kind == ev.FIRST_TOKEN and e.agent is not None
-                            and e.agent.body is not None
-                            and sent.append(e.agent.body.prompt))
+    runner.consumers.append(lambda e: e.kind == ev.FIRST_TOKEN and e.record is not None
+                            and e.record.body is not None
+                            and sent.append(e.record.body.prompt))
     try:
         await runner.run()
     finally:
         await bodies.aclose()
         await gw.aclose()
-    states = [a.state for a in runner.agents]
+    states = [a.state for a in runner.records]
     assert states.count(TaskState.SUCCEEDED) == 599
-    assert runner.agents[gone].state == TaskState.CANCELLED
-    assert "prompt unreadable" in (runner.agents[gone].error_message or "")
+    assert runner.records[gone].state == TaskState.CANCELLED
+    assert "prompt unreadable" in (runner.records[gone].error_message or "")
     assert sorted(sent) == sorted(t.prompt for i, t in enumerate(work) if i != gone)
     assert server.app.stats["requests"] == 599
-    assert all(a.body is None for a in runner.agents)  # let go of once answered
+    assert all(a.body is None for a in runner.records)  # let go of once answered

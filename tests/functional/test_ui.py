@@ -17,7 +17,7 @@ from swarm_tui.run_sources import LiveSource, StoreSource
 from swarm_tui.sim.settings import SimSettings
 from swarm_tui.ui.app import SwarmApp
 from swarm_tui.ui.filtering import FilterError, parse_filter, sort_cells
-from swarm_tui.ui.grid import AgentGrid
+from swarm_tui.ui.grid import TaskGrid
 from swarm_tui.ui.screens import ConfirmScreen, DetailScreen, HelpScreen, RunsScreen
 from swarm_tui.workload import demo_tasks
 from tests.ui_fixtures import FixedSource, mid_run_snapshot, screen_text, wait_for
@@ -58,7 +58,7 @@ async def test_every_run_binding_against_a_live_run(cfg, tmp_path):
         await wait_for(lambda: app.snapshot is not None and app.snapshot.concurrency == 10)
         await pilot.press("slash")
         await pilot.press(*"state:queued", "enter")
-        grid = app.screen.query_one(AgentGrid)
+        grid = app.screen.query_one(TaskGrid)
         await wait_for(lambda: grid.cells and all(c.state == "queued" for c in grid.cells))
         await pilot.press("escape")
         await wait_for(lambda: len(grid.cells) == 4000)
@@ -81,11 +81,11 @@ async def test_every_run_binding_against_a_live_run(cfg, tmp_path):
         first = grid.selected
         await pilot.press("n")
         await wait_for(lambda: not isinstance(app.screen, ConfirmScreen))  # answered: no
-        assert runner.agents[first.seq].cancel_requested is False
+        assert runner.records[first.seq].cancel_requested is False
         await pilot.press("end", "c", "y")  # the last agent is still queued
         second = grid.selected
         assert second.seq == 3999
-        await wait_for(lambda: runner.agents[3999].state == "cancelled")
+        await wait_for(lambda: runner.records[3999].state == "cancelled")
         await pilot.press("x")
         assert isinstance(app.screen, ConfirmScreen)
         await pilot.press("y")
@@ -177,7 +177,7 @@ async def test_the_palettes_screenshot_is_saved_private(tmp_path):
 
 
 def test_filter_words():
-    cells = mid_run_snapshot().agents
+    cells = mid_run_snapshot().cells
     assert {c.state for c in cells if parse_filter("state:fail")(c)} == {"failed"}
     assert all(c.state != "queued" for c in cells if parse_filter("!state:queued")(c))
     kimi = [c for c in cells if parse_filter("model:kimi !state:queued")(c)]
@@ -308,7 +308,7 @@ async def test_grid_navigation_keys():
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_for(lambda: app.snapshot is not None)
         await app.tick()
-        grid = app.screen.query_one(AgentGrid)
+        grid = app.screen.query_one(TaskGrid)
         assert app.view == "agents" and not grid.display  # the agents view comes first
         await pilot.press("v")  # every task: the grid, focused
         await wait_for(lambda: grid.display and app.focused is grid)
@@ -373,19 +373,19 @@ async def test_next_failed_copy_id_and_the_scrollable_log():
     from swarm_tui.ui.widgets import EventLog
 
     snap = mid_run_snapshot(1000)
-    failed = [i for i, c in enumerate(snap.agents) if c.state == "failed"]
+    failed = [i for i, c in enumerate(snap.cells) if c.state == "failed"]
     assert len(failed) >= 2
     app = SwarmApp(FixedSource(snap), refresh_s=10)
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_for(lambda: app.snapshot is not None)
         await app.tick()
-        grid = app.screen.query_one(AgentGrid)
+        grid = app.screen.query_one(TaskGrid)
         await pilot.press("f")
         assert grid.cursor == failed[0] and grid.has_focus
         await pilot.press("f")
         assert grid.cursor == failed[1]
         await pilot.press("y")  # OSC 52 through the driver; Textual keeps what it copied
-        assert app.clipboard == snap.agents[failed[1]].task_id
+        assert app.clipboard == snap.cells[failed[1]].task_id
         log = app.screen.query_one(EventLog)
         await pilot.press("l")
         assert log.has_focus and not log.auto_scroll  # held still to be read back
@@ -420,7 +420,7 @@ async def test_a_stored_live_run_lets_answers_go_and_the_detail_reads_them_back(
     app = SwarmApp(source, db_target=tmp_path / "runs.db", refresh_s=0.1)
     async with app.run_test():
         await wait_for(lambda: source.outcome is not None, 60)
-        agents = source.runner.agents
+        agents = source.runner.records
         assert all(a.final and a.response_text is None for a in agents)
         detail = await source.detail(agents[7].seq)
         assert detail is not None and detail.state == "succeeded"
@@ -438,16 +438,16 @@ async def test_a_stored_live_run_lets_answers_go_and_the_detail_reads_them_back(
 def test_a_snapshot_never_carries_a_cell_not_seen_yet():
     """Cells arrive by index from the engine thread; a gap (an index not seen yet) is
     skipped, never handed to the grid or the filter as None."""
-    from swarm_tui.engine.snapshot import AgentCell, LiveMetrics, metrics_snapshot
+    from swarm_tui.engine.snapshot import LiveMetrics, TaskCell, metrics_snapshot
     from swarm_tui.settings.sections import SlaConfig
 
     m = LiveMetrics()
-    m.put_cell(3, AgentCell(3, "t3", "queued", "m", "b", None, None, 0, None))
-    m.put_cell(0, AgentCell(0, "t0", "queued", "m", "b", None, None, 0, None))
+    m.put_cell(3, TaskCell(3, "t3", "queued", "m", "b", None, None, 0, None))
+    m.put_cell(0, TaskCell(0, "t0", "queued", "m", "b", None, None, 0, None))
     snap = metrics_snapshot(m, run_id="r", simulated=True, gateways=("sim",), status="running",
                             elapsed_s=1.0, total=4, in_flight=0, concurrency=1,
                             sla=SlaConfig(), tasks_per_day=1, client_bound=False)
-    assert [c.task_id for c in snap.agents] == ["t0", "t3"]
+    assert [c.task_id for c in snap.cells] == ["t0", "t3"]
     assert snap.counts["queued"] == 2
 
 
@@ -489,7 +489,7 @@ def test_the_agents_view_fits_140_agents_at_80x24():
 
     w, cols = fit(140, 80, 12)  # the grid area of an 80×24 dashboard, less its header
     assert -(-140 // cols) <= 12 and w == 6
-    cell = mid_run_snapshot().agents[60]
+    cell = mid_run_snapshot().cells[60]
     assert cell_text(SlotCell(0, cell, 0.5, 2000), 1.8, 28).split()[1:] == [
         cell.task_id, "1.3s", "500t"]
     assert cell_text(SlotCell(0, None, None, None), 1.8, 6) == "·     "
@@ -503,7 +503,7 @@ async def test_more_agents_than_cells_says_how_many_are_not_shown():
     from swarm_tui.ui.agents import AgentsView
 
     snap = mid_run_snapshot()
-    cell = snap.agents[60]
+    cell = snap.cells[60]
     snap = dataclasses.replace(snap, slots=tuple(SlotCell(i, cell, 1.0, 40) for i in range(1000)))
     app = SwarmApp(FixedSource(snap), refresh_s=10)
     async with app.run_test(size=(80, 24)):
@@ -534,7 +534,7 @@ async def test_cancelling_an_agent_whose_task_id_looks_like_markup(cfg, tmp_path
     app = SwarmApp(source, db_target=tmp_path / "runs.db", refresh_s=0.1, view="tasks")
     async with app.run_test(size=(100, 30)) as pilot:
         await wait_for(lambda: source.runner is not None and source.runner.in_flight > 0)
-        grid = app.screen.query_one(AgentGrid)
+        grid = app.screen.query_one(TaskGrid)
         # the grid filled first (on one core the keys once came before its cells)
         await wait_for(lambda: len(grid.cells) == 300, what="every task in the grid")
         grid.focus()
@@ -549,7 +549,7 @@ async def test_cancelling_an_agent_whose_task_id_looks_like_markup(cfg, tmp_path
         label = app.screen.query_one("#confirm-question", Label)
         assert f"Cancel agent {cell.task_id}?" in str(label.render())  # as text
         await pilot.press("y")
-        await wait_for(lambda: source.runner.agents[cell.seq].state == "cancelled",
+        await wait_for(lambda: source.runner.records[cell.seq].state == "cancelled",
                        what="the agent cancelled")
         await wait_for(lambda: notes(app, f"cancel requested for {cell.task_id}") == 1,
                        what="the notice, as text")

@@ -274,7 +274,7 @@ def test_a_signal_to_the_starter_reaches_its_workers(tmp_path, slow_sim, sig, gr
 
 async def _split_and_join(conn, run_id: str, gw, work, claim, worker: str) -> None:
     """A stored run split in batches of 100, and `worker` joined to it."""
-    await create_run(conn, run_id, make_runner(gw, work).agents, work, name=None,
+    await create_run(conn, run_id, make_runner(gw, work).records, work, name=None,
                      simulated=True, config={}, claim=claim)
     await split_run(conn, run_id, len(work), size=100)
     await join_run(conn, run_id, worker, claim.token, claim.host, claim.pid)
