@@ -123,16 +123,22 @@ def finish(outcome: Outcome, as_json: bool, json_text: str | None = None) -> int
     from swarm_tui.report.summary_text import summary_text
 
     summary = outcome.summary
-    if as_json:
-        print(json_text or summary.model_dump_json(indent=2))
-    else:
-        print(summary_text(summary))
+    say(json_text or summary.model_dump_json(indent=2) if as_json else summary_text(summary))
     code = exit_code(outcome)
     if code == EXIT_BUDGET_STOPPED:
         unsent = summary.unfinished + summary.cancelled
         print(f"swarm-tui: stopped at the budget cap; {unsent} tasks unsent — raise it with "
               f"`swarm-tui resume {summary.run_id} --budget USD`", file=sys.stderr)
     return code
+
+
+def say(text: str) -> None:
+    """Print a run's verdict. A reader gone (`run … | head -1`) loses the text, not the
+    exit code: the run was paid for and stored, and `set -o pipefail` reads its 3 or 4."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # exit's flush too
 
 
 def interactive() -> bool:
@@ -152,6 +158,6 @@ def open_console(args: argparse.Namespace, cfg: LoadedConfig, **kw: Any) -> int:
     if end.outcome is not None:
         from swarm_tui.report.summary_text import summary_text
 
-        print(summary_text(end.outcome.summary))
+        say(summary_text(end.outcome.summary))
         return exit_code(end.outcome, console_code=end.code)
     return end.code or EXIT_OK

@@ -42,6 +42,30 @@ def test_summary_line_and_sla_breach_exit_code():
 
 
 @pytest.mark.usefixtures("no_user_config")
+@pytest.mark.slow
+@pytest.mark.parametrize("as_json", [False, True])
+def test_a_reader_that_left_does_not_turn_a_breach_into_success(as_json):
+    """`swarm-tui run … | head -1` under `set -o pipefail`: the run was paid for and
+    breached its SLA; the summary finds no reader, and the exit code still says 3."""
+    flags = ["--json"] if as_json else []
+    p = subprocess.Popen([sys.executable, "-m", "swarm_tui", "run", "--demo", "30",
+                          "--headless", "--quiet", "--sim-profile", "fixed:400",
+                          "--sim-rate-429", "0", "--sim-rate-503", "0", *flags],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         stdin=subprocess.DEVNULL)
+    assert p.stdout is not None and p.stderr is not None
+    p.stdout.close()  # the reader is gone before the summary is printed
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=90) == 3, err
+    assert "Traceback" not in err
+    listed = swarm("runs", "--json")
+    assert listed.returncode == 0, listed.stderr
+    run = json.loads(listed.stdout)[0]  # stored whole: 30 of 30, p95 past 350 ms
+    assert (run["status"], run["done"], run["total"]) == ("finished", 30, 30)
+    assert run["p95_ms"] > 350
+
+
+@pytest.mark.usefixtures("no_user_config")
 def test_bad_config_exit_2(tmp_path):
     cfg = tmp_path / "c.toml"
     cfg.write_text("[retry]\nmax_attempts = 'x'\n")
