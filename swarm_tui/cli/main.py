@@ -11,8 +11,8 @@ from collections.abc import Callable, Sequence
 from swarm_tui import __version__
 from swarm_tui.cli import admin, consoles, run, stored
 from swarm_tui.cli.flags import common_flags, console_flags
-from swarm_tui.cli.shared import interactive
-from swarm_tui.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, UserError
+from swarm_tui.cli.shared import GuardedStdout, StdoutError, interactive, stdout_to_null
+from swarm_tui.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, UserError
 from swarm_tui.gateway.keys import redact
 
 
@@ -72,6 +72,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None and not interactive():
         parser.print_help()  # the console needs a terminal
         return EXIT_OK
+    stdout = sys.stdout
+    sys.stdout = GuardedStdout(stdout)
     try:
         return HANDLERS[args.command](args)
     except UserError as e:
@@ -81,11 +83,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("swarm-tui: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except BrokenPipeError:  # `swarm-tui export … | head`: the reader left, not an error
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        stdout_to_null()
         return EXIT_OK
-    except Exception as e:  # last resort: one line, no traceback, no secret
-        if os.environ.get("SWARM_TUI_DEBUG"):
-            raise
-        print(f"swarm-tui: internal error: {type(e).__name__}: {redact(str(e))} "
-              "(set SWARM_TUI_DEBUG=1 for a traceback)", file=sys.stderr)
-        return EXIT_INTERNAL
+    except StdoutError as e:  # `report last > full-disk/r.txt`
+        stdout_to_null()
+        print(f"swarm-tui: error: standard output: cannot write ({e.strerror})",
+              file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except Exception as e:
+        return _internal(e)
+    finally:
+        sys.stdout = stdout
+
+
+def _internal(e: Exception) -> int:
+    """The last resort: one line, no traceback, no secret."""
+    if os.environ.get("SWARM_TUI_DEBUG"):
+        raise e
+    print(f"swarm-tui: internal error: {type(e).__name__}: {redact(str(e))} "
+          "(set SWARM_TUI_DEBUG=1 for a traceback)", file=sys.stderr)
+    return EXIT_INTERNAL

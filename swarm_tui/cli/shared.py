@@ -123,7 +123,8 @@ def finish(outcome: Outcome, as_json: bool, json_text: str | None = None) -> int
     from swarm_tui.report.summary_text import summary_text
 
     summary = outcome.summary
-    say(json_text or summary.model_dump_json(indent=2) if as_json else summary_text(summary))
+    say(json_text or summary.model_dump_json(indent=2) if as_json else summary_text(summary),
+        summary.run_id)
     code = exit_code(outcome)
     if code == EXIT_BUDGET_STOPPED:
         unsent = summary.unfinished + summary.cancelled
@@ -132,13 +133,56 @@ def finish(outcome: Outcome, as_json: bool, json_text: str | None = None) -> int
     return code
 
 
-def say(text: str) -> None:
+def stdout_to_null() -> None:
+    """What standard output still holds goes nowhere (else the exit's flush fails
+    again: a second message and exit 120)."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+class StdoutError(OSError):
+    """Standard output refused a write (not a reader that left: BrokenPipeError)."""
+
+
+class GuardedStdout:
+    """Standard output whose refused writes say where they failed: `report last >
+    full-disk/r.txt` is then one line naming standard output, exit 2, not an internal
+    error. Everything else is the stream's own."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            raise
+        except OSError as e:
+            raise StdoutError(e.errno, e.strerror) from None
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as e:
+            raise StdoutError(e.errno, e.strerror) from None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def say(text: str, run_id: str) -> None:
     """Print a run's verdict. A reader gone (`run … | head -1`) loses the text, not the
-    exit code: the run was paid for and stored, and `set -o pipefail` reads its 3 or 4."""
+    exit code: the run was paid for and stored, and `set -o pipefail` reads its 3 or 4.
+    A disk that refuses it (`run --json > full/out.json`) is exit 2, naming the run."""
     try:
         print(text, flush=True)
     except BrokenPipeError:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # exit's flush too
+        stdout_to_null()
+    except OSError as e:
+        stdout_to_null()
+        raise UserError(f"standard output: cannot write the summary ({e.strerror}); run "
+                        f"{run_id} is stored: `swarm-tui report {run_id}`") from None
 
 
 def interactive() -> bool:
@@ -158,6 +202,6 @@ def open_console(args: argparse.Namespace, cfg: LoadedConfig, **kw: Any) -> int:
     if end.outcome is not None:
         from swarm_tui.report.summary_text import summary_text
 
-        say(summary_text(end.outcome.summary))
+        say(summary_text(end.outcome.summary), end.outcome.summary.run_id)
         return exit_code(end.outcome, console_code=end.code)
     return end.code or EXIT_OK

@@ -8,7 +8,7 @@ import json
 import sys
 from typing import TYPE_CHECKING
 
-from swarm_tui.errors import EXIT_OK, UserError
+from swarm_tui.errors import EXIT_OK
 
 if TYPE_CHECKING:  # (each verb imports what it uses: `runs` reads no cost model)
     from swarm_tui.core.summary import RunSummary
@@ -110,19 +110,12 @@ async def cost(conn: StoreConnection, path: DbTarget, args: argparse.Namespace) 
 
 
 async def export(conn: StoreConnection, path: DbTarget, args: argparse.Namespace) -> int:
-    from swarm_tui.report.history import export_run, open_out
+    from swarm_tui.report.history import export_run, written_to
     from swarm_tui.store.runs import get_run
 
     run = await get_run(conn, args.run_id, path)
-    try:
-        out, close = open_out(args.out)
-    except OSError as e:
-        raise UserError(f"--out {args.out}: cannot write ({e.strerror})") from None
-    try:
+    with written_to(args.out or "-", "--out") as out:
         n = await export_run(conn, run, args.format, out)
-    finally:
-        if close:
-            out.close()
-    if close:
+    if args.out not in (None, "-"):
         print(f"exported {n} tasks of run {run.id} to {args.out}", file=sys.stderr)
     return EXIT_OK

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import os
 import sys
+from collections.abc import Iterator
 from contextlib import aclosing
 from typing import IO, Any
 
 from swarm_tui.core.summary import RunSummary
+from swarm_tui.errors import UserError
 from swarm_tui.store import reads
 from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.lost_sends import lost_sends
@@ -164,3 +167,26 @@ def open_out(path: str | None) -> tuple[IO[str], bool]:
     # prompts and answers are the operator's: 0600 like the database
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     return os.fdopen(fd, "w", encoding="utf-8", newline=""), True
+
+
+@contextlib.contextmanager
+def written_to(path: str, place: str) -> Iterator[IO[str]]:
+    """A file to write (0600; `-`: standard output). A write that fails — a full disk,
+    a quota — is one line naming `place`, and a regular file left half written is
+    removed: a truncated export or SVG must not pass for a whole one."""
+    try:
+        out, close = open_out(path)
+    except OSError as e:
+        raise UserError(f"{place} {path}: cannot write ({e.strerror})") from None
+    if not close:
+        yield out
+        return
+    try:
+        with out:
+            yield out
+    except OSError as e:
+        if os.path.isfile(path):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        raise UserError(f"{place} {path}: cannot write ({e.strerror}); "
+                        "nothing was left there") from None

@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from swarm_tui.report.history import open_out
+from swarm_tui.errors import UserError
+from swarm_tui.report.history import written_to
 from swarm_tui.ui.app import SwarmApp
 
 
@@ -15,6 +16,7 @@ class _Shot(SwarmApp):
         super().__init__(**kw)
         self._target: Path | None = target  # None once its saving is scheduled
         self.shot: str | None = None
+        self.failure: UserError | None = None  # the file could not be written
 
     async def tick(self) -> None:
         await super().tick()
@@ -31,10 +33,12 @@ class _Shot(SwarmApp):
         if tries and drawn != last:
             self.set_timer(0.05, lambda: self._save(target, tries - 1, drawn))
             return
-        out, _ = open_out(str(target))  # 0600, as an export: it shows the operator's data
-        with out:
-            out.write(self.export_screenshot())
-        self.shot = str(target)
+        try:  # 0600, as an export: it shows the operator's data
+            with written_to(str(target), "--screenshot") as out:
+                out.write(self.export_screenshot())
+            self.shot = str(target)
+        except UserError as e:  # raised here, Textual would print its traceback panel
+            self.failure = e
         self.exit()
 
     def _drawn(self) -> str:
@@ -50,4 +54,6 @@ def screenshot(target: Path, size: tuple[int, int], **kw: Any) -> tuple[str | No
     Returns the file written (None: nothing was drawn) and the snapshot shown."""
     app = _Shot(target.resolve(), **kw)
     app.run(headless=True, size=size)
+    if app.failure is not None:
+        raise app.failure
     return app.shot, app.snapshot
