@@ -5,16 +5,20 @@ appends the unsaved rows here (one JSON line each, fsynced) and keeps them in me
 retry; after the database takes them the journal is emptied. Space for it is reserved
 when the run starts (`posix_fallocate`), so a disk that fills up *after* that still takes
 the journal; past the reservation, or where the database's folder refuses it, the
-journal moves to a per-user folder under the system temp directory. Opening the
-database imports every journal of a run no living process owns, before anything is sent.
+journal moves to a per-user folder under the system temp directory — used only while it
+is this user's alone (0700, not a link): on a shared host another user could have made
+it first. Opening the database imports every journal of a run no living process owns,
+before anything is sent.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
+import stat
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
@@ -43,6 +47,31 @@ def fallback_dir() -> Path:
     return Path(tempfile.gettempdir()) / f"swarm-tui-spill-{os.getuid()}"
 
 
+def _unsafe(st: os.stat_result) -> str | None:
+    """Why a folder under the shared temp directory is not this user's alone: on a
+    bastion any user can make `/tmp/swarm-tui-spill-<uid>` first (or a link there) and
+    then read, replace or delete the journals — or plant one that `resume` imports."""
+    if not stat.S_ISDIR(st.st_mode):
+        return "not a folder (a link or a file)"
+    if st.st_uid != os.getuid():
+        return f"owned by uid {st.st_uid}"
+    if st.st_mode & 0o077:
+        return f"mode {st.st_mode & 0o777:o}, open to others"
+    return None
+
+
+def own_fallback_dir() -> Path:
+    """The fallback folder, made 0700 if absent; OSError when what is there is not this
+    user's alone (as tmux checks /tmp/tmux-<uid>)."""
+    path = fallback_dir()
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path, 0o700)
+    why = _unsafe(os.lstat(path))
+    if why is not None:
+        raise OSError(errno.EPERM, f"{why} — not used")
+    return path
+
+
 def journal_paths(db_target: DbTarget, run_id: str, owner: str | None = None) -> list[Path]:
     """Where a run's journal may be: beside the database first, then the fallback. A
     worker's (`owner`) is its own file: `<run>.<owner>`."""
@@ -59,6 +88,8 @@ def find_journals(db_target: DbTarget) -> dict[str, list[Path]]:
     tag = f"{_db_tag(db_target)}-"
     for folder, start in ((home, prefix), (fallback_dir(), tag)):
         with contextlib.suppress(OSError):
+            if folder != home and _unsafe(os.lstat(folder)) is not None:
+                continue  # nothing in another user's folder is ours to import
             for p in folder.iterdir():
                 if p.name.startswith(start) and p.name.endswith(SUFFIX):
                     run_id = p.name[len(start):-len(SUFFIX)].split(".", 1)[0]
@@ -129,8 +160,8 @@ class SpillJournal:
     def _move_to(self, path: Path) -> None:
         """Open the journal at `path`, carrying over what an earlier location holds."""
         if path != self.candidates[0]:
-            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+            own_fallback_dir()
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         try:
             kept = os.pread(self._fd, self._offset, 0) if self._fd >= 0 and self._offset else b""
             if kept:
