@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import errno
 import json
 import os
+import stat
 import sys
 from collections.abc import Iterator
 from contextlib import aclosing
@@ -162,10 +164,32 @@ async def export_run(conn: StoreConnection, run: RunRecord, fmt: str, out: IO[st
 
 
 def open_out(path: str | None) -> tuple[IO[str], bool]:
+    """A file to write an export or a screenshot to, 0600 (prompts and answers are the
+    operator's, like the database). In a shared folder (`/tmp`) another user may have put
+    a file or a link at that name first: a file or link of theirs is refused, not
+    truncated and filled with our data (the kernel's protected_regular / protected_symlinks,
+    for hosts that have them off)."""
     if path is None or path == "-":
         return sys.stdout, False
-    # prompts and answers are the operator's: 0600 like the database
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    except OSError as e:
+        if e.errno != errno.ELOOP:
+            raise
+        link = os.lstat(path)  # a link: followed only when it is ours (/dev/stdout is)
+        if link.st_uid not in (os.getuid(), 0):
+            raise OSError(errno.EPERM, f"a link owned by uid {link.st_uid}") from None
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISREG(st.st_mode):  # a device or a pipe (/dev/stdout, a fifo) as it is
+            if st.st_uid != os.getuid():
+                raise OSError(errno.EPERM, f"a file owned by uid {st.st_uid}")
+            os.fchmod(fd, 0o600)
+            os.ftruncate(fd, 0)
+    except OSError:
+        os.close(fd)
+        raise
     return os.fdopen(fd, "w", encoding="utf-8", newline=""), True
 
 

@@ -334,17 +334,15 @@ class SwarmApp(App[int]):
         import time
 
         from swarm_tui.paths import downloads_dir
-        from swarm_tui.report.history import open_out
+        from swarm_tui.report.history import written_to
 
         name = filename or time.strftime(f"swarm-tui {time_format or '%Y-%m-%dT%H_%M_%S'}.svg")
         target = (Path(path) if path else downloads_dir()) / name
         try:
-            out, _ = open_out(str(target))
-            with out:
+            with written_to(str(target), "screenshot not saved:") as out:
                 out.write(self.export_screenshot())
-        except OSError as e:
-            self.notify(f"screenshot not saved: {target}: {e.strerror}", severity="error",
-                        markup=False)
+        except UserError as e:  # a full disk leaves no half picture behind
+            self.notify(str(e), severity="error", markup=False)
             return None
         self.notify(f"screenshot saved to {target}", title="Screenshot", markup=False)
         return None

@@ -85,3 +85,49 @@ def test_a_run_whose_summary_the_disk_refused_is_stored_and_named(stored):
     assert report.returncode == 0, report.stderr
     summary = json.loads(report.stdout)
     assert summary["run_id"] == run_id and summary["succeeded"] == 20
+
+
+def _export_to(target: Path, run_id: str, env: dict[str, str]
+               ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "swarm_tui", "export", run_id, "--out",
+                           str(target)], capture_output=True, text=True, timeout=60,
+                          stdin=subprocess.DEVNULL, env={**os.environ, **env})
+
+
+def test_an_export_over_a_file_of_ours_is_made_private(stored, tmp_path):
+    _, run_id, env = stored
+    out = tmp_path / "old.jsonl"
+    out.write_text("x" * 10_000_000)
+    os.chmod(out, 0o644)
+    r = _export_to(out, run_id, env)
+    assert r.returncode == 0, r.stderr
+    assert (out.stat().st_mode & 0o777) == 0o600 and out.stat().st_size < 10_000_000
+    assert out.read_text().startswith('{"')
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a file of another user's needs root to make")
+def test_a_file_or_link_another_user_put_there_first_is_not_written(stored, tmp_path):
+    """`--out /tmp/run.jsonl` where another user made /tmp/run.jsonl (0666) or a link
+    there first: writing would hand them the prompts and answers, or truncate what the
+    link points at. Refused with one line, nothing of theirs or ours changed."""
+    _, run_id, env = stored
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)  # as /tmp
+    theirs = shared / "run.jsonl"
+    theirs.write_text("theirs\n")
+    os.chmod(theirs, 0o666)
+    os.chown(theirs, 65534, 65534)
+    r = _export_to(theirs, run_id, env)
+    assert_one_line_error(r, 2, f"--out {theirs}", "a file owned by uid 65534")
+    assert theirs.read_text() == "theirs\n"
+    mine = tmp_path / "notes.txt"
+    mine.write_text("mine\n")
+    link = shared / "link.jsonl"
+    link.symlink_to(mine)
+    os.lchown(link, 65534, 65534)
+    r = _export_to(link, run_id, env)
+    assert_one_line_error(r, 2, f"--out {link}", "cannot write")
+    # ours, or the kernel's own refusal where protected_symlinks is on
+    assert "a link owned by uid 65534" in r.stderr or "Permission denied" in r.stderr
+    assert mine.read_text() == "mine\n"
