@@ -10,6 +10,8 @@ store's control table, by fingerprint.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import getpass
 import json
 import os
@@ -160,10 +162,17 @@ def run_add(cfg: LoadedConfig, args: argparse.Namespace) -> int:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # a folder it makes: its own
         # created 0600, appended in one write: a reloading runner never sees half a line
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, stat.S_IRUSR | stat.S_IWUSR)
+        size = os.fstat(fd).st_size
         try:
-            with open(fd, "a", encoding="utf-8", closefd=False) as fh:
-                prefix = "" if not existing or _ends_with_newline(path) else "\n"
-                fh.write(prefix + line)
+            prefix = "" if not existing or _ends_with_newline(path) else "\n"
+            data = (prefix + line).encode()
+            if os.write(fd, data) != len(data):  # a disk with room for part of it
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        except OSError:
+            # half a key is a wrong key a reloading runner would send: back to what it was
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, size)
+            raise
         finally:
             os.close(fd)
     except OSError as e:

@@ -227,3 +227,32 @@ async def test_a_cooling_gateway_does_not_hold_up_the_other(sim_factory):
         await cand.aclose()
     assert runner.counts == {"succeeded": 200, "failed": 0, "cancelled": 0}
     assert runner.waiting_for_keys is None
+
+
+@pytest.mark.slow
+def test_a_key_the_disk_takes_half_of_is_not_left_in_the_file(tmp_path):
+    """`keys add` on a disk with room for part of the line (here the file size limit,
+    EFBIG past it): half a key is a wrong key a running swarm would reload and send. The
+    file is left as it was, one line says why, exit 2."""
+    import resource
+    import subprocess
+    import sys
+
+    kf = tmp_path / "gw.keys"
+    before = f"{KEYS[1]} old\n" + "#" * 4000 + "\n"
+    kf.write_text(before)
+    os.chmod(kf, 0o600)
+    conf = tmp_path / "c.toml"
+    conf.write_text(f'[gateways.gw]\nbase_url = "http://127.0.0.1:9/v1"\nkey_file = "{kf}"\n')
+    limit = len(before) + 10  # room for 10 bytes of the new line
+
+    def cap() -> None:  # Python ignores SIGXFSZ: the write past the limit is short
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    r = subprocess.run([sys.executable, "-m", "swarm_tui", "keys", "add", "--config", str(conf)],
+                       input=KEYS[0] + "\n", capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "SWARM_TUI_DB": str(tmp_path / "runs.db")},
+                       preexec_fn=cap)
+    assert_one_line_error(r, 2, f"key file {kf}", "cannot write")
+    assert kf.read_text() == before
+    assert KEYS[0] not in r.stdout + r.stderr
