@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from swarm_tui import __version__
 from swarm_tui.cli import admin, consoles, run, stored
 from swarm_tui.cli.flags import common_flags, console_flags
-from swarm_tui.cli.shared import GuardedStdout, StdoutError, interactive, stdout_to_null
+from swarm_tui.cli.shared import StdoutError, TerminalStream, interactive, stdout_to_null
 from swarm_tui.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, UserError
 from swarm_tui.gateway.keys import redact
 
@@ -72,8 +72,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None and not interactive():
         parser.print_help()  # the console needs a terminal
         return EXIT_OK
-    stdout = sys.stdout
-    sys.stdout = GuardedStdout(stdout)
+    stdout, stderr = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = TerminalStream(stdout, True), TerminalStream(stderr, False)
     try:
         return HANDLERS[args.command](args)
     except UserError as e:
@@ -93,7 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as e:
         return _internal(e)
     finally:
-        sys.stdout = stdout
+        sys.stdout, sys.stderr = stdout, stderr
 
 
 def _internal(e: Exception) -> int:

@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from swarm_tui.cli.exits import exit_code
+from swarm_tui.core.fmt import shown
 from swarm_tui.errors import EXIT_BUDGET_STOPPED, EXIT_INTERNAL, EXIT_OK, UserError
 
 if TYPE_CHECKING:
@@ -143,32 +144,47 @@ class StdoutError(OSError):
     """Standard output refused a write (not a reader that left: BrokenPipeError)."""
 
 
-class GuardedStdout:
-    """Standard output whose refused writes say where they failed: `report last >
-    full-disk/r.txt` is then one line naming standard output, exit 2, not an internal
-    error. Everything else is the stream's own."""
+class TerminalStream:
+    """Standard output or error as this program writes to them. On a terminal, the text
+    is shown, not obeyed: a control character in a task id, a gateway's error or a
+    model's answer arrives as its picture (`␛[2J`, core/fmt.shown), so it cannot clear
+    the screen, retitle the window or fake a verdict. A file or a pipe gets the text as
+    it is. A refused write on standard output says where it failed (`report last >
+    full-disk/r.txt`: one line, exit 2). `raw`: the stream itself, for this program's own
+    control sequences (the progress line)."""
 
-    def __init__(self, stream: Any) -> None:
-        self._stream = stream
+    def __init__(self, stream: Any, stdout: bool) -> None:
+        self.raw = stream
+        self._stdout = stdout
+        try:
+            self._terminal = bool(stream.isatty())
+        except (AttributeError, ValueError, OSError):
+            self._terminal = False
 
     def write(self, text: str) -> int:
+        if self._terminal:
+            text = shown(text, lines=True)
         try:
-            return self._stream.write(text)
+            return self.raw.write(text)
         except BrokenPipeError:
             raise
         except OSError as e:
-            raise StdoutError(e.errno, e.strerror) from None
+            if self._stdout:
+                raise StdoutError(e.errno, e.strerror) from None
+            raise
 
     def flush(self) -> None:
         try:
-            self._stream.flush()
+            self.raw.flush()
         except BrokenPipeError:
             raise
         except OSError as e:
-            raise StdoutError(e.errno, e.strerror) from None
+            if self._stdout:
+                raise StdoutError(e.errno, e.strerror) from None
+            raise
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._stream, name)
+        return getattr(self.raw, name)
 
 
 def say(text: str, run_id: str) -> None:

@@ -60,3 +60,25 @@ def config_duration(seconds: float) -> str:
     if seconds >= 60:
         return f"{seconds / 60:g}m"
     return f"{seconds:g}s"
+
+
+# What a terminal would act on instead of show: C0 controls (ESC starts a sequence that
+# can clear the screen, retitle the window or fake text), DEL, C1 (0x9b is CSI on 8-bit
+# terminals) and the bidi overrides that reorder what is seen. Task ids are the
+# workload's, error texts the gateway's, answers a model's: none of it is ours to let
+# steer the on-call engineer's terminal.
+_SHOWN = {c: 0x2400 + c for c in range(0x20)} | {0x7F: 0x2421}
+_SHOWN |= {c: 0xFFFD for c in (*range(0x80, 0xA0), *range(0x202A, 0x202F),
+                               *range(0x2066, 0x206A))}
+_SHOWN_LINES = {c: r for c, r in _SHOWN.items() if c not in (0x09, 0x0A)}
+
+
+def shown(text: str, *, lines: bool = False) -> str:
+    """`text` as a terminal may receive it: each control character as its visible picture
+    (`␛` for ESC, `␍` for CR), C1 and bidi controls as `�`; `lines`: newlines and tabs
+    kept. Plain text (nearly all of it) is returned as it is."""
+    if text.isprintable():
+        return text
+    if lines:
+        return text.replace("\r\n", "\n").translate(_SHOWN_LINES)
+    return text.translate(_SHOWN)

@@ -20,7 +20,7 @@ class Progress:
     def __init__(self, runner: SwarmRunner, out: TextIO = sys.stderr, interval: float | None = None,
                  label: str = "") -> None:
         self.runner = runner
-        self.out = out
+        self.out = getattr(out, "raw", out)  # its own control sequences: the bare stream
         self.tty = out.isatty()
         self.interval = interval or (0.25 if self.tty else 2.0)
         self.label = label

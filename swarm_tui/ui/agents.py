@@ -15,6 +15,7 @@ from rich.style import Style
 from textual.strip import Strip
 from textual.widget import Widget
 
+from swarm_tui.core.fmt import shown
 from swarm_tui.engine.snapshot import SlotCell, Snapshot, TaskCell
 from swarm_tui.ui.grid import CURSOR_BINDINGS, GLYPHS
 
@@ -54,9 +55,9 @@ def cell_text(slot: SlotCell, now_s: float, w: int) -> str:
     took = _elapsed(max(0.0, now_s - slot.started_s)) if slot.started_s is not None else ""
     tok = _tokens(slot.chars)
     if w >= 28:
-        text = f"{glyph} {c.task_id[-12:]:<12} {took:>5} {tok:>5}"
+        text = f"{glyph} {shown(c.task_id[-12:]):<12} {took:>5} {tok:>5}"
     elif w >= 20:
-        text = f"{glyph} {c.task_id[-6:]:<6} {took:>5} {tok:>5}"
+        text = f"{glyph} {shown(c.task_id[-6:]):<6} {took:>5} {tok:>5}"
     elif w >= 14:
         text = f"{glyph} {took:>5} {tok:>5}"
     elif w >= 9:

@@ -27,6 +27,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.filter import Monochrome, NoColor
 from textual.geometry import Size
+from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.suggester import SuggestFromList
 from textual.timer import Timer
@@ -35,6 +36,7 @@ from textual.worker import Worker
 
 from swarm_tui.canary.controller import CanaryView
 from swarm_tui.core.commands import Command
+from swarm_tui.core.fmt import shown
 from swarm_tui.core.states import TaskState
 from swarm_tui.engine.snapshot import Snapshot, TaskCell
 from swarm_tui.errors import EXIT_HANGUP, UserError
@@ -322,6 +324,13 @@ class SwarmApp(App[int]):
     @property
     def run_active(self) -> bool:
         return self.source is not None and self.source.active
+
+    def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
+               timeout: float | None = None, markup: bool = True) -> None:
+        """Toasts carry errors and names from gateways and workloads: shown, never obeyed
+        by the terminal (core/fmt.shown)."""
+        super().notify(shown(message, lines=True), title=shown(title), severity=severity,
+                       timeout=timeout, markup=markup)
 
     # -- screenshots ---------------------------------------------------------------------
     def deliver_screenshot(self, filename: str | None = None, path: str | None = None,

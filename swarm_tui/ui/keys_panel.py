@@ -13,6 +13,7 @@ from textual.coordinate import Coordinate
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Label
 
+from swarm_tui.core.fmt import shown
 from swarm_tui.core.records import KeyRow
 from swarm_tui.core.states import KeyState
 from swarm_tui.errors import UserError
@@ -43,8 +44,8 @@ def row_cells(k: KeyRow, now: float | None = None) -> tuple[str, ...]:
     used = "-" if k.last_used is None else time.strftime("%H:%M:%S",
                                                           time.localtime(k.last_used))
     tokens = k.tokens_in + k.tokens_out
-    return (k.gateway, k.fingerprint, k.label or "-", state_text(k, now), str(k.in_flight),
-            f"{k.calls:,}", str(k.rate_limited), str(k.errors),
+    return (shown(k.gateway), k.fingerprint, shown(k.label or "-"), shown(state_text(k, now)),
+            str(k.in_flight), f"{k.calls:,}", str(k.rate_limited), str(k.errors),
             f"{tokens / 1000:,.1f}k" if tokens >= 10_000 else f"{tokens:,}", used)
 
 

@@ -15,6 +15,7 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, DataTable, Footer, Input, Label, Static
 
 from swarm_tui.core import fmt
+from swarm_tui.core.fmt import shown
 from swarm_tui.core.states import TaskState
 from swarm_tui.run_sources import TaskDetail
 
@@ -61,7 +62,9 @@ class DetailScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="detail"):
-            yield Static(detail_text(self.detail), id="detail-text", markup=False)
+            # the prompt, the model's answer and the gateway's errors: shown, never obeyed
+            yield Static(shown(detail_text(self.detail), lines=True), id="detail-text",
+                         markup=False)
         yield Footer()
 
 
@@ -101,7 +104,7 @@ class ConfirmScreen(ModalScreen[bool]):
     def compose(self) -> ComposeResult:
         with Vertical(id="confirm"):
             # plain text: a question may hold a workload's task id (`job[/x]` is markup)
-            yield Label(self.question, id="confirm-question", markup=False)
+            yield Label(shown(self.question), id="confirm-question", markup=False)
             with Horizontal(id="confirm-buttons"):
                 yield Button("Yes (y)", id="yes", variant="error")
                 yield Button("No (n)", id="no")
@@ -239,7 +242,7 @@ class RunsScreen(Screen[None]):
     def _cells(r: RunListItem) -> tuple[str, ...]:
         p95 = "-" if r.p95_ms is None else f"{r.p95_ms:.0f}"
         cost = fmt.usd(r.cost_usd) + ("+?" if r.unpriced_tasks else "")
-        return (r.id, (r.name or ("sim" if r.simulated else ""))[:12], r.status,
+        return (r.id, shown((r.name or ("sim" if r.simulated else ""))[:12]), r.status,
                 f"{r.done}/{r.total}", fmt.pct(r.success_rate), fmt.pct(r.call_success_rate),
                 p95, cost)
 

@@ -11,6 +11,7 @@ from textual.markup import escape
 from textual.widgets import RichLog, Static
 
 from swarm_tui.core import fmt
+from swarm_tui.core.fmt import shown
 from swarm_tui.core.states import KeyState, RunStatus, TaskState
 from swarm_tui.engine.snapshot import HIST_EDGES_MS, Snapshot
 from swarm_tui.ui.log_fit import fit_line
@@ -49,7 +50,7 @@ class StatusBar(Static):
 
     def show(self, s: Snapshot | None, message: str = "", frozen: bool = False) -> None:
         if s is None:
-            self.update(Content.from_markup(f"[b]swarm-tui[/]  {escape(message)}"))
+            self.update(Content.from_markup(f"[b]swarm-tui[/]  {escape(shown(message))}"))
             return
         width = max(20, self.size.width - 2 if self.size.width else 78)
         badge = "[reverse $warning] SIMULATED [/]" if s.simulated else "[reverse $error] LIVE [/]"
@@ -205,6 +206,7 @@ class EventLog(RichLog, can_focus=True):
             new = lines[lines.index(self._last) + 1:]
         self._fitted_to = width = self._width()
         for line in new:
+            line = shown(line)  # a task id, a gateway's error: shown, never obeyed
             self._lines.append(line)
             self.write(fit_line(line, width))
         self._last = lines[-1]
