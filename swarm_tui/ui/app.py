@@ -328,9 +328,12 @@ class SwarmApp(App[int]):
     def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
                timeout: float | None = None, markup: bool = True) -> None:
         """Toasts carry errors and names from gateways and workloads: shown, never obeyed
-        by the terminal (core/fmt.shown)."""
+        by the terminal (core/fmt.shown), and never markup, whoever asks (a widget's own
+        notify passes markup=True): a label `team[/x]` or `[@click=app.quit]` is text, and
+        our own `[canary]` showed as nothing."""
+        del markup
         super().notify(shown(message, lines=True), title=shown(title), severity=severity,
-                       timeout=timeout, markup=markup)
+                       timeout=timeout, markup=False)
 
     # -- screenshots ---------------------------------------------------------------------
     def deliver_screenshot(self, filename: str | None = None, path: str | None = None,

@@ -18,6 +18,7 @@ from swarm_tui.store import canary as cs
 from swarm_tui.ui import canary_panel
 from swarm_tui.ui.app import SwarmApp
 from swarm_tui.ui.canary_panel import CanaryScreen
+from swarm_tui.ui.grid import TaskGrid
 from swarm_tui.ui.screens import FormScreen
 from swarm_tui.workload import demo_tasks
 from tests.conftest import TEST_KEY
@@ -127,6 +128,11 @@ async def test_no_canary_configured_says_so():
         await pilot.press("g")
         await wait_for(lambda: notes(app, "no canary configured"))
         assert not isinstance(app.screen, CanaryScreen)
+        # a toast is text, never markup (Textual's Toast parses it only when asked):
+        # `[canary]` once showed as nothing, and a label `[@click=app.quit]` is a link
+        app.screen.query_one(TaskGrid).notify("key label [@click=app.quit]x[/]")  # a widget's own
+        await wait_for(lambda: notes(app, "[@click=app.quit]x[/]"))
+        assert not any(n.markup for n in app._notifications)
 
 
 @pytest.mark.slow
