@@ -21,6 +21,7 @@ from textual.widgets import Footer, Static
 from swarm_tui.canary import state as st
 from swarm_tui.canary.controller import CanaryView
 from swarm_tui.core import fmt
+from swarm_tui.core.fmt import shown
 from swarm_tui.errors import UserError
 from swarm_tui.report import canary as report
 from swarm_tui.settings.sections import SIM_GATEWAY
@@ -150,7 +151,7 @@ class CanaryScreen(Screen[None]):
         try:
             self.view = await self.fetch()
         except UserError as e:
-            self.query_one("#canary-text", Static).update(str(e))
+            self.query_one("#canary-text", Static).update(Text(shown(str(e))))  # not markup
             return
         self.render_view()
 
