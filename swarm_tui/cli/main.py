@@ -4,6 +4,9 @@ table, and one line (never a traceback) for whatever goes wrong."""
 from __future__ import annotations
 
 import argparse
+import codecs
+import contextlib
+import io
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -72,6 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None and not interactive():
         parser.print_help()  # the console needs a terminal
         return EXIT_OK
+    speak_utf8()
     stdout, stderr = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = TerminalStream(stdout, True), TerminalStream(stderr, False)
     try:
@@ -94,6 +98,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _internal(e)
     finally:
         sys.stdout, sys.stderr = stdout, stderr
+
+
+def speak_utf8() -> None:
+    """Standard output and error in UTF-8 whatever the locale says (as Python's UTF-8
+    mode does): on a bastion with `LANG=en_US` (ISO-8859-1) the first `≤` raised
+    UnicodeEncodeError — `report` printed nothing, a paid run's summary was lost and its
+    exit 3 turned into 1. A terminal on such a locale shows a few glyphs garbled; a pipe
+    or a file gets exact UTF-8."""
+    for stream in (sys.stdout, sys.stderr):
+        encoding = getattr(stream, "encoding", None) or "utf-8"
+        if isinstance(stream, io.TextIOWrapper) and codecs.lookup(encoding).name != "utf-8":
+            with contextlib.suppress(ValueError, OSError):
+                stream.reconfigure(encoding="utf-8")
 
 
 def _internal(e: Exception) -> int:

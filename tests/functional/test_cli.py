@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -63,6 +64,22 @@ def test_a_reader_that_left_does_not_turn_a_breach_into_success(as_json):
     run = json.loads(listed.stdout)[0]  # stored whole: 30 of 30, p95 past 350 ms
     assert (run["status"], run["done"], run["total"]) == ("finished", 30, 30)
     assert run["p95_ms"] > 350
+
+
+@pytest.mark.usefixtures("no_user_config")
+@pytest.mark.slow
+def test_a_latin_1_locale_gets_the_verdict_and_its_exit_code():
+    """A bastion with `LANG=en_US` (ISO-8859-1): the summary's `≤` raised
+    UnicodeEncodeError after the run was paid for — exit 1, no verdict. The output is
+    UTF-8 whatever the locale (as Python's UTF-8 mode), and the code says the breach."""
+    r = subprocess.run([sys.executable, "-m", "swarm_tui", "run", "--demo", "30", "--headless",
+                        "--sim-profile", "fixed:400", "--sim-rate-429", "0",
+                        "--sim-rate-503", "0"], capture_output=True, timeout=90,
+                       stdin=subprocess.DEVNULL,
+                       env={**os.environ, "PYTHONIOENCODING": "latin-1"})
+    assert r.returncode == 3, r.stderr
+    out = r.stdout.decode("utf-8")
+    assert "SLA BREACHED: p95" in out and "≤ 350 ms" in out
 
 
 @pytest.mark.usefixtures("no_user_config")
