@@ -67,8 +67,7 @@ def _parse(data: dict[str, Any], place: str) -> dict[str, Price]:
 def _load_file(path: Path) -> dict[str, Price]:
     place = f"price file {path}"
     try:
-        with path.open("rb") as fh:
-            data = tomllib.load(fh)
+        data = tomllib.loads(path.read_text("utf-8-sig"))  # a BOM is not TOML's concern
     except FileNotFoundError:
         raise UserError(f"{place}: file not found") from None
     except (OSError, UnicodeDecodeError) as e:

@@ -24,7 +24,7 @@ from pydantic import BaseModel
 
 from swarm_tui.core.states import KeyState, RunStatus
 from swarm_tui.errors import EXIT_OK, UserError
-from swarm_tui.gateway.keys import fingerprint, keys_from_env, read_key_file
+from swarm_tui.gateway.keys import fingerprint, key_problem, keys_from_env, read_key_file
 from swarm_tui.settings.loader import LoadedConfig
 from swarm_tui.store import reads
 from swarm_tui.store.conn import StoreConnection
@@ -136,8 +136,9 @@ def _read_secret(args: argparse.Namespace) -> str:
     else:
         secret = sys.stdin.readline() if sys.stdin is not None else ""
     secret = secret.strip()
-    if len(secret) < 8 or any(c.isspace() for c in secret):
-        raise UserError("keys add: that is not an API key (too short, empty or with spaces)")
+    problem = key_problem(secret)
+    if problem is not None:
+        raise UserError(f"keys add: that is not an API key: {problem}")
     return secret
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from swarm_tui.errors import UserError
 from swarm_tui.gateway.client import GatewayClient
 from swarm_tui.gateway.keypool import ACTIVE, RETIRED, KeySlot
-from swarm_tui.gateway.keys import read_key_file
+from swarm_tui.gateway.keys import key_problem, read_key_file
 
 FILE_POLL_S = 1.0  # an edited key file is picked up within this
 
@@ -49,8 +49,9 @@ def enable(gateways: Mapping[str, GatewayClient], ref: str) -> str:
 
 def add(gw: GatewayClient, secret: str, label: str | None, source: str = "added") -> str:
     secret = secret.strip()
-    if len(secret) < 8 or any(c.isspace() for c in secret):
-        raise UserError("key: not an API key (too short or contains spaces)")
+    problem = key_problem(secret)
+    if problem is not None:
+        raise UserError(f"key: {problem}")
     existing = gw.pool.by_secret(secret)
     if existing is not None and existing.state == ACTIVE:
         return f"key {existing.fingerprint} on {gw.name}: already in the pool"

@@ -6,6 +6,7 @@ import hashlib
 import os
 import re
 import stat
+import unicodedata
 from pathlib import Path
 
 from swarm_tui.errors import UserError
@@ -38,6 +39,20 @@ def _mask(token: str) -> str:
     return f"{token[:3]}…[redacted]"
 
 
+def key_problem(key: str) -> str | None:
+    """Why `key` cannot be an API key, naming the character and never the key: a key is
+    printable ASCII (it travels in an HTTP header). A key pasted from a web page or a chat
+    brings a zero-width space or a no-break space with it, a file saved by Notepad a BOM —
+    each sent as is meant a 401 and a disabled key with nothing on screen saying why."""
+    if len(key) < 8:
+        return "too short to be an API key"
+    for i, c in enumerate(key, start=1):
+        if not "!" <= c <= "~":
+            return (f"character {i} is U+{ord(c):04X} ({unicodedata.name(c, 'a control')}),"
+                    " not printable ASCII: pasted from a page or a chat?")
+    return None
+
+
 def read_key_file(path: Path, insecure: bool = False) -> list[tuple[str, str | None]]:
     """One key per line, optional label after whitespace; `#` starts a comment.
 
@@ -55,7 +70,7 @@ def read_key_file(path: Path, insecure: bool = False) -> list[tuple[str, str | N
             "run `chmod 600` on it, or pass --insecure-key-file"
         )
     try:
-        text = path.read_text("utf-8")
+        text = path.read_text("utf-8-sig")  # a BOM (Notepad) is not part of the first key
     except (OSError, UnicodeDecodeError) as e:
         raise UserError(f"key file {path}: cannot read: {type(e).__name__}") from None
     keys: list[tuple[str, str | None]] = []
@@ -63,9 +78,12 @@ def read_key_file(path: Path, insecure: bool = False) -> list[tuple[str, str | N
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue
-        parts = line.split(None, 1)
-        if len(parts[0]) < 8:
-            raise UserError(f"key file {path}:{n}: too short to be an API key")
+        # split at ASCII blanks only: a no-break space pasted inside a key is part of it
+        # (and refused below), not the start of a label after a truncated key
+        parts = re.split(r"[ \t]+", line, maxsplit=1)
+        problem = key_problem(parts[0])
+        if problem is not None:
+            raise UserError(f"key file {path}:{n}: {problem}")
         keys.append((parts[0], parts[1] if len(parts) > 1 else None))
     return keys
 
@@ -76,5 +94,8 @@ def keys_from_env(names: list[str]) -> list[tuple[str, str | None]]:
     for name in names:
         for k in os.environ.get(name, "").split(","):
             if k.strip():
+                problem = key_problem(k.strip())
+                if problem is not None:
+                    raise UserError(f"${name}: {problem}")
                 out.append((k.strip(), name))
     return out

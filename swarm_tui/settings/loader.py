@@ -167,8 +167,8 @@ def resolve_config_path(cli_path: str | None) -> tuple[Path | None, bool]:
 
 def _read_toml(path: Path) -> dict[str, Any]:
     try:
-        with path.open("rb") as fh:
-            return tomllib.load(fh)
+        # utf-8-sig: a BOM (a file saved by Notepad) is no "invalid statement"
+        return tomllib.loads(path.read_text("utf-8-sig"))
     except FileNotFoundError:
         raise UserError(f"config {path}: file not found") from None
     except PermissionError:

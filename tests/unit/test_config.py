@@ -160,3 +160,15 @@ def test_a_bad_file_value_is_still_named_in_the_file_when_flags_are_given(tmp_pa
     with pytest.raises(UserError) as e:
         load_config(str(p), {"concurrency": 5})
     assert str(e.value).startswith(f"config {p}: tasks_per_day: ")
+
+
+def test_a_config_and_a_price_file_with_a_bom_load(tmp_path):
+    """Notepad saves UTF-8 with a BOM: that is no `invalid TOML` at line 1, column 1."""
+    prices = tmp_path / "prices.toml"
+    prices.write_bytes(b'\xef\xbb\xbf[models."x"]\r\ninput = 1\r\noutput = 2\r\n'
+                       b'source = "our contract"\r\n')
+    p = tmp_path / "c.toml"
+    p.write_bytes(b"\xef\xbb\xbf" + f'prices_file = "{prices}"\r\n'.encode()
+                  + GOOD.replace("\n", "\r\n").encode())
+    cfg = load_config(str(p))
+    assert cfg.settings.retry.max_attempts == 4 and cfg.prices.get("x").output == 2.0
