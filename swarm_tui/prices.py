@@ -17,9 +17,10 @@ PER_MTOK = 1_000_000.0
 class Price(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    input: Annotated[float, Field(ge=0)]
-    output: Annotated[float, Field(ge=0)]
-    cached_input: Annotated[float, Field(ge=0)] | None = None
+    # finite: TOML writes `inf`, and an infinite price turns every total into $inf
+    input: Annotated[float, Field(ge=0, allow_inf_nan=False)]
+    output: Annotated[float, Field(ge=0, allow_inf_nan=False)]
+    cached_input: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
     source: str
     checked: str | None = None
 

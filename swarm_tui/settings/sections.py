@@ -33,7 +33,9 @@ SIM_GATEWAY = "sim"  # reserved gateway name: the built-in simulator
 SecretStrField = Annotated[str, PlainSerializer(secret_tag, when_used="json")]
 # a URL that may carry userinfo: kept, less its userinfo, in any JSON dump
 UrlField = Annotated[str, PlainSerializer(without_userinfo, when_used="json")]
-PosFloat = Annotated[float, Field(gt=0)]
+# finite: TOML has `inf` (and `nan`), and a budget or a timeout of inf is no figure
+PosFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+PerMillion = Annotated[float, Field(ge=0, allow_inf_nan=False)]  # USD per million tokens
 
 
 class _Strict(BaseModel):
@@ -96,9 +98,9 @@ class SlaConfig(_Strict):
 
 
 class PriceOverride(_Strict):
-    input: Annotated[float, Field(ge=0)]
-    output: Annotated[float, Field(ge=0)]
-    cached_input: Annotated[float, Field(ge=0)] | None = None
+    input: PerMillion
+    output: PerMillion
+    cached_input: PerMillion | None = None
     source: str = "user config"
     checked: str | None = None
 

@@ -172,3 +172,24 @@ def test_a_config_and_a_price_file_with_a_bom_load(tmp_path):
                   + GOOD.replace("\n", "\r\n").encode())
     cfg = load_config(str(p))
     assert cfg.settings.retry.max_attempts == 4 and cfg.prices.get("x").output == 2.0
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ('[prices."m"]\ninput = inf\noutput = 1\n', "prices.m.input: Input should be a finite"),
+    ("budget_usd = inf\n", "budget_usd: Input should be a finite number"),
+    ('[gateways.g]\nbase_url = "http://x/v1"\ntimeout_s = inf\n',
+     "gateways.g.timeout_s: Input should be a finite number"),
+])
+def test_infinity_is_no_price_budget_or_timeout(tmp_path, text, expected):
+    """TOML writes `inf`: a price of inf made every total $inf, a budget of inf no cap."""
+    with pytest.raises(UserError, match=expected):
+        load_config(str(write(tmp_path, text)))
+
+
+def test_infinity_in_a_price_file_or_a_flag_is_refused(tmp_path):
+    prices = tmp_path / "prices.toml"
+    prices.write_text('[models."x"]\ninput = inf\noutput = 1\nsource = "s"\n')
+    with pytest.raises(UserError, match=r"price file .*: models.x.input: Input should be a fin"):
+        load_config(str(write(tmp_path, f'prices_file = "{prices}"\n')))
+    with pytest.raises(UserError, match=r"--budget: Input should be a finite number"):
+        load_config(str(write(tmp_path, "")), {"budget": float("inf")})
