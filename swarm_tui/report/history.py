@@ -208,6 +208,8 @@ def written_to(path: str, place: str) -> Iterator[IO[str]]:
     try:
         with out:
             yield out
+    except BrokenPipeError:  # `--out /dev/stdout | head`: the reader left, as on stdout
+        raise
     except OSError as e:
         if os.path.isfile(path):
             with contextlib.suppress(OSError):

@@ -39,6 +39,8 @@ class _Shot(SwarmApp):
             self.shot = str(target)
         except UserError as e:  # raised here, Textual would print its traceback panel
             self.failure = e
+        except OSError as e:  # a pipe whose reader left
+            self.failure = UserError(f"--screenshot {target}: cannot write ({e.strerror})")
         self.exit()
 
     def _drawn(self) -> str:

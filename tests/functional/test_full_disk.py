@@ -131,3 +131,18 @@ def test_a_file_or_link_another_user_put_there_first_is_not_written(stored, tmp_
     # ours, or the kernel's own refusal where protected_symlinks is on
     assert "a link owned by uid 65534" in r.stderr or "Permission denied" in r.stderr
     assert mine.read_text() == "mine\n"
+
+
+def test_an_export_to_dev_stdout_whose_reader_left_is_no_error(stored):
+    """`export RUN --out /dev/stdout | head -c 20`: as with standard output itself, a
+    reader that leaves is not an error (it was exit 2, 'cannot write (Broken pipe)')."""
+    _, run_id, env = stored
+    p = subprocess.Popen([sys.executable, "-m", "swarm_tui", "export", run_id, "--out",
+                          "/dev/stdout"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         stdin=subprocess.DEVNULL, env={**os.environ, **env})
+    assert p.stdout is not None and p.stderr is not None
+    assert p.stdout.read(20).startswith(b'{"')
+    p.stdout.close()  # more than a pipe holds is still to come: the next write fails
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=60) == 0, err
+    assert "Traceback" not in err and "error" not in err
