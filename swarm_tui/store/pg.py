@@ -22,6 +22,7 @@ from typing import Any
 import psycopg
 from psycopg.adapt import Loader
 from psycopg.conninfo import conninfo_to_dict
+from psycopg.types.string import StrDumperUnknown
 
 from swarm_tui.store.target import PgTarget
 
@@ -89,6 +90,16 @@ class _NumberLoader(Loader):
         text = bytes(data)
         return float(text) if b"." in text or b"e" in text.lower() or b"N" in text \
             else int(text)
+
+
+class _NulFreeStr(StrDumperUnknown):  # (the C dumper cannot be subclassed)
+    """A text without NUL: PostgreSQL's text cannot hold U+0000, which a model can answer
+    (JSON's `\\u0000`) — the row, and every result flushed with it, was refused, the run
+    ended on exit 2 and its journal could never be imported. Here it is stored as U+FFFD,
+    the replacement character (SQLite keeps the text as it came)."""
+
+    def dump(self, obj: str) -> Any:
+        return super().dump(obj.replace("\x00", "\ufffd") if "\x00" in obj else obj)
 
 
 class PgCursor:
@@ -235,6 +246,7 @@ class PgConnection:
         except psycopg.Error as e:
             raise _error(e) from None
         raw.adapters.register_loader("numeric", _NumberLoader)
+        raw.adapters.register_dumper(str, _NulFreeStr)
         return raw
 
     @property

@@ -1,0 +1,71 @@
+"""A model answer holding U+0000 (JSON's `\\u0000`: a model can write it) on both back
+ends. PostgreSQL's text cannot hold it: the row, and every result flushed with it, was
+refused — the run ended on exit 2 right after its answers were paid for, and its journal
+could never be imported. Now it is stored, as U+FFFD there and as it came in SQLite."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from swarm_tui.store.target import PgTarget
+from tests.conftest import free_port
+
+GATEWAY = """
+import sys
+from aiohttp import web
+async def chat(request):
+    body = await request.json()
+    return web.json_response({"id": "c1", "object": "chat.completion", "created": 0,
+        "model": body["model"], "choices": [{"index": 0, "finish_reason": "stop",
+        "message": {"role": "assistant", "content": "nul here:\\u0000 end"}}],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12}})
+app = web.Application()
+app.router.add_post("/v1/chat/completions", chat)
+web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None)
+"""
+
+
+@pytest.fixture
+def nul_gateway():
+    port = free_port()
+    gw = subprocess.Popen([sys.executable, "-c", GATEWAY, str(port)])
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            assert time.monotonic() < deadline and gw.poll() is None, "gateway not up"
+            time.sleep(0.05)
+    yield port
+    gw.terminate()
+    gw.wait(timeout=10)
+
+
+def test_an_answer_with_nul_is_stored_on_either_back_end(any_db, nul_gateway, tmp_path):
+    work = tmp_path / "w.jsonl"
+    work.write_text("".join(json.dumps({"id": f"t{i}", "prompt": f"task {i}"}) + "\n"
+                            for i in range(5)))
+    conf = tmp_path / "c.toml"
+    conf.write_text(f'default_gateway = "fake"\n[gateways.fake]\n'
+                    f'base_url = "http://127.0.0.1:{nul_gateway}/v1"\nkey_env = ["FAKE_KEY"]\n')
+    env = {**os.environ, "SWARM_TUI_CONFIG": str(conf), "FAKE_KEY": "sk-nul-0123456789abcdef"}
+    r = subprocess.run([sys.executable, "-m", "swarm_tui", "run", str(work), "--headless",
+                        "--quiet", "--json", "--no-preflight"], capture_output=True, text=True,
+                       timeout=120, env=env, stdin=subprocess.DEVNULL)
+    assert r.returncode == 0, r.stderr
+    summary = json.loads(r.stdout)
+    assert summary["succeeded"] == 5
+    out = subprocess.run([sys.executable, "-m", "swarm_tui", "export", summary["run_id"]],
+                         capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode == 0, out.stderr
+    answers = {json.loads(line)["response_text"] for line in out.stdout.splitlines()}
+    kept = "nul here:\ufffd end" if isinstance(any_db, PgTarget) else "nul here:\x00 end"
+    assert answers == {kept}
