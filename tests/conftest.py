@@ -233,6 +233,23 @@ def assert_one_line_error(r, code: int, *needles: str):
         assert n in lines[0], lines[0]
 
 
+def script_server(script: str) -> tuple[subprocess.Popen, int]:
+    """A server written as a Python script (argv[1]: its port), in its own process and
+    listening when this returns: a third party's gateway, scripted for one test."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-c", script, str(port)])
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return proc, port
+        except OSError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                proc.kill()
+                raise AssertionError(f"the scripted server never listened on {port}") from None
+            time.sleep(0.05)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

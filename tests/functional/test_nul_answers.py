@@ -7,15 +7,13 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
 
 import pytest
 
 from swarm_tui.store.target import PgTarget
-from tests.conftest import free_port
+from tests.conftest import script_server
 
 GATEWAY = """
 import sys
@@ -34,16 +32,7 @@ web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None)
 
 @pytest.fixture
 def nul_gateway():
-    port = free_port()
-    gw = subprocess.Popen([sys.executable, "-c", GATEWAY, str(port)])
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            assert time.monotonic() < deadline and gw.poll() is None, "gateway not up"
-            time.sleep(0.05)
+    gw, port = script_server(GATEWAY)
     yield port
     gw.terminate()
     gw.wait(timeout=10)

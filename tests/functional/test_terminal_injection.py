@@ -13,14 +13,12 @@ import json
 import os
 import pty
 import select
-import socket
 import subprocess
 import sys
-import time
 
 import pytest
 
-from tests.conftest import free_port
+from tests.conftest import script_server
 from tests.pty_harness import PtyApp
 
 EVIL_ID = "t\x1b[2Jx"
@@ -49,17 +47,8 @@ web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None)
 @pytest.fixture(scope="module")
 def stored_run(tmp_path_factory) -> dict[str, str]:
     tmp = tmp_path_factory.mktemp("inject")
-    port = free_port()
-    gw = subprocess.Popen([sys.executable, "-c", GATEWAY, str(port)])
+    gw, port = script_server(GATEWAY)
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline and gw.poll() is None, "gateway not up"
-                time.sleep(0.05)
         work = tmp / "w.jsonl"
         work.write_text(json.dumps({"id": EVIL_ID, "prompt": "please fail"}) + "\n"
                         + json.dumps({"id": "ok1", "prompt": "answer"}) + "\n")
