@@ -82,3 +82,18 @@ def shown(text: str, *, lines: bool = False) -> str:
     if lines:
         return text.replace("\r\n", "\n").translate(_SHOWN_LINES)
     return text.translate(_SHOWN)
+
+
+def whole(text: str) -> str:
+    """`text` as UTF-8 can hold it. JSON lets a gateway write half a surrogate pair
+    (`\\ud83d` with no low half, or the halves in two stream chunks): Python keeps it as
+    is, and the first encode — token counting, the store — raised UnicodeEncodeError, so
+    a paid answer ended as a cancelled task with no call on record. Pairs are joined, a
+    lone half becomes U+FFFD."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text

@@ -18,6 +18,7 @@ if TYPE_CHECKING:  # the SDK is imported where a call goes through it (issue 34:
     import httpx2
     import openai
 
+from swarm_tui.core.fmt import whole
 from swarm_tui.errors import UserError
 from swarm_tui.gateway.errors import (
     AUTH,
@@ -233,6 +234,7 @@ class GatewayClient:
             res.error = classify(exc, self._secrets)
         finally:
             CURRENT_CALL.reset(token)
+        res.text = whole(res.text)  # a lone surrogate from the JSON: before any encode
         if not res.ended_at or res.error is not None:
             res.end_at_wire(time.perf_counter())
         if res.ttft_ms is not None and res.ttft_ms > res.latency_ms:

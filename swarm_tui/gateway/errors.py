@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from swarm_tui.core.fmt import whole
 from swarm_tui.gateway.keys import redact
 
 
@@ -202,5 +203,5 @@ def classify(exc: BaseException, keys: tuple[str, ...] = ()) -> CallError:
 
 
 def _clean(msg: str, keys: tuple[str, ...]) -> str:
-    msg = " ".join(str(msg).split())
+    msg = " ".join(whole(str(msg)).split())
     return redact(msg, keys)[:300]

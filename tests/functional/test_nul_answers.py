@@ -58,3 +58,65 @@ def test_an_answer_with_nul_is_stored_on_either_back_end(any_db, nul_gateway, tm
     answers = {json.loads(line)["response_text"] for line in out.stdout.splitlines()}
     kept = "nul here:\ufffd end" if isinstance(any_db, PgTarget) else "nul here:\x00 end"
     assert answers == {kept}
+
+
+SURROGATES = """
+import sys
+from aiohttp import web
+async def chat(request):
+    body = await request.json()
+    if "fail" in body["messages"][-1]["content"]:
+        return web.Response(status=400, content_type="application/json",
+                            text='{"error": {"message": "bad \\\\udc00 input"}}')
+    if body.get("stream"):  # an emoji's two halves in two chunks, then a lone half
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for piece in ('"a \\\\ud83d"', '"\\\\ude00 b \\\\ud83d"'):
+            await resp.write(b'data: {"choices": [{"index": 0, "delta": {"content": '
+                             + piece.encode() + b'}}]}\\n\\n')
+        await resp.write(b'data: {"choices": [{"index": 0, "delta": {}, "finish_reason": '
+                         b'"stop"}], "usage": {"prompt_tokens": 5, "completion_tokens": 7}}'
+                         b'\\n\\ndata: [DONE]\\n\\n')
+        return resp
+    return web.Response(content_type="application/json", text=(
+        '{"choices": [{"index": 0, "finish_reason": "stop", "message": {"role": '
+        '"assistant", "content": "half \\\\ud83d"}}], "usage": {"prompt_tokens": 5, '
+        '"completion_tokens": 7}}'))
+app = web.Application()
+app.router.add_post("/v1/chat/completions", chat)
+web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None)
+"""
+
+
+@pytest.mark.usefixtures("no_user_config")
+@pytest.mark.parametrize("stream", [True, False])
+def test_half_a_surrogate_pair_from_the_gateway_is_a_stored_answer(tmp_path, stream):
+    """JSON lets a gateway write `\\ud83d` alone, or a pair's halves in two chunks: the
+    first encode (token counting) raised, and each paid answer ended as a cancelled task
+    with no call on record and a traceback on screen."""
+    gw, port = script_server(SURROGATES)
+    try:
+        work = tmp_path / "w.jsonl"
+        work.write_text(json.dumps({"id": "a", "prompt": "answer"}) + "\n"
+                        + json.dumps({"id": "b", "prompt": "please fail"}) + "\n")
+        conf = tmp_path / "c.toml"
+        conf.write_text(f'default_gateway = "fake"\n[gateways.fake]\n'
+                        f'base_url = "http://127.0.0.1:{port}/v1"\nkey_env = ["FAKE_KEY"]\n')
+        env = {**os.environ, "SWARM_TUI_CONFIG": str(conf), "FAKE_KEY": "sk-sur-0123456789ab"}
+        flags = [] if stream else ["--no-stream"]
+        r = subprocess.run([sys.executable, "-m", "swarm_tui", "run", str(work), "--headless",
+                            "--quiet", "--json", "--no-preflight", *flags], capture_output=True,
+                           text=True, timeout=120, env=env, stdin=subprocess.DEVNULL)
+        assert r.returncode == 3, r.stderr  # one of two failed (400): a breach
+        assert "Traceback" not in r.stderr
+        summary = json.loads(r.stdout)
+        assert (summary["succeeded"], summary["failed"], summary["cancelled"]) == (1, 1, 0)
+        out = subprocess.run([sys.executable, "-m", "swarm_tui", "export", summary["run_id"]],
+                             capture_output=True, text=True, timeout=60, env=env)
+        tasks = {t["task_id"]: t for t in map(json.loads, out.stdout.splitlines())}
+        answer = "a \U0001f600 b \ufffd" if stream else "half \ufffd"
+        assert tasks["a"]["response_text"] == answer and tasks["a"]["tokens_out"] == 7
+        assert tasks["b"]["error_message"] == "bad \ufffd input"
+    finally:
+        gw.terminate()
+        gw.wait(timeout=10)

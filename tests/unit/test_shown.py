@@ -1,4 +1,4 @@
-"""core/fmt.shown: what a terminal may receive of text from others."""
+"""core/fmt.shown and whole: text from others as a terminal and UTF-8 may take it."""
 
 from __future__ import annotations
 
@@ -25,3 +25,12 @@ def test_every_control_a_terminal_acts_on_becomes_visible():
 def test_lines_keep_newlines_and_tabs_and_fold_crlf():
     assert shown("a\r\nb\tc\n\x1b[1m", lines=True) == "a\nb\tc\n␛[1m"
     assert shown("a\nb") == "a␊b"  # a one-line field shows a newline, never breaks
+
+
+def test_whole_joins_pairs_and_replaces_lone_halves():
+    from swarm_tui.core.fmt import whole
+
+    assert whole("plain") == "plain" and whole("요약 😀") == "요약 😀"
+    assert whole("a \ud83d\ude00 b") == "a \U0001f600 b"  # two halves, as two chunks leave
+    assert whole("x \ud83d y \udc00") == "x \ufffd y \ufffd"
+    assert whole("x \ud83d").encode() == "x \ufffd".encode()
