@@ -140,7 +140,7 @@ def tasks(n: int, max_tokens: int = 64, prefix: str = "t", **extra) -> list[Task
 
 
 class Recorder:
-    """An event consumer that keeps (kind, agent id, attempt number, at_ms) tuples."""
+    """An event consumer that keeps (kind, task id, attempt number, at_ms) tuples."""
 
     def __init__(self) -> None:
         self.events: list[tuple[str, str | None, int | None, float]] = []

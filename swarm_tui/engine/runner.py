@@ -40,7 +40,7 @@ from swarm_tui.engine.looplag import LoopLag
 from swarm_tui.engine.retry import retry_wait_s
 from swarm_tui.engine.routing import Router, choose_model, fallback_chain
 from swarm_tui.gateway.client import GatewayClient
-from swarm_tui.gateway.errors import AUTH, RATE_LIMITED, CallError
+from swarm_tui.gateway.errors import AUTH, OTHER, RATE_LIMITED, CallError
 from swarm_tui.gateway.keypool import KeyPool, KeySlot
 from swarm_tui.prices import PriceTable
 from swarm_tui.settings.sections import RetryConfig, RoutingConfig
@@ -679,6 +679,9 @@ class SwarmRunner:
             if not rec.cancel_requested:
                 raise
             return
+        except Exception as e:  # a fault of ours around a call that may have been paid
+            self._internal_fault(rec, attempt, gw, slot, e)
+            return
         if attempt.outcome != AttemptOutcome.RUNNING:  # reaped after a cancel: too late
             return
         self.in_flight -= 1
@@ -726,6 +729,23 @@ class SwarmRunner:
             self._finish(rec, SUCCEEDED, ev.SUCCEEDED)
             return
         self._failed_attempt(rec, attempt, res.error)
+
+    def _internal_fault(self, rec: TaskRecord, attempt: Attempt, gw: GatewayClient,
+                        slot: KeySlot, e: Exception) -> None:
+        """An exception of ours while the call was made or its answer read (a lone
+        surrogate once raised in token counting). Left to the task's done callback it
+        was booked cancelled — no call on record, and `resume` sent it again, paying
+        twice. It is booked failed instead, with what went wrong, never resent."""
+        if attempt.outcome != AttemptOutcome.RUNNING:
+            return
+        gw.release(slot, attempt.model)
+        self.in_flight -= 1
+        self._settle_estimate(rec)
+        attempt.latency_ms = self.now_ms() - attempt.started_ms
+        why = f"internal error around the call: {type(e).__name__}: {e}"[:300]
+        self.emit(ev.CONTROL, detail=f"task {rec.id}: {why}; booked failed, not resent")
+        self._failed_attempt(rec, attempt, CallError(OTHER, None, why))
+        self._wake.set()
 
     def _unlaunch(self, rec: TaskRecord, attempt: Attempt, gw: GatewayClient,
                   slot: KeySlot) -> None:

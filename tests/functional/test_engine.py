@@ -366,3 +366,37 @@ def test_cancel_on_uvloop_stops_retry_timers_and_the_run_ends(sim_factory):
         waiting, counts = r.run(scenario())
     assert waiting == 0
     assert counts["cancelled"] > 0 and sum(counts.values()) == 200
+
+
+async def test_a_fault_of_ours_after_the_send_is_a_failed_call_on_record(sim_factory,
+                                                                         monkeypatch):
+    """Fault injection: reading an answer raises (a lone surrogate once did, in token
+    counting). The call was sent and may be paid: booked failed with what went wrong —
+    not cancelled with no call on record, which `resume` would send again — its key slot
+    freed, the rest of the run unharmed."""
+    from swarm_tui.gateway.tokens import TokenEstimator
+
+    server = sim_factory(profile="fixed:20")
+    learn = TokenEstimator.learn
+
+    def faulty(self, model, messages, text, *a, **kw):
+        if "[fault]" in messages[-1]["content"]:
+            raise UnicodeEncodeError("utf-8", "\ud83d", 0, 1, "surrogates not allowed")
+        return learn(self, model, messages, text, *a, **kw)
+
+    monkeypatch.setattr(TokenEstimator, "learn", faulty)
+    work = [Task(id=f"t{i}", prompt=("[fault] " if i % 10 == 3 else "") + f"task {i}")
+            for i in range(40)]
+    details: list[str | None] = []
+    async with client_for(server) as gw:
+        runner = make_runner(gw, work, concurrency=8,
+                             consumers=[lambda e: details.append(e.detail)])
+        await asyncio.wait_for(runner.run(), 60)
+        assert sum(s.in_flight for s in gw.pool.slots) == 0  # every key slot given back
+    assert runner.counts == {"succeeded": 36, "failed": 4, "cancelled": 0}
+    for r in runner.records:
+        if r.state == "failed":
+            assert "[fault]" in work[r.index].prompt and len(r.attempts) == 1
+            assert r.attempts[0].outcome == "error" and r.error_class == "other"
+            assert "internal error around the call: UnicodeEncodeError" in r.error_message
+    assert sum("booked failed, not resent" in (d or "") for d in details) == 4
