@@ -425,11 +425,36 @@ def _take_completion(res: CallResult, completion: Any) -> None:
     res.ttft_ms = res.latency_ms
 
 
-def _take_usage(res: CallResult, usage: dict[str, Any]) -> None:
-    res.tokens_in = usage.get("prompt_tokens") or 0
-    res.tokens_out = usage.get("completion_tokens") or 0
+def _count(value: object) -> int | None:
+    """A token count as a gateway wrote it, if it is one: a whole number ≥ 0 (JSON may
+    give 12.0); None or absent is 0. Anything else — negative, a string, true — is None."""
+    if value is None:
+        return 0
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value >= 0 else None
+    if isinstance(value, float) and value.is_integer() and 0 <= value < 2 ** 53:
+        return int(value)
+    return None
+
+
+def _take_usage(res: CallResult, usage: object) -> None:
+    """The gateway's usage, when it is usage. A negative count was a negative cost — the
+    budget's spend went down — and a string one raised in the arithmetic after the call;
+    such usage is treated as absent: the tokens are estimated, the cap counts the call at
+    its ceiling, the report marks it (~)."""
+    if not isinstance(usage, dict):
+        res.tokens_in = res.tokens_out = res.cached_in = 0
+        return
+    tokens_in, tokens_out = _count(usage.get("prompt_tokens")), _count(
+        usage.get("completion_tokens"))
+    if tokens_in is None or tokens_out is None:
+        res.tokens_in = res.tokens_out = res.cached_in = 0
+        return
+    res.tokens_in, res.tokens_out = tokens_in, tokens_out
     details = usage.get("prompt_tokens_details")
     cached = details.get("cached_tokens") if isinstance(details, dict) else None
     if cached is None:  # DeepSeek reports cache hits under its own name
         cached = usage.get("prompt_cache_hit_tokens")
-    res.cached_in = cached or 0
+    res.cached_in = min(_count(cached) or 0, tokens_in)

@@ -1,7 +1,8 @@
-"""A model answer holding U+0000 (JSON's `\\u0000`: a model can write it) on both back
-ends. PostgreSQL's text cannot hold it: the row, and every result flushed with it, was
-refused — the run ended on exit 2 right after its answers were paid for, and its journal
-could never be imported. Now it is stored, as U+FFFD there and as it came in SQLite."""
+"""What a gateway sends that it should not, as a third party may: an answer holding
+U+0000 (PostgreSQL's text refuses it), half a surrogate pair (the first UTF-8 encode
+raised), usage that is not usage (a negative count was a negative cost). Each is a
+stored, billed answer on record — never a refused row, a cancelled task or a spend that
+goes down. Every gateway here is a real HTTP server in its own process."""
 
 from __future__ import annotations
 
@@ -117,6 +118,62 @@ def test_half_a_surrogate_pair_from_the_gateway_is_a_stored_answer(tmp_path, str
         answer = "a \U0001f600 b \ufffd" if stream else "half \ufffd"
         assert tasks["a"]["response_text"] == answer and tasks["a"]["tokens_out"] == 7
         assert tasks["b"]["error_message"] == "bad \ufffd input"
+    finally:
+        gw.terminate()
+        gw.wait(timeout=10)
+
+
+USAGES = """
+import json, sys
+from aiohttp import web
+USAGE = {"negative": {"prompt_tokens": -500000, "completion_tokens": 7},
+         "strings": {"prompt_tokens": "12", "completion_tokens": "7"},
+         "floats": {"prompt_tokens": 5.0, "completion_tokens": 7.0},
+         "list": [5, 7],
+         "cached": {"prompt_tokens": 5, "completion_tokens": 7,
+                    "prompt_tokens_details": {"cached_tokens": 99}}}
+async def chat(request):
+    body = await request.json()
+    kind = body["messages"][-1]["content"]
+    return web.json_response({"choices": [{"index": 0, "finish_reason": "stop",
+        "message": {"role": "assistant", "content": "fine"}}], "usage": USAGE[kind]})
+app = web.Application()
+app.router.add_post("/v1/chat/completions", chat)
+web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None)
+"""
+
+
+@pytest.mark.usefixtures("no_user_config")
+def test_usage_that_is_not_usage_is_estimated_never_a_negative_cost(tmp_path):
+    """A gateway's usage is the bill: a negative count was a negative cost (the budget's
+    spend went down), a string count raised after the call. Such usage is treated as
+    absent — estimated, marked — and cached tokens never exceed the prompt's."""
+    gw, port = script_server(USAGES)
+    try:
+        kinds = ["negative", "strings", "floats", "list", "cached"]
+        work = tmp_path / "w.jsonl"
+        work.write_text("".join(json.dumps({"id": k, "prompt": k, "max_tokens": 64}) + "\n"
+                                for k in kinds))
+        conf = tmp_path / "c.toml"
+        conf.write_text(f'default_gateway = "fake"\n[gateways.fake]\n'
+                        f'base_url = "http://127.0.0.1:{port}/v1"\nkey_env = ["FAKE_KEY"]\n')
+        env = {**os.environ, "SWARM_TUI_CONFIG": str(conf), "FAKE_KEY": "sk-use-0123456789ab"}
+        r = subprocess.run([sys.executable, "-m", "swarm_tui", "run", str(work), "--headless",
+                            "--quiet", "--json", "--no-preflight", "--no-stream",
+                            "--budget", "1"], capture_output=True, text=True, timeout=120,
+                           env=env, stdin=subprocess.DEVNULL)
+        assert r.returncode == 0, r.stderr
+        summary = json.loads(r.stdout)
+        assert summary["succeeded"] == 5 and summary["cost_usd"] > 0
+        out = subprocess.run([sys.executable, "-m", "swarm_tui", "export", summary["run_id"]],
+                             capture_output=True, text=True, timeout=60, env=env)
+        t = {x["task_id"]: x for x in map(json.loads, out.stdout.splitlines())}
+        for k in ("negative", "strings", "list"):
+            assert t[k]["usage_estimated"] and t[k]["tokens_in"] > 0, t[k]
+            assert t[k]["cost_usd"] > 0
+        assert (t["floats"]["tokens_in"], t["floats"]["tokens_out"]) == (5, 7)
+        assert not t["floats"]["usage_estimated"]
+        assert (t["cached"]["tokens_in"], t["cached"]["cached_in"]) == (5, 5)
     finally:
         gw.terminate()
         gw.wait(timeout=10)
