@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import math
 import sys
 import time
 from dataclasses import dataclass
@@ -67,14 +68,17 @@ def retry_after_seconds(headers: dict[str, str]) -> float | None:
     ms = headers.get("retry-after-ms")
     if ms:
         try:
-            return max(0.0, float(ms) / 1000.0)
+            wait = float(ms) / 1000.0
+            if not math.isnan(wait):  # `nan` is no wait (it read as 0: a retry at once)
+                return max(0.0, wait)
         except ValueError:
             pass
     ra = headers.get("retry-after")
     if not ra:
         return None
     try:
-        return max(0.0, float(ra))
+        wait = float(ra)
+        return max(0.0, wait) if not math.isnan(wait) else None
     except ValueError:
         try:
             when = email.utils.parsedate_to_datetime(ra)

@@ -45,9 +45,11 @@ def parse_reset(value: str | None) -> float | None:
     if not value:
         return None
     try:
-        return float(value)
+        seconds = float(value)
     except ValueError:
         pass
+    else:  # `nan`, `inf` or a negative wait is no reset time
+        return seconds if math.isfinite(seconds) and seconds >= 0 else None
     m = _DURATION.match(value.strip())
     if not m or not any(m.groups()):
         return None
@@ -152,8 +154,9 @@ class RateState:
             remaining = float(headers["x-ratelimit-remaining-requests"])
         except (KeyError, ValueError):
             return
-        if limit <= 0:
-            return
+        if not (math.isfinite(limit) and math.isfinite(remaining)) or limit <= 0:
+            return  # `nan` made every wait nan (and `inf` every bucket endless): unlearned
+        remaining = max(0.0, remaining)
         # the gateway counts every worker's calls; this one may spend its share of them
         limit, remaining = limit * self.share, remaining * self.share
         reset = parse_reset(headers.get("x-ratelimit-reset-requests"))

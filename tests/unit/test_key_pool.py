@@ -163,7 +163,7 @@ def test_proactive_prefers_headroom():
 
 @pytest.mark.parametrize(("raw", "seconds"), [
     ("1s", 1.0), ("6m0s", 360.0), ("250ms", 0.25), ("1h2m3s", 3723.0), ("0.5", 0.5),
-    ("12.5s", 12.5), ("", None), ("soon", None),
+    ("12.5s", 12.5), ("", None), ("soon", None), ("nan", None), ("inf", None), ("-3", None),
 ])
 def test_parse_reset(raw, seconds):
     assert parse_reset(raw) == seconds
@@ -175,3 +175,29 @@ def test_find_by_fingerprint_or_unique_part():
     assert p.find(a.fingerprint) is a
     assert p.find(a.fingerprint.split("#")[1]) is a
     assert p.find("sk-") is None  # ambiguous
+
+
+@pytest.mark.parametrize(("limit", "remaining"), [("nan", "5"), ("60", "nan"), ("inf", "5"),
+                                                  ("60", "inf")])
+def test_rate_headers_that_are_no_numbers_teach_nothing(limit, remaining):
+    """A proxy's `nan` made every wait nan (a key that never cools, or never comes back)
+    and `inf` every bucket endless: such headers are not learned from."""
+    import math
+
+    p = pool(1)
+    k = p.slots[0]
+    ok(p, k, now=100.0, headers={"x-ratelimit-limit-requests": limit,
+                                  "x-ratelimit-remaining-requests": remaining,
+                                  "x-ratelimit-reset-requests": "1s"})
+    state = k.rate("m")
+    assert not state.learned and state.rate is None
+    assert math.isfinite(state.level) and p.pick("m", now=100.0) is k
+
+
+def test_retry_after_that_is_no_number_is_no_wait():
+    from swarm_tui.gateway.errors import retry_after_seconds
+
+    assert retry_after_seconds({"retry-after": "nan"}) is None  # was 0: a retry at once
+    assert retry_after_seconds({"retry-after-ms": "nan", "retry-after": "2"}) == 2.0
+    assert retry_after_seconds({"retry-after": "-5"}) == 0.0
+    assert retry_after_seconds({"retry-after": "inf"}) == float("inf")  # capped by policy
