@@ -37,6 +37,7 @@ from swarm_tui.gateway.wire import (
     checked,
     lower_headers,
     raise_for_status,
+    read_answer,
     sse_data,
     timed_session,
 )
@@ -295,7 +296,7 @@ class GatewayClient:
             if not self.stream or "json" in headers.get("content-type", ""):
                 # (a gateway that ignores `stream: true` answers one JSON completion: that
                 # is the answer, usage included, not a stream that ended early)
-                _take_completion(res, checked(json.loads(await resp.read())))
+                _take_completion(res, checked(json.loads(await read_answer(resp))))
                 return
             await _read_chunks(sse_data(resp.content), res, sink)
 

@@ -150,7 +150,7 @@ def classify(exc: BaseException, keys: tuple[str, ...] = ()) -> CallError:
     never keep a key."""
     import aiohttp
 
-    from swarm_tui.gateway.wire import InStreamError, WireStatusError
+    from swarm_tui.gateway.wire import AnswerTooLarge, InStreamError, WireStatusError
 
     if isinstance(exc, WireStatusError):  # the wire path's non-2xx: as the SDK's below
         headers = kept_headers(exc.headers)
@@ -159,6 +159,8 @@ def classify(exc: BaseException, keys: tuple[str, ...] = ()) -> CallError:
                and isinstance(inner.get("message"), str) else exc.text or f"HTTP {exc.status}")
         return CallError(_status_class(exc.status), exc.status, _clean(msg, keys),
                          retry_after_seconds(headers), headers or None)
+    if isinstance(exc, AnswerTooLarge):
+        return CallError(OTHER, None, _clean(str(exc), keys))
     if isinstance(exc, InStreamError):
         found = _body_class(exc.body)
         cls, status = found if found is not None else (OTHER, None)

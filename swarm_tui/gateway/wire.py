@@ -29,6 +29,15 @@ except ImportError:  # pragma: no cover - moved: latency ends where the engine h
     ResponseHandler = None  # type: ignore[assignment,misc]
 
 ERROR_BODY_MAX = 65_536  # an error answer's body read for its message, at most
+# An answer's body, at most: the team's answers are ~5 KB and a 128k-token one ~0.5 MB; a
+# gateway or proxy streaming without end (or with no newline) grew the swarm process
+# until the call's timeout — gigabytes on a fast link, on a host other people share.
+ANSWER_MAX = 16 << 20
+
+
+class AnswerTooLarge(Exception):
+    """An answer past ANSWER_MAX bytes: a gateway or a proxy looping, never an LLM's
+    answer. Not retried (class other): it was answered, and likely billed."""
 
 
 class WireStatusError(Exception):
@@ -155,6 +164,17 @@ def lower_headers(resp: aiohttp.ClientResponse) -> dict[str, str]:
     return {k.lower(): v for k, v in resp.headers.items()}
 
 
+async def read_answer(resp: aiohttp.ClientResponse) -> bytes:
+    """A whole (not streamed) answer's body, at most ANSWER_MAX bytes."""
+    body = await resp.content.read(ANSWER_MAX + 1)
+    while len(body) <= ANSWER_MAX:
+        more = await resp.content.read(ANSWER_MAX + 1 - len(body))
+        if not more:
+            return body
+        body += more
+    raise AnswerTooLarge(f"answer past {ANSWER_MAX >> 20} MiB: not read on")
+
+
 async def raise_for_status(resp: aiohttp.ClientResponse, headers: dict[str, str]) -> None:
     if resp.status < 400:
         return
@@ -182,9 +202,13 @@ async def sse_data(content: aiohttp.StreamReader) -> AsyncIterator[object]:
     data: list[bytes] = []
     event: bytes | None = None
     done = False
+    read = 0
     async for piece in content.iter_any():
         if done:
             continue
+        read += len(piece)
+        if read > ANSWER_MAX:
+            raise AnswerTooLarge(f"streamed answer past {ANSWER_MAX >> 20} MiB: not read on")
         buf += piece
         *lines, buf = buf.split(b"\n")
         for line in lines:
