@@ -152,7 +152,8 @@ class WireClient:
         url = self.url.removesuffix("/chat/completions") + "/models"
         async with self.session().get(url, headers=self._headers_for(secret)) as resp:
             await raise_for_status(resp, lower_headers(resp))
-            await resp.read()
+            # the list is not read: one a gateway never ends would be read into memory
+            # (leaving unread closes this one connection, once per run)
 
     async def aclose(self) -> None:
         if self._session is not None:
