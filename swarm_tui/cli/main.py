@@ -4,9 +4,6 @@ table, and one line (never a traceback) for whatever goes wrong."""
 from __future__ import annotations
 
 import argparse
-import codecs
-import contextlib
-import io
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -14,7 +11,8 @@ from collections.abc import Callable, Sequence
 from swarm_tui import __version__
 from swarm_tui.cli import admin, consoles, run, stored
 from swarm_tui.cli.flags import common_flags, console_flags
-from swarm_tui.cli.shared import StdoutError, TerminalStream, interactive, stdout_to_null
+from swarm_tui.cli.shared import interactive
+from swarm_tui.cli.streams import StdoutError, TerminalStream, speak_utf8, stdout_to_null
 from swarm_tui.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, UserError
 from swarm_tui.gateway.keys import redact
 
@@ -98,19 +96,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _internal(e)
     finally:
         sys.stdout, sys.stderr = stdout, stderr
-
-
-def speak_utf8() -> None:
-    """Standard output and error in UTF-8 whatever the locale says (as Python's UTF-8
-    mode does): on a bastion with `LANG=en_US` (ISO-8859-1) the first `≤` raised
-    UnicodeEncodeError — `report` printed nothing, a paid run's summary was lost and its
-    exit 3 turned into 1. A terminal on such a locale shows a few glyphs garbled; a pipe
-    or a file gets exact UTF-8."""
-    for stream in (sys.stdout, sys.stderr):
-        encoding = getattr(stream, "encoding", None) or "utf-8"
-        if isinstance(stream, io.TextIOWrapper) and codecs.lookup(encoding).name != "utf-8":
-            with contextlib.suppress(ValueError, OSError):
-                stream.reconfigure(encoding="utf-8")
 
 
 def _internal(e: Exception) -> int:

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from swarm_tui.cli.exits import exit_code
-from swarm_tui.core.fmt import shown
+from swarm_tui.cli.streams import say
 from swarm_tui.errors import EXIT_BUDGET_STOPPED, EXIT_INTERNAL, EXIT_OK, UserError
 
 if TYPE_CHECKING:
@@ -132,73 +132,6 @@ def finish(outcome: Outcome, as_json: bool, json_text: str | None = None) -> int
         print(f"swarm-tui: stopped at the budget cap; {unsent} tasks unsent — raise it with "
               f"`swarm-tui resume {summary.run_id} --budget USD`", file=sys.stderr)
     return code
-
-
-def stdout_to_null() -> None:
-    """What standard output still holds goes nowhere (else the exit's flush fails
-    again: a second message and exit 120)."""
-    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-
-
-class StdoutError(OSError):
-    """Standard output refused a write (not a reader that left: BrokenPipeError)."""
-
-
-class TerminalStream:
-    """Standard output or error as this program writes to them. On a terminal, the text
-    is shown, not obeyed: a control character in a task id, a gateway's error or a
-    model's answer arrives as its picture (`␛[2J`, core/fmt.shown), so it cannot clear
-    the screen, retitle the window or fake a verdict. A file or a pipe gets the text as
-    it is. A refused write on standard output says where it failed (`report last >
-    full-disk/r.txt`: one line, exit 2). `raw`: the stream itself, for this program's own
-    control sequences (the progress line)."""
-
-    def __init__(self, stream: Any, stdout: bool) -> None:
-        self.raw = stream
-        self._stdout = stdout
-        try:
-            self._terminal = bool(stream.isatty())
-        except (AttributeError, ValueError, OSError):
-            self._terminal = False
-
-    def write(self, text: str) -> int:
-        if self._terminal:
-            text = shown(text, lines=True)
-        try:
-            return self.raw.write(text)
-        except BrokenPipeError:
-            raise
-        except OSError as e:
-            if self._stdout:
-                raise StdoutError(e.errno, e.strerror) from None
-            raise
-
-    def flush(self) -> None:
-        try:
-            self.raw.flush()
-        except BrokenPipeError:
-            raise
-        except OSError as e:
-            if self._stdout:
-                raise StdoutError(e.errno, e.strerror) from None
-            raise
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.raw, name)
-
-
-def say(text: str, run_id: str) -> None:
-    """Print a run's verdict. A reader gone (`run … | head -1`) loses the text, not the
-    exit code: the run was paid for and stored, and `set -o pipefail` reads its 3 or 4.
-    A disk that refuses it (`run --json > full/out.json`) is exit 2, naming the run."""
-    try:
-        print(text, flush=True)
-    except BrokenPipeError:
-        stdout_to_null()
-    except OSError as e:
-        stdout_to_null()
-        raise UserError(f"standard output: cannot write the summary ({e.strerror}); run "
-                        f"{run_id} is stored: `swarm-tui report {run_id}`") from None
 
 
 def interactive() -> bool:
