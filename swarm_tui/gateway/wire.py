@@ -56,7 +56,8 @@ class InStreamError(Exception):
     …}` in a 200 stream or body): LiteLLM and others carry the upstream status in it."""
 
     def __init__(self, body: object) -> None:
-        message = body.get("message") if isinstance(body, dict) else None
+        # `{"error": "rate limited, slow down"}`: the string is the message (it read "error")
+        message = body.get("message") if isinstance(body, dict) else body
         super().__init__(str(message or "error"))
         self.body = body
         self.message = str(message or "error")

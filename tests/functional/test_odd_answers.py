@@ -186,3 +186,19 @@ def test_an_answer_without_end_is_cut_at_its_bound_not_read_into_memory(tmp_path
     assert task["state"] == "failed" and task["error_class"] == "other"
     assert "past 16 MiB: not read on" in task["error_message"]
     assert len(task["attempts"]) == 1
+
+
+STRING_ERROR = gateway("""
+async def chat(request):
+    return web.json_response({"error": "quota exceeded for this key, slow down"})
+""")
+
+
+@pytest.mark.usefixtures("no_user_config")
+def test_an_error_given_as_a_string_is_its_message(tmp_path):
+    """`{"error": "…"}` in a 200 answer: the string is what the on-call engineer needs
+    to read (it was stored as `in-stream error: error`)."""
+    r, env = run_against(STRING_ERROR, tmp_path, [{"id": "a", "prompt": "x"}], "--no-stream")
+    assert r.returncode == 3, r.stderr
+    task = exported(json.loads(r.stdout)["run_id"], env)["a"]
+    assert task["error_message"] == "in-stream error: quota exceeded for this key, slow down"
