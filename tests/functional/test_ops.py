@@ -159,9 +159,11 @@ def test_a_watcher_serves_the_run_it_follows_as_metrics(env):
     """`watch RUN --headless --metrics-port`: the counters, read from the stored rows by
     another process, agree with the executor's own figures at the end."""
     run = subprocess.Popen(
+        # paced to ~12 s: the watcher must meet it live even on a slow machine (at ~5 s
+        # a fresh clone on one core once saw the run end before the watcher's first scrape)
         [sys.executable, "-m", "swarm_tui", "run", "--demo", "1200", "--headless", "--json",
          "--concurrency", "20", "--sim-profile", "fixed:80", "--sim-rate-503", "0.05",
-         "--sim-rate-429", "0", "--rate", "250"],
+         "--sim-rate-429", "0", "--rate", "100"],
         env={**__import__("os").environ, **env}, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
     port = free_port()
@@ -186,11 +188,16 @@ def test_a_watcher_serves_the_run_it_follows_as_metrics(env):
              "--metrics-port", str(port), "--metrics-linger", "60"],
             env={**__import__("os").environ, **env}, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
-        # a scrape can land between a tick's counted rows and its gauges: wait for both
-        during = wait_until(lambda: (t := scrape(port)) and total(t, "swarm_tui_tasks_total")
-                            and total(t, "swarm_tui_concurrency_limit") == 20
-                            and total(t, "swarm_tui_run_ended") == 0 and t,
-                            what="a live scrape of the watcher")
+        def live_scrape() -> str | None:
+            # a scrape can land between a tick's counted rows and its gauges: wait for both
+            t = scrape(port)
+            if t and total(t, "swarm_tui_run_ended") == 1:  # say so now, not in 60 s
+                raise AssertionError("the run ended before the watcher scraped it live")
+            return t if t and total(t, "swarm_tui_tasks_total") and total(
+                t, "swarm_tui_concurrency_limit") == 20 and total(
+                t, "swarm_tui_run_ended") == 0 else None
+
+        during = wait_until(live_scrape, what="a live scrape of the watcher")
         assert isinstance(during, str)
         assert total(during, "swarm_tui_run_info", run_id=run_id, simulated="true") == 1
         assert promlint(during) == []
