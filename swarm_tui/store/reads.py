@@ -137,9 +137,11 @@ def _one_row_per_key(rows: Iterable[tuple], key_cols: int) -> list[tuple]:
         reason = next((r[k + 4] for r in group if r[k + 2] == state and r[k + 4]), None)
         until = max((r[k + 3] for r in group if r[k + 3] is not None), default=None)
         in_flight = sum(r[k + 5] for r in group if r[-1] >= newest - _LIVE_ROW_S)
-        counters = [sum(r[i] for r in group) for i in range(k + 6, len(first) - 1)]
-        if len(first) - 1 > k + 9:  # with tokens and last use: the latest use
-            counters[-1] = max((r[-2] for r in group if r[-2] is not None), default=None)
+        with_last_use = len(first) - 1 > k + 9  # tokens and last use: the latest use
+        summed = range(k + 6, len(first) - (2 if with_last_use else 1))
+        counters: list[float | None] = [sum(r[i] for r in group) for i in summed]
+        if with_last_use:  # None where a worker has not used the key yet
+            counters.append(max((r[-2] for r in group if r[-2] is not None), default=None))
         out.append((*key, first[k], first[k + 1], state, until, reason, in_flight,
                     *counters))
     return out

@@ -216,23 +216,6 @@ async def test_last_names_the_newest_run_and_an_empty_store_says_so(sim_factory,
         await conn.close()
 
 
-def test_a_keys_rows_from_several_workers_read_as_one():
-    from swarm_tui.store.reads import _one_row_per_key
-
-    # (gateway, fingerprint, label, source, state, cooling_until, reason, in_flight, calls,
-    #  rate_limited, errors, tokens_in, tokens_out, last_used, updated_at)
-    a = ("gw", "fp1", "main", "env:K", "active", None, None, 3, 10, 1, 0, 100, 200, 50.0, 99.0)
-    b = ("gw", "fp1", "main", "env:K", "disabled", 70.0, "401 from the gateway", 2, 5, 0, 1,
-         50, 80, 60.0, 100.0)
-    gone = ("gw", "fp1", "main", "env:K", "active", None, None, 7, 4, 0, 0, 40, 40, 10.0,
-            20.0)  # a worker killed long ago: its calls count, its in-flight ones do not
-    other = ("gw", "fp2", None, "file", "active", None, None, 0, 1, 0, 0, 1, 1, 5.0, 99.0)
-    assert _one_row_per_key([a, b, gone, other], 2) == [
-        ("gw", "fp1", "main", "env:K", "disabled", 70.0, "401 from the gateway", 5, 19, 1, 1,
-         190, 320, 60.0),
-        other[:-1]]
-
-
 async def test_a_big_run_is_created_without_a_wal_the_size_of_its_workload(tmp_path):
     """12,000 tasks of ~4 KB: as one transaction the WAL held all ~50 MB of them before the
     first call (a 100,000-task run: ~400 MB, past the 64 MiB `journal_size_limit`, which
