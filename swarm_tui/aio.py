@@ -17,3 +17,9 @@ def run_async(coro: Coroutine[Any, Any, T]) -> T:
         return asyncio.run(coro)
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         return runner.run(coro)
+
+
+def run_brief(coro: Coroutine[Any, Any, T]) -> T:
+    """asyncio.run for a command that makes a few queries and ends (`runs`, `report`,
+    `keys list`): uvloop's per-call saving never pays back its import there (issue 34)."""
+    return asyncio.run(coro)

@@ -3,6 +3,7 @@
 config: ~/.config/swarm-tui/config.toml (SWARM_TUI_CONFIG / --config override it)
 themes: ~/.config/swarm-tui/themes/*.toml
 runs:   ~/.local/share/swarm-tui/runs.db (SWARM_TUI_DB / --db override it)
+state:  ~/.local/state/swarm-tui/pg-<tag>/ (a PostgreSQL store's locks and journals)
 screenshots from the console: the user's downloads folder (as Textual saves them)
 """
 
@@ -10,12 +11,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import platformdirs
-
 APP_NAME = "swarm-tui"
+
+# platformdirs is imported where asked (~4 ms: it brings tempfile and shutil): a command
+# given --db or SWARM_TUI_DB never asks it (issue 34)
 
 
 def config_dir() -> Path:
+    import platformdirs
+
     return platformdirs.user_config_path(APP_NAME)
 
 
@@ -28,8 +32,19 @@ def user_theme_dir() -> Path:
 
 
 def default_db_path() -> Path:
+    import platformdirs
+
     return platformdirs.user_data_path(APP_NAME) / "runs.db"
 
 
+def state_dir() -> Path:
+    """A PostgreSQL database's files on this host: executor locks, unsaved-row journals."""
+    import platformdirs
+
+    return platformdirs.user_state_path(APP_NAME)
+
+
 def downloads_dir() -> Path:
+    import platformdirs
+
     return platformdirs.user_downloads_path()

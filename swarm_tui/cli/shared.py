@@ -32,6 +32,12 @@ def run_async(coro: Coroutine[Any, Any, T]) -> T:
     return run(coro)
 
 
+def run_brief(coro: Coroutine[Any, Any, T]) -> T:
+    from swarm_tui.aio import run_brief as run
+
+    return run(coro)
+
+
 def sim_settings(args: argparse.Namespace, prefix: str = "") -> SimSettings:
     from pydantic import ValidationError
 

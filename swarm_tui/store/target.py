@@ -10,8 +10,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-import platformdirs
-
 from swarm_tui.errors import UserError
 
 SCHEMES = ("postgresql://", "postgres://")
@@ -59,7 +57,9 @@ class PgTarget:
 
     def local_dir(self) -> Path:
         """This host's files for this database: executor locks and unsaved-row journals."""
-        return platformdirs.user_state_path("swarm-tui") / f"pg-{self.tag}"
+        from swarm_tui.paths import state_dir
+
+        return state_dir() / f"pg-{self.tag}"
 
 
 DbTarget = Path | PgTarget
