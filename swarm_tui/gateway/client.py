@@ -416,10 +416,13 @@ def _take_completion(res: CallResult, completion: Any) -> None:
     if completion.get("usage"):
         _take_usage(res, completion["usage"])
     res.response_id, res.response_model = completion.get("id"), completion.get("model")
-    choices = completion.get("choices") or []
-    if choices:
-        res.text = (choices[0].get("message") or {}).get("content") or ""
-        res.finish_reason = choices[0].get("finish_reason") or "stop"
+    choices = completion.get("choices")
+    if not choices or not isinstance(choices, list) or not isinstance(choices[0], dict):
+        # answered in full with nothing in it — not a cut link ("stream ended…")
+        raise ProtocolError("completion has no choices")
+    message = choices[0].get("message")
+    res.text = (message.get("content") if isinstance(message, dict) else None) or ""
+    res.finish_reason = choices[0].get("finish_reason") or "stop"
     # Non-streamed: the whole answer arrives at once, so TTFT equals latency — one clock
     # reading for both (two readings differed by >1 ms on a loaded machine).
     res.end_at_wire(time.perf_counter())

@@ -202,3 +202,25 @@ def test_an_error_given_as_a_string_is_its_message(tmp_path):
     assert r.returncode == 3, r.stderr
     task = exported(json.loads(r.stdout)["run_id"], env)["a"]
     assert task["error_message"] == "in-stream error: quota exceeded for this key, slow down"
+
+
+NO_CHOICES = gateway("""
+async def chat(request):
+    return web.json_response({"id": "c1", "object": "chat.completion", "choices": [],
+                              "usage": {"prompt_tokens": 5, "completion_tokens": 0}})
+""")
+
+
+@pytest.mark.usefixtures("no_user_config")
+@pytest.mark.parametrize("transport", ["wire", "aiohttp"])
+def test_an_answer_with_no_choices_says_so(tmp_path, transport):
+    """A whole (not streamed) answer whose `choices` is empty was stored as "stream ended
+    before a finish_reason", class connection: a cut link, where the gateway answered in
+    full with nothing in it. It is an unreadable answer (protocol), said as such."""
+    r, env = run_against(NO_CHOICES, tmp_path, [{"id": "a", "prompt": "x"}], "--no-stream",
+                         "--transport", transport, gateway_toml="[retry]\nmax_attempts = 1\n")
+    assert r.returncode == 3, r.stderr
+    task = exported(json.loads(r.stdout)["run_id"], env)["a"]
+    assert task["state"] == "failed" and task["error_class"] == "protocol", task
+    assert "no choices" in task["error_message"], task["error_message"]
+    assert [a["error_class"] for a in task["attempts"]] == ["protocol"] * len(task["attempts"])
