@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from swarm_tui.errors import UserError
+from swarm_tui.store.own_files import open_own, own_dir
 from swarm_tui.store.target import DbTarget, PgTarget
 
 OTHER_HOST_LEASE_S = 120.0  # heartbeats come every second; this is "certainly gone"
@@ -63,8 +64,8 @@ def lock_dir(db_target: DbTarget) -> Path:
 def lock_held(path: str | Path) -> bool:
     """True when some process holds the executor lock at `path` (stopped processes too)."""
     try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:  # (never a link, never waiting on a pipe planted under its name)
         return False
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
@@ -120,10 +121,10 @@ class Claim:
 def take_lock(db_target: DbTarget, run_id: str, wait_s: float = LOCK_WAIT_S) -> Claim:
     """Take the run's executor lock or raise the one-line refusal (exit 2)."""
     d = lock_dir(db_target)
-    try:
-        d.mkdir(mode=0o700, parents=isinstance(db_target, PgTarget), exist_ok=True)
+    try:  # this user's folder and file alone: the lock is truncated and written below
+        own_dir(d, parents=isinstance(db_target, PgTarget))
         path = d / f"{run_id}.lock"
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        fd = open_own(path, os.O_RDWR | os.O_CREAT)
     except OSError as e:
         raise UserError(f"run {run_id}: cannot create its lock in {d} ({e.strerror})") from None
     deadline = time.monotonic() + wait_s

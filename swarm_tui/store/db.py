@@ -117,10 +117,13 @@ async def _migration_lock(path: Path) -> AsyncIterator[None]:
     together each ran the next step; the second failed on what the first had just
     committed (`table key_changes already exists`): a run and the `runs` typed beside it."""
     from swarm_tui.store.claims import lock_dir
+    from swarm_tui.store.own_files import open_own, own_dir
 
-    folder = lock_dir(path)
-    folder.mkdir(mode=0o700, exist_ok=True)
-    fd = os.open(folder / "schema.lock", os.O_CREAT | os.O_RDWR, 0o600)
+    lock = lock_dir(path) / "schema.lock"
+    try:  # this user's folder and file alone, as the run locks beside it
+        fd = open_own(own_dir(lock.parent) / lock.name, os.O_CREAT | os.O_RDWR)
+    except OSError as e:
+        raise UserError(f"database {path}: its lock {lock}: {e.strerror}") from None
     try:
         await asyncio.to_thread(fcntl.flock, fd, fcntl.LOCK_EX)  # a migration is short
         yield

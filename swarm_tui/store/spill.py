@@ -14,15 +14,14 @@ before anything is sent.
 from __future__ import annotations
 
 import contextlib
-import errno
 import hashlib
 import json
 import os
-import stat
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
+from swarm_tui.store.own_files import is_own_file, open_own, own_dir, why_not_own_dir
 from swarm_tui.store.target import DbTarget, PgTarget
 
 RESERVE_BYTES = 8 << 20  # ~1,500 answers of the team's size: many flush windows' worth
@@ -47,29 +46,11 @@ def fallback_dir() -> Path:
     return Path(tempfile.gettempdir()) / f"swarm-tui-spill-{os.getuid()}"
 
 
-def _unsafe(st: os.stat_result) -> str | None:
-    """Why a folder under the shared temp directory is not this user's alone: on a
-    bastion any user can make `/tmp/swarm-tui-spill-<uid>` first (or a link there) and
-    then read, replace or delete the journals — or plant one that `resume` imports."""
-    if not stat.S_ISDIR(st.st_mode):
-        return "not a folder (a link or a file)"
-    if st.st_uid != os.getuid():
-        return f"owned by uid {st.st_uid}"
-    if st.st_mode & 0o077:
-        return f"mode {st.st_mode & 0o777:o}, open to others"
-    return None
-
-
 def own_fallback_dir() -> Path:
     """The fallback folder, made 0700 if absent; OSError when what is there is not this
-    user's alone (as tmux checks /tmp/tmux-<uid>)."""
-    path = fallback_dir()
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(path, 0o700)
-    why = _unsafe(os.lstat(path))
-    if why is not None:
-        raise OSError(errno.EPERM, f"{why} — not used")
-    return path
+    user's alone: any user can make `/tmp/swarm-tui-spill-<uid>` first (or a link there)
+    and then read, replace or delete the journals — or plant one that `resume` imports."""
+    return own_dir(fallback_dir())
 
 
 def journal_paths(db_target: DbTarget, run_id: str, owner: str | None = None) -> list[Path]:
@@ -88,13 +69,21 @@ def find_journals(db_target: DbTarget) -> dict[str, list[Path]]:
     tag = f"{_db_tag(db_target)}-"
     for folder, start in ((home, prefix), (fallback_dir(), tag)):
         with contextlib.suppress(OSError):
-            if folder != home and _unsafe(os.lstat(folder)) is not None:
+            if folder != home and why_not_own_dir(os.lstat(folder)) is not None:
                 continue  # nothing in another user's folder is ours to import
             for p in folder.iterdir():
-                if p.name.startswith(start) and p.name.endswith(SUFFIX):
+                if (p.name.startswith(start) and p.name.endswith(SUFFIX)
+                        and _own(p)):  # never one another user planted beside the db
                     run_id = p.name[len(start):-len(SUFFIX)].split(".", 1)[0]
                     found.setdefault(run_id, []).append(p)
     return found
+
+
+def _own(path: Path) -> bool:
+    try:
+        return is_own_file(path.lstat())
+    except OSError:
+        return False
 
 
 def read_journal(path: Path) -> list[tuple[str, list]]:
@@ -161,7 +150,7 @@ class SpillJournal:
         """Open the journal at `path`, carrying over what an earlier location holds."""
         if path != self.candidates[0]:
             own_fallback_dir()
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        fd = open_own(path, os.O_RDWR | os.O_CREAT)
         try:
             kept = os.pread(self._fd, self._offset, 0) if self._fd >= 0 and self._offset else b""
             if kept:
