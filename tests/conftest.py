@@ -47,6 +47,13 @@ def pytest_configure(config: pytest.Config) -> None:
         compileall.compile_dir(Path(__file__).parent.parent / "swarm_tui", quiet=1)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The long tests (marked slow: seconds to tens of seconds, mostly waiting on servers
+    and child processes) are handed out first, so the short ones fill the workers' gaps
+    instead of a 30 s test starting last and running alone at the end."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture(autouse=True)
 def _never_the_users_own_dirs(tmp_path_factory, monkeypatch) -> None:
     """No test reads the developer's config, themes or runs database."""
