@@ -12,15 +12,17 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from swarm_tui.errors import UserError
 
 PER_MTOK = 1_000_000.0
+# USD per million tokens; finite: TOML writes `inf`, and an infinite price turns every
+# total into $inf
+PerMillion = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 
 
 class Price(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    # finite: TOML writes `inf`, and an infinite price turns every total into $inf
-    input: Annotated[float, Field(ge=0, allow_inf_nan=False)]
-    output: Annotated[float, Field(ge=0, allow_inf_nan=False)]
-    cached_input: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
+    input: PerMillion
+    output: PerMillion
+    cached_input: PerMillion | None = None
     source: str
     checked: str | None = None
 

@@ -42,6 +42,7 @@ from swarm_tui.engine.routing import Router, choose_model, fallback_chain
 from swarm_tui.gateway.client import GatewayClient
 from swarm_tui.gateway.errors import AUTH, OTHER, RATE_LIMITED, CallError
 from swarm_tui.gateway.keypool import KeyPool, KeySlot
+from swarm_tui.gateway.keys import redact
 from swarm_tui.prices import PriceTable
 from swarm_tui.settings.sections import RetryConfig, RoutingConfig
 from swarm_tui.workload import Task
@@ -742,7 +743,9 @@ class SwarmRunner:
         self.in_flight -= 1
         self._settle_estimate(rec)
         attempt.latency_ms = self.now_ms() - attempt.started_ms
-        why = f"internal error around the call: {type(e).__name__}: {e}"[:300]
+        # (redacted as a gateway's error is: an exception may quote what it was handed)
+        why = redact(f"internal error around the call: {type(e).__name__}: {e}",
+                     (slot.secret,))[:300]
         self.emit(ev.CONTROL, detail=f"task {rec.id}: {why}; booked failed, not resent")
         self._failed_attempt(rec, attempt, CallError(OTHER, None, why))
         self._wake.set()

@@ -25,6 +25,7 @@ from pydantic import (
     model_validator,
 )
 
+from swarm_tui.prices import PerMillion
 from swarm_tui.redact import secret_tag, without_userinfo
 
 SIM_GATEWAY = "sim"  # reserved gateway name: the built-in simulator
@@ -35,7 +36,6 @@ SecretStrField = Annotated[str, PlainSerializer(secret_tag, when_used="json")]
 UrlField = Annotated[str, PlainSerializer(without_userinfo, when_used="json")]
 # finite: TOML has `inf` (and `nan`), and a budget or a timeout of inf is no figure
 PosFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
-PerMillion = Annotated[float, Field(ge=0, allow_inf_nan=False)]  # USD per million tokens
 
 
 class _Strict(BaseModel):
