@@ -3,22 +3,23 @@
 from __future__ import annotations
 
 import tomllib
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
+from swarm_tui.core.checks import STRICT, Finite, Limits, checked, first_error
 from swarm_tui.errors import UserError
 
 PER_MTOK = 1_000_000.0
 # USD per million tokens; finite: TOML writes `inf`, and an infinite price turns every
 # total into $inf
-PerMillion = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+PerMillion = Annotated[float, Limits(ge=0), Finite()]
 
 
-class Price(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+@dataclass(frozen=True, kw_only=True)
+class Price:
+    __pydantic_config__ = STRICT
 
     input: PerMillion
     output: PerMillion
@@ -53,17 +54,18 @@ class PriceTable:
 
 
 def _parse(data: dict[str, Any], place: str) -> dict[str, Price]:
+    from pydantic import ValidationError
+
     models = data.get("models", {})
     if not isinstance(models, dict):
         raise UserError(f"{place}: models: must be a table of [models.\"name\"] entries")
     out: dict[str, Price] = {}
     for name, entry in models.items():
         try:
-            out[name] = Price.model_validate(entry)
+            out[name] = checked(Price, entry)
         except ValidationError as e:
-            first = e.errors()[0]
-            key = ".".join(str(p) for p in first["loc"])
-            raise UserError(f"{place}: models.{name}.{key}: {first['msg']}") from None
+            key, msg, _more = first_error(e)
+            raise UserError(f"{place}: models.{name}.{key}: {msg}") from None
     return out
 
 

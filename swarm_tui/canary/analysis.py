@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from enum import StrEnum
-
-from pydantic import BaseModel, Field
 
 from swarm_tui.canary.stats import binomial_excess_p, mann_whitney_greater, wilson
 from swarm_tui.core.canary import BASELINE, CANDIDATE
+from swarm_tui.core.plain import EXCLUDE
 from swarm_tui.core.states import TaskState
 from swarm_tui.core.summary import CLIENT_BOUND_MS, Percentiles
 from swarm_tui.core.usage import Usage
@@ -35,20 +35,21 @@ ResultRow = tuple[str, str, float | None, float | None, int, int, float | None]
 CallRow = tuple[str, str, str | None]
 
 
-class BucketFigures(BaseModel):
+@dataclass(kw_only=True)
+class BucketFigures:
     tasks: int = 0
     succeeded: int = 0
     calls: int = 0
     call_errors: int = 0
-    latency_ms: Percentiles = Field(default_factory=Percentiles)
-    ttft_ms: Percentiles = Field(default_factory=Percentiles)
-    errors: dict[str, int] = Field(default_factory=dict)  # per call, by class
+    latency_ms: Percentiles = field(default_factory=Percentiles)
+    ttft_ms: Percentiles = field(default_factory=Percentiles)
+    errors: dict[str, int] = field(default_factory=dict)  # per call, by class
     tokens_in_per_task: float | None = None
     tokens_out_per_task: float | None = None
     cost_per_task_usd: float | None = None  # None: no succeeded task, or an unpriced one
     unpriced: int = 0
     # the succeeded tasks' latencies, for the statistical gates (never stored or shown)
-    latencies: list[float] = Field(default_factory=list, exclude=True, repr=False)
+    latencies: list[float] = field(default_factory=list, metadata=EXCLUDE, repr=False)
 
     @property
     def task_success(self) -> float | None:
@@ -59,13 +60,15 @@ class BucketFigures(BaseModel):
         return (self.calls - self.call_errors) / self.calls if self.calls else None
 
 
-class Verdict(BaseModel):
+@dataclass(kw_only=True)
+class Verdict:
     gate: str
     result: Result
     detail: str
 
 
-class Analysis(BaseModel):
+@dataclass(kw_only=True)
+class Analysis:
     at: float
     stage: dict[str, BucketFigures]
     window: dict[str, BucketFigures]

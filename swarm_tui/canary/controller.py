@@ -18,6 +18,7 @@ from swarm_tui.canary import stored
 from swarm_tui.canary.analysis import Analysis
 from swarm_tui.canary.auto import decide
 from swarm_tui.core.fmt import short_duration
+from swarm_tui.core.plain import to_json
 from swarm_tui.engine.looplag import LoopLag
 from swarm_tui.engine.routing import CanaryRouter
 from swarm_tui.settings.sections import CanaryConfig
@@ -186,7 +187,7 @@ class CanaryController:
             if after != state:
                 won = await cs.save(self.conn, state, after, action=action, actor="auto",
                                     source="auto", reason=reason,
-                                    metrics_json=analysis.model_dump_json())
+                                    metrics_json=to_json(analysis))
                 await self.poll()  # won or lost the race: follow what is stored
                 # its own move only: what it wrote (the stored state may already be another
                 # process's later move — which that process pages)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from swarm_tui.canary import state as st
 from swarm_tui.canary.analysis import Analysis, evaluate, figures
+from swarm_tui.core.plain import to_json
 from swarm_tui.settings.sections import CanaryConfig
 from swarm_tui.store import canary as cs
 from swarm_tui.store.conn import StoreConnection
@@ -33,7 +34,7 @@ async def act(conn: StoreConnection, cfg: CanaryConfig, action: str,
             after = st.transition(before, action, arg, cfg.stages, now)
             figs = await analyze(conn, cfg, before, now)
             if await cs.save(conn, before, after, action=action, actor=actor, source=source,
-                             reason=reason or None, metrics_json=figs.model_dump_json()):
+                             reason=reason or None, metrics_json=to_json(figs)):
                 return await cs.read_state(conn, cfg.name) or after
     except sqlite3.Error as e:
         raise db_error(path or Path("?"), e) from None

@@ -127,10 +127,11 @@ async def finish_stored(conn: StoreConnection, path: DbTarget, cfg: LoadedConfig
 
 
 def finish(outcome: Outcome, as_json: bool, json_text: str | None = None) -> int:
+    from swarm_tui.core.plain import to_json
     from swarm_tui.report.summary_text import summary_text
 
     summary = outcome.summary
-    say(json_text or summary.model_dump_json(indent=2) if as_json else summary_text(summary),
+    say(json_text or to_json(summary, indent=2) if as_json else summary_text(summary),
         summary.run_id)
     code = exit_code(outcome)
     if code == EXIT_BUDGET_STOPPED:

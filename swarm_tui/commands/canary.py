@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from swarm_tui.canary import state as st
 from swarm_tui.canary import stored
 from swarm_tui.core import fmt
+from swarm_tui.core.plain import as_plain
 from swarm_tui.errors import EXIT_OK, UserError
 from swarm_tui.report import canary as report
 from swarm_tui.settings.loader import LoadedConfig
@@ -52,7 +53,7 @@ async def run(conn: StoreConnection, path: DbTarget, cfg: LoadedConfig,
                 "bake_s": c.bake_s(state.stage_index(c.stages)),
                 "baked_s": time.time() - state.bake_started_at,
                 "state": state.__dict__, "allowed": st.allowed_actions(state.status),
-                "analysis": analysis.model_dump(mode="json"),
+                "analysis": as_plain(analysis),
                 "overall": analysis.overall, "executor_lag_ms": lag,
             }, indent=2))
         else:
@@ -61,7 +62,7 @@ async def run(conn: StoreConnection, path: DbTarget, cfg: LoadedConfig,
     if args.verb == "history":
         items = await cs.history(conn, c.name, args.limit)
         if args.json:
-            print(json.dumps([i.model_dump(mode="json") for i in items], indent=2))
+            print(json.dumps([as_plain(i) for i in items], indent=2))
         else:
             print("\n".join(report.history_line(i) for i in items) or "no canary actions yet")
         return EXIT_OK

@@ -8,6 +8,7 @@ import json
 import sys
 from typing import TYPE_CHECKING
 
+from swarm_tui.core.plain import as_plain, to_json
 from swarm_tui.errors import EXIT_OK
 
 if TYPE_CHECKING:  # (each verb imports what it uses: `runs` reads no cost model)
@@ -25,11 +26,11 @@ async def summary_json(conn: StoreConnection, path: DbTarget, summary: RunSummar
     from swarm_tui.report.cost import stored_cost
     from swarm_tui.store.runs import get_run
 
-    data = summary.model_dump(mode="json")
+    data = as_plain(summary)
     if summary.status != "unsaved":
         if cost is None:
             cost = await stored_cost(conn, await get_run(conn, summary.run_id, path), cfg)
-        data["cost"] = cost.model_dump(mode="json")
+        data["cost"] = as_plain(cost)
     return json.dumps(data, indent=2)
 
 
@@ -105,7 +106,7 @@ async def cost(conn: StoreConnection, path: DbTarget, args: argparse.Namespace) 
 
     report = await stored_cost(conn, await get_run(conn, args.run_id, path),
                                load_config(args.config))
-    print(report.model_dump_json(indent=2) if args.json else cost_text(report))
+    print(to_json(report, indent=2) if args.json else cost_text(report))
     return EXIT_OK
 
 

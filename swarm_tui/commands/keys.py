@@ -18,10 +18,10 @@ import os
 import stat
 import sys
 import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from pydantic import BaseModel
-
+from swarm_tui.core.plain import as_plain
 from swarm_tui.core.states import KeyState, RunStatus
 from swarm_tui.errors import EXIT_OK, UserError
 from swarm_tui.gateway.keys import fingerprint, key_problem, keys_from_env, read_key_file
@@ -35,7 +35,8 @@ from swarm_tui.store.target import DbTarget
 FRESH_S = 5.0  # key state older than this belongs to a run that is no longer alive
 
 
-class KeyListing(BaseModel):
+@dataclass(kw_only=True)
+class KeyListing:
     gateway: str
     fingerprint: str
     label: str | None
@@ -99,12 +100,12 @@ async def _list(conn: StoreConnection, cfg: LoadedConfig, args: argparse.Namespa
          errs) in await _live(conn):
         item = items.get((gw, fp)) or KeyListing(gateway=gw, fingerprint=fp, label=label,
                                                  source=source)
-        items[(gw, fp)] = item.model_copy(update={
+        items[(gw, fp)] = replace(item, **{
             "state": state, "cooling_until": until, "reason": reason, "in_flight": fly,
             "calls": calls, "rate_limited": r429, "errors": errs, "run_id": run_id})
     rows = [k for k in items.values() if not args.gateway or k.gateway == args.gateway]
     if args.json:
-        print(json.dumps([k.model_dump() for k in rows], indent=2))
+        print(json.dumps([as_plain(k) for k in rows], indent=2))
         return EXIT_OK
     if not rows:
         print("no keys configured")

@@ -13,10 +13,10 @@ import math
 from array import array
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol
 
-from pydantic import BaseModel, Field
-
+from swarm_tui.core.plain import shallow
 from swarm_tui.core.states import TaskState
 from swarm_tui.core.usage import Usage
 
@@ -64,7 +64,8 @@ def nearest_rank(sorted_values: Sequence[float], p: float) -> float | None:
     return sorted_values[rank - 1]
 
 
-class Percentiles(BaseModel):
+@dataclass(kw_only=True)
+class Percentiles:
     p50: float | None = None
     p95: float | None = None
     p99: float | None = None
@@ -81,14 +82,16 @@ class Percentiles(BaseModel):
         )
 
 
-class Tokens(BaseModel):
+@dataclass(kw_only=True)
+class Tokens:
     input: int = 0
     output: int = 0
     cached_input: int = 0
     estimated_tasks: int = 0  # tasks whose usage the gateway did not report
 
 
-class Stats(BaseModel):
+@dataclass(kw_only=True)
+class Stats:
     total: int = 0
     succeeded: int = 0
     failed: int = 0
@@ -99,18 +102,19 @@ class Stats(BaseModel):
     # 429s counted (a task rescued by a retry is one success and one failure here)
     calls: int = 0
     call_success_rate: float | None = None
-    latency_ms: Percentiles = Field(default_factory=Percentiles)
-    ttft_ms: Percentiles = Field(default_factory=Percentiles)
-    queue_ms: Percentiles = Field(default_factory=Percentiles)
-    tokens: Tokens = Field(default_factory=Tokens)
+    latency_ms: Percentiles = field(default_factory=Percentiles)
+    ttft_ms: Percentiles = field(default_factory=Percentiles)
+    queue_ms: Percentiles = field(default_factory=Percentiles)
+    tokens: Tokens = field(default_factory=Tokens)
     cost_usd: float = 0.0  # priced tasks only; see unpriced_tasks
     cost_per_task_usd: float | None = None
     unpriced_tasks: int = 0
-    unpriced_models: list[str] = Field(default_factory=list)
-    errors: dict[str, int] = Field(default_factory=dict)
+    unpriced_models: list[str] = field(default_factory=list)
+    errors: dict[str, int] = field(default_factory=dict)
 
 
-class SlaVerdict(BaseModel):
+@dataclass(kw_only=True)
+class SlaVerdict:
     p95_ms: float
     min_success: float
     met: bool
@@ -121,6 +125,7 @@ class SlaVerdict(BaseModel):
     inconclusive: str | None = None
 
 
+@dataclass(kw_only=True)
 class RunSummary(Stats):
     run_id: str
     name: str | None = None
@@ -130,9 +135,9 @@ class RunSummary(Stats):
     wall_ms: float = 0.0
     calls_per_s: float | None = None
     sla: SlaVerdict | None = None
-    by_model: dict[str, Stats] = Field(default_factory=dict)
-    by_gateway: dict[str, Stats] = Field(default_factory=dict)
-    by_bucket: dict[str, Stats] = Field(default_factory=dict)
+    by_model: dict[str, Stats] = field(default_factory=dict)
+    by_gateway: dict[str, Stats] = field(default_factory=dict)
+    by_bucket: dict[str, Stats] = field(default_factory=dict)
     # tasks whose stored attempts show them sent more than once (two executors, or a result
     # lost in a crash window): each such send was paid
     sent_twice: int = 0
@@ -258,7 +263,7 @@ class SummaryBuilder:
         overall = self.overall.stats()
         lag_p95, lag_max = client_lag
         summary = RunSummary(
-            **overall.model_dump(), run_id=run_id, name=name, status=status,
+            **shallow(overall), run_id=run_id, name=name, status=status,
             simulated=simulated, started_at=started_at, wall_ms=wall_ms,
             # calls, not tasks: every answered call, retries included (tasks per second
             # read 0.5-13 % low on runs with retries)

@@ -9,9 +9,8 @@ the same token counts — the team's own per-model simulation made that assumpti
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol
-
-from pydantic import BaseModel, Field
 
 from swarm_tui.core.states import TaskState
 from swarm_tui.core.usage import Usage
@@ -38,7 +37,8 @@ class CostRow(Protocol):
     cost_usd: float | None
 
 
-class CostLine(BaseModel):
+@dataclass(kw_only=True)
+class CostLine:
     tasks: int = 0                  # succeeded tasks
     tokens_in: int = 0
     tokens_out: int = 0
@@ -49,7 +49,8 @@ class CostLine(BaseModel):
     estimated_tasks: int = 0        # usage not reported by the gateway: estimated tokens
 
 
-class Projection(BaseModel):
+@dataclass(kw_only=True)
+class Projection:
     usd_per_min: float | None = None        # this run's spend rate over its wall time
     day_at_rate_usd: float | None = None    # that rate for 24 h
     month_at_rate_usd: float | None = None
@@ -61,7 +62,8 @@ class Projection(BaseModel):
     unpriced_tasks: int = 0
 
 
-class WhatIf(BaseModel):
+@dataclass(kw_only=True)
+class WhatIf:
     model: str
     cost_usd: float
     cost_per_task_usd: float | None
@@ -71,27 +73,29 @@ class WhatIf(BaseModel):
     actual: bool = False                    # every priced task ran on this model
 
 
-class RoutingWhatIf(BaseModel):
+@dataclass(kw_only=True)
+class RoutingWhatIf:
     long_model: str
     actual_usd: float
     all_long_usd: float | None              # None: the long model is unpriced
     saving_pct: float | None                # how much the dual-model routing saved
 
 
-class CostReport(BaseModel):
+@dataclass(kw_only=True)
+class CostReport:
     run_id: str
     wall_s: float
     estimated: bool
     total: CostLine
     projection: Projection
-    by_model: dict[str, CostLine] = Field(default_factory=dict)
-    by_gateway: dict[str, CostLine] = Field(default_factory=dict)
-    by_bucket: dict[str, CostLine] = Field(default_factory=dict)
-    by_key: dict[str, CostLine] = Field(default_factory=dict)
-    what_if: list[WhatIf] = Field(default_factory=list)
+    by_model: dict[str, CostLine] = field(default_factory=dict)
+    by_gateway: dict[str, CostLine] = field(default_factory=dict)
+    by_bucket: dict[str, CostLine] = field(default_factory=dict)
+    by_key: dict[str, CostLine] = field(default_factory=dict)
+    what_if: list[WhatIf] = field(default_factory=list)
     routing: RoutingWhatIf | None = None
     budget_usd: float | None = None         # the run's cap, if it has one
-    timeline: list[float] = Field(default_factory=list)  # cumulative USD at equal steps
+    timeline: list[float] = field(default_factory=list)  # cumulative USD at equal steps
 
 
 def _line(rows: Iterable[CostRow]) -> CostLine:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from swarm_tui.core.fmt import usd
+from swarm_tui.core.plain import as_plain
 from swarm_tui.engine.cost import CostLine, CostReport, cost_report
 from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.cost_rows import cost_groups
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
 
 
 def long_model_of(run: RunRecord, cfg: LoadedConfig) -> str | None:
-    routing = run.config.get("settings", {}).get("routing") or cfg.settings.routing.model_dump()
+    routing = run.config.get("settings", {}).get("routing") or as_plain(cfg.settings.routing)
     return routing.get("long_model") if routing.get("enabled", True) else None
 
 

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from contextlib import aclosing
 from typing import IO, Any
 
+from swarm_tui.core.plain import build
 from swarm_tui.core.summary import RunSummary
 from swarm_tui.errors import UserError
 from swarm_tui.store import reads
@@ -45,7 +46,7 @@ async def load_summary(conn: StoreConnection, run: RunRecord) -> RunSummary:
 async def run_summary(conn: StoreConnection, run: RunRecord) -> RunSummary:
     """An ended run's stored summary; a live or interrupted one computed from its rows."""
     if run.summary is not None and run.effective_status() in ENDED:
-        return RunSummary.model_validate(run.summary)
+        return build(RunSummary, run.summary)
     return await load_summary(conn, run)
 
 

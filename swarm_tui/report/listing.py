@@ -10,6 +10,7 @@ import dataclasses
 import time
 from typing import TYPE_CHECKING, Any
 
+from swarm_tui.core.plain import as_plain
 from swarm_tui.store.runs import ENDED, list_runs
 
 if TYPE_CHECKING:
@@ -44,7 +45,7 @@ async def runs_listing(conn: StoreConnection, limit: int) -> list[RunListItem]:
         else:
             from swarm_tui.report.history import load_summary
 
-            s = (await load_summary(conn, run)).model_dump()
+            s = as_plain(await load_summary(conn, run))
         items.append(RunListItem(
             id=run.id, name=run.name, started_at=run.started_at, status=status,
             simulated=run.simulated, total=run.total,

@@ -9,6 +9,7 @@ import sqlite3
 import time
 from typing import TYPE_CHECKING
 
+from swarm_tui.core.plain import build
 from swarm_tui.core.states import RunStatus, TaskState
 from swarm_tui.engine.cost import CostReport
 from swarm_tui.engine.snapshot import (
@@ -23,7 +24,7 @@ from swarm_tui.errors import UserError
 from swarm_tui.replay.timeline import Timeline, call_line, event_line
 from swarm_tui.run_sources.base import RowObserver, TaskDetail
 from swarm_tui.settings.loader import LoadedConfig
-from swarm_tui.settings.sections import CanaryConfig, SlaConfig
+from swarm_tui.settings.sections import CanaryConfig
 from swarm_tui.store import reads
 from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.control import queue_command
@@ -186,7 +187,7 @@ class StoreSource:
         if not stored or not stored.get("enabled", True):
             return None
         assert self.conn is not None
-        return await view_at(self.conn, CanaryConfig.model_validate(stored), at)
+        return await view_at(self.conn, build(CanaryConfig, stored), at)
 
     async def canary_act(self, action: str, arg: str | None, reason: str | None) -> bool:
         return False
@@ -307,7 +308,7 @@ class StoreSource:
             concurrency=int(live.get("concurrency") or run.config.get("concurrency", 0)),
             # a finished run: its average rate (the last seconds' rate is its tail)
             calls_per_s=None if self.active else (ended / elapsed if elapsed > 0 else 0.0),
-            sla=SlaConfig.model_validate(run.sla.model_dump()),
+            sla=run.sla,
             tasks_per_day=int(run.config.get("settings", {}).get("tasks_per_day", 12000)),
             client_bound=bool(live.get("client_bound") if self.active
                               else (run.summary or {}).get("client_bound")),

@@ -21,6 +21,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from swarm_tui.core.plain import as_plain
 from swarm_tui.errors import UserError
 from swarm_tui.paths import default_config_path
 from swarm_tui.prices import PriceTable, load_price_table
@@ -208,7 +209,7 @@ def load_config(cli_path: str | None = None, flags: dict[str, Any] | None = None
     prices_file = settings.prices_file
     if prices_file is not None and not prices_file.is_absolute():
         prices_file = base_dir / prices_file
-    overrides = {k: v.model_dump() for k, v in settings.prices.items()}
+    overrides = {k: as_plain(v) for k, v in settings.prices.items()}
     prices = load_price_table(prices_file, overrides, place)
     routing = settings.routing
     configure_counts(TokenCounts.load(

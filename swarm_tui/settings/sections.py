@@ -1,7 +1,8 @@
-"""The config's sections as plain pydantic models (no pydantic-settings): what the engine,
-the store, the canary and the reports read. settings/loader.py layers them into the
-settings (flags, environment, TOML file); keeping these apart lets `runs` and `report`
-start without loading pydantic-settings.
+"""The config's sections as plain dataclasses: what the engine, the store, the canary and
+the reports read. settings/loader.py validates a TOML file into them with pydantic-settings
+(flags, environment, file; the checks are core/checks.py's markers, read by pydantic); a
+command that reads a validated copy (settings/snapshot.py) builds them without pydantic,
+so `report`, `keys list` and `canary status` start in a few tens of milliseconds.
 """
 
 from __future__ import annotations
@@ -9,46 +10,53 @@ from __future__ import annotations
 import itertools
 import os
 import re
+from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 from urllib.parse import urlsplit
 
-from pydantic import (
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    PlainSerializer,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
-
+from swarm_tui.core.checks import STRICT, After, Before, Finite, JsonAs, Limits, first_error
 from swarm_tui.prices import PerMillion
 from swarm_tui.redact import secret_tag, without_userinfo
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
 
 SIM_GATEWAY = "sim"  # reserved gateway name: the built-in simulator
 
 # a whole-value secret (a webhook URL is a credential): its tag in any JSON dump
-SecretStrField = Annotated[str, PlainSerializer(secret_tag, when_used="json")]
+SecretStrField = Annotated[str, JsonAs(secret_tag)]
 # a URL that may carry userinfo: kept, less its userinfo, in any JSON dump
-UrlField = Annotated[str, PlainSerializer(without_userinfo, when_used="json")]
+UrlField = Annotated[str, JsonAs(without_userinfo)]
 # finite: TOML has `inf` (and `nan`), and a budget or a timeout of inf is no figure
-PosFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+PosFloat = Annotated[float, Limits(gt=0), Finite()]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class _Strict:
+    __pydantic_config__ = STRICT  # an unknown key is an error
 
 
+def _http_url(v: str) -> str:
+    if not v.startswith(("http://", "https://")):
+        raise ValueError("must start with http:// or https://")
+    if "@" in urlsplit(v).netloc:
+        # a URL's user:password would be stored, shown and logged with it, and cannot
+        # go with the key's Bearer header (the transport refuses both at once)
+        raise ValueError("must not carry user:password@ (the gateway's credential is "
+                         "its key: key_env or key_file)")
+    return v.rstrip("/")
+
+
+@dataclass(kw_only=True)
 class GatewayConfig(_Strict):
-    base_url: UrlField  # stored and shown without any user:password@
+    # stored and shown without any user:password@
+    base_url: Annotated[str, After(_http_url), JsonAs(without_userinfo)]
     # env vars holding keys (each may be comma-separated)
-    key_env: list[str] = Field(default_factory=list)
+    key_env: list[str] = field(default_factory=list)
     key_file: Path | None = None
     timeout_s: PosFloat = 30.0
-    max_concurrency: Annotated[int, Field(ge=1, le=10_000)] = 140
+    max_concurrency: Annotated[int, Limits(ge=1, le=10_000)] = 140
     stream: bool = True
     model: str | None = None  # pins every task on this gateway to one model
     theme: str | None = None
@@ -56,31 +64,20 @@ class GatewayConfig(_Strict):
     # with the most x-ratelimit-remaining headroom; waits instead of hitting a 429)
     key_strategy: Literal["least-in-flight", "round-robin", "proactive"] = "least-in-flight"
 
-    @field_validator("base_url")
-    @classmethod
-    def _http_url(cls, v: str) -> str:
-        if not v.startswith(("http://", "https://")):
-            raise ValueError("must start with http:// or https://")
-        if "@" in urlsplit(v).netloc:
-            # a URL's user:password would be stored, shown and logged with it, and cannot
-            # go with the key's Bearer header (the transport refuses both at once)
-            raise ValueError("must not carry user:password@ (the gateway's credential is "
-                             "its key: key_env or key_file)")
-        return v.rstrip("/")
 
-
+@dataclass(kw_only=True)
 class RoutingConfig(_Strict):
     enabled: bool = True
-    long_context_tokens: Annotated[int, Field(ge=1)] = 1000
+    long_context_tokens: Annotated[int, Limits(ge=1)] = 1000
     long_model: str = "kimi-k2.5"
     short_model: str = "deepseek-v3.2"
-    fallback: dict[str, list[str]] = Field(
-        default_factory=lambda: {"kimi-k2.5": ["deepseek-v3.2"], "deepseek-v3.2": ["kimi-k2.5"]}
-    )
+    fallback: dict[str, list[str]] = field(default_factory=lambda: {
+        "kimi-k2.5": ["deepseek-v3.2"], "deepseek-v3.2": ["kimi-k2.5"]})
 
 
+@dataclass(kw_only=True)
 class RetryConfig(_Strict):
-    max_attempts: Annotated[int, Field(ge=1, le=20)] = 3
+    max_attempts: Annotated[int, Limits(ge=1, le=20)] = 3
     base_backoff_s: PosFloat = 0.25
     max_backoff_s: PosFloat = 8.0
     retry_after_cap_s: PosFloat = 30.0
@@ -89,14 +86,16 @@ class RetryConfig(_Strict):
     rate_limit_max_wait_s: PosFloat = 600.0
 
 
+@dataclass(kw_only=True)
 class SlaConfig(_Strict):
     p95_ms: PosFloat = 350.0
-    min_success: Annotated[float, Field(ge=0, le=1)] = 0.99
+    min_success: Annotated[float, Limits(ge=0, le=1)] = 0.99
     # which success rate the SLA judges: per call (as the team measured its gateways: every
     # answered call, retries and 429s included) or per task (after retries and fallbacks)
     success_basis: Literal["call", "task"] = "call"
 
 
+@dataclass(kw_only=True)
 class PriceOverride(_Strict):
     input: PerMillion
     output: PerMillion
@@ -124,49 +123,48 @@ def parse_duration(v: object) -> float:
 
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-Duration = Annotated[float, BeforeValidator(parse_duration)]
+Duration = Annotated[float, Before(parse_duration)]
 
 
+@dataclass(kw_only=True)
 class CanaryGates(_Strict):
     p95_ms: PosFloat = 350.0
-    min_success: Annotated[float, Field(ge=0, le=1)] = 0.99
-    cost_tolerance: Annotated[float, Field(ge=0)] = 0.10  # candidate $/task ≤ baseline × (1+tol)
+    min_success: Annotated[float, Limits(ge=0, le=1)] = 0.99
+    cost_tolerance: Annotated[float, Limits(ge=0)] = 0.10  # candidate $/task ≤ baseline × (1+tol)
     max_p95_ratio: PosFloat | None = None  # optional: candidate p95 ≤ baseline p95 × ratio
     # a gate fails only on evidence significant at this confidence (Wilson bound for the
     # success rate and the share of calls past p95_ms; Mann-Whitney for the p95 ratio)
-    confidence: Annotated[float, Field(ge=0.5, le=0.999)] = 0.95
+    confidence: Annotated[float, Limits(ge=0.5, le=0.999)] = 0.95
 
 
+def _increasing(v: list[int]) -> list[int]:
+    if not v or any(b <= a for a, b in itertools.pairwise(v)) or v[-1] != 100:
+        raise ValueError("must be strictly increasing percentages ending at 100")
+    return v
+
+
+@dataclass(kw_only=True)
 class CanaryConfig(_Strict):
     """A baseline and a candidate gateway; traffic moves by user hash, stage by stage."""
 
     enabled: bool = True
     baseline: str
     candidate: str
-    stages: list[Annotated[int, Field(ge=1, le=100)]] = Field(
+    stages: Annotated[list[Annotated[int, Limits(ge=1, le=100)]], After(_increasing)] = field(
         default_factory=lambda: [5, 25, 50, 100])
     bake: Duration | list[Duration] = 86_400.0  # per stage: one value, or one per stage
     mode: Literal["manual", "auto"] = "manual"
-    min_samples: Annotated[int, Field(ge=1)] = 100
-    failure_limit: Annotated[int, Field(ge=1)] = 3
+    min_samples: Annotated[int, Limits(ge=1)] = 100
+    failure_limit: Annotated[int, Limits(ge=1)] = 3
     interval: Duration = 10.0   # how often the running process evaluates the gates
     window: Duration = 900.0    # the rolling window shown next to the stage's figures
-    gates: CanaryGates = Field(default_factory=CanaryGates)
+    gates: CanaryGates = field(default_factory=CanaryGates)
 
-    @field_validator("stages")
-    @classmethod
-    def _increasing(cls, v: list[int]) -> list[int]:
-        if not v or any(b <= a for a, b in itertools.pairwise(v)) or v[-1] != 100:
-            raise ValueError("must be strictly increasing percentages ending at 100")
-        return v
-
-    @model_validator(mode="after")
-    def _bake_per_stage(self) -> CanaryConfig:
+    def __post_init__(self) -> None:  # pydantic runs it too: its ValueError is one error line
         if isinstance(self.bake, list) and len(self.bake) != len(self.stages):
             raise ValueError(f"bake: {len(self.bake)} values for {len(self.stages)} stages")
         if self.baseline == self.candidate:
             raise ValueError("baseline and candidate must be different gateways")
-        return self
 
     @property
     def name(self) -> str:
@@ -180,11 +178,11 @@ class CanaryConfig(_Strict):
 
 SIM_CANARY_GATEWAY = "sim-canary"
 # A canary on the simulator for demos: 30 s bakes, so a few minutes show every stage.
-SIM_CANARY = CanaryConfig.model_validate(
-    {"baseline": SIM_GATEWAY, "candidate": SIM_CANARY_GATEWAY, "mode": "auto", "bake": "30s",
-     "min_samples": 100, "interval": "5s", "window": "2m"})
+SIM_CANARY = CanaryConfig(baseline=SIM_GATEWAY, candidate=SIM_CANARY_GATEWAY, mode="auto",
+                          bake=30.0, min_samples=100, interval=5.0, window=120.0)
 
 
+@dataclass(kw_only=True)
 class StoreConfig(_Strict):
     # how long dispatch stays paused on an unwritable database before the run stops
     # (calls in flight are awaited and journaled; exit 2)
@@ -206,6 +204,7 @@ class AlertKind(StrEnum):
     RUN_INTERRUPTED = "run_interrupted"  # cancelled, hung up or stopped at the budget cap
 
 
+@dataclass(kw_only=True)
 class WebhookConfig(_Strict):
     """One alert receiver. The URL is a secret (a Slack webhook URL is a credential): give it
     in the environment (`url_env`) or the file; it is shown and logged by `name` only."""
@@ -219,10 +218,9 @@ class WebhookConfig(_Strict):
     # PagerDuty's integration key: a credential, as the URL (the environment, or the file)
     routing_key: SecretStrField | None = None
     routing_key_env: str | None = None
-    events: list[AlertKind] = Field(default_factory=lambda: list(AlertKind))
+    events: list[AlertKind] = field(default_factory=lambda: list(AlertKind))
 
-    @model_validator(mode="after")
-    def _one_url(self) -> WebhookConfig:
+    def __post_init__(self) -> None:  # pydantic runs it too: its ValueError is one error line
         if (self.url is None) == (self.url_env is None):
             raise ValueError(f"webhook '{self.name}': give exactly one of url / url_env")
         if self.url is not None and not re.match(r"https?://", self.url):
@@ -231,7 +229,6 @@ class WebhookConfig(_Strict):
                 self.routing_key_env is None):
             raise ValueError(f"webhook '{self.name}': pagerduty needs exactly one of "
                              "routing_key / routing_key_env")
-        return self
 
     def resolved_url(self) -> str | None:
         return self.url if self.url is not None else os.environ.get(self.url_env or "")
@@ -242,34 +239,33 @@ class WebhookConfig(_Strict):
         return os.environ.get(self.routing_key_env or "", "")
 
 
+def _console_url(v: str) -> str:
+    parts = urlsplit(v)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError("must be an http:// or https:// address")
+    if "@" in parts.netloc or parts.query or parts.fragment:
+        # it goes into every page: no user:password, no token (serve's login is a cookie)
+        raise ValueError("must be a plain address: no user:password@, ?query or #fragment")
+    return v.rstrip("/")
+
+
+@dataclass(kw_only=True)
 class AlertsConfig(_Strict):
-    webhooks: list[WebhookConfig] = Field(default_factory=list)
+    webhooks: list[WebhookConfig] = field(default_factory=list)
     # an SLA breach alerts once it has held this long (one bad interval is not an incident)
     sla_sustain: Duration = 120.0
     sla_window: Duration = 60.0     # the rolling window its p95 / success are taken over
-    sla_min_calls: Annotated[int, Field(ge=1)] = 50
-    attempts: Annotated[int, Field(ge=1, le=20)] = 5   # per delivery, with backoff
+    sla_min_calls: Annotated[int, Limits(ge=1)] = 50
+    attempts: Annotated[int, Limits(ge=1, le=20)] = 5   # per delivery, with backoff
     timeout_s: PosFloat = 5.0       # per HTTP request
     # at the end of a run, how long its last alerts may hold the exit
-    drain_s: Annotated[float, Field(ge=0, le=120)] = 10.0
+    drain_s: Annotated[float, Limits(ge=0, le=120)] = 10.0
     # where the engineers open `swarm-tui serve` (their tunnel's address, or --public-url):
     # every alert then links to its moment there, `<console_url>/at/RUN/TIME`
-    console_url: str | None = None
-
-    @field_validator("console_url")
-    @classmethod
-    def _console_url(cls, v: str | None) -> str | None:
-        if v is None:
-            return v
-        parts = urlsplit(v)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise ValueError("must be an http:// or https:// address")
-        if "@" in parts.netloc or parts.query or parts.fragment:
-            # it goes into every page: no user:password, no token (serve's login is a cookie)
-            raise ValueError("must be a plain address: no user:password@, ?query or #fragment")
-        return v.rstrip("/")
+    console_url: Annotated[str, After(_console_url)] | None = None
 
 
+@dataclass(kw_only=True)
 class TelemetryConfig(_Strict):
     """OpenTelemetry traces (the `otel` extra): one span per attempt, exported over OTLP/HTTP
     to `otlp_endpoint`; nothing at all when it is unset."""
@@ -278,21 +274,16 @@ class TelemetryConfig(_Strict):
     service_name: str = "swarm-tui"
 
 
+@dataclass(kw_only=True)
 class UiConfig(_Strict):
     theme: str | None = None        # default swarm-dark; a gateway's own theme wins
-    refresh_s: Annotated[float, Field(ge=0.05, le=10)] = 0.25
+    refresh_s: Annotated[float, Limits(ge=0.05, le=10)] = 0.25
     # the dashboard's first view: one cell per concurrency slot, or every task (key v)
     view: Literal["agents", "tasks"] = "agents"
-    keys: dict[str, str] = Field(default_factory=dict)  # binding id -> keys, e.g. "run.pause"
+    keys: dict[str, str] = field(default_factory=dict)  # binding id -> keys, e.g. "run.pause"
 
 
 def format_validation_error(place: str, err: ValidationError) -> str:
     """One line: the place, the dotted key, what is wrong (+ how many more)."""
-    errors = err.errors()
-    first = errors[0]
-    key = ".".join(str(p) for p in first["loc"]) or "(top level)"
-    msg = first["msg"]
-    if first["type"] == "extra_forbidden":
-        msg = "unknown key"
-    more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
-    return f"{place}: {key}: {msg}{more}"
+    key, msg, more = first_error(err)
+    return f"{place}: {key or '(top level)'}: {msg}" + (f" (+{more} more)" if more else "")

@@ -10,8 +10,6 @@ import dataclasses
 import json
 import time
 
-from pydantic import BaseModel
-
 from swarm_tui.core import canary as st
 from swarm_tui.core.canary import BASELINE, CANDIDATE
 from swarm_tui.settings.sections import CanaryConfig
@@ -24,7 +22,8 @@ _COLS = ("name, baseline, candidate, status, pct, stage_started_at, bake_started
          "passing_since, failures, version, updated_at")
 
 
-class ActionRecord(BaseModel):
+@dataclasses.dataclass(kw_only=True)
+class ActionRecord:
     at: float
     action: str
     actor: str

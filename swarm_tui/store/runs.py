@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from swarm_tui.core.plain import build, to_json
 from swarm_tui.core.states import RunStatus
 from swarm_tui.errors import UserError
 from swarm_tui.store.claims import Claim, owner_alive, pid_alive
@@ -67,7 +68,8 @@ class RunRecord:
     def sla(self) -> SlaConfig:
         from swarm_tui.settings.sections import SlaConfig
 
-        return SlaConfig.model_validate(self.config.get("settings", {}).get("sla", {}))
+        # as the run stored it (validated when it started)
+        return build(SlaConfig, self.config.get("settings", {}).get("sla") or {})
 
 
 _RUN_COLS = ("id, name, status, simulated, started_at, finished_at, heartbeat_at, pid, host, "
@@ -279,7 +281,7 @@ async def tasks_sent_twice(conn: StoreConnection, run_id: str) -> set[int]:
 
 async def save_summary(conn: StoreConnection, summary: RunSummary) -> None:
     await conn.execute("UPDATE runs SET summary_json=? WHERE id=?",
-                       (summary.model_dump_json(), summary.run_id))
+                       (to_json(summary), summary.run_id))
 
 
 async def resumable_tasks(

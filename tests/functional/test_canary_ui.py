@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from swarm_tui.canary.controller import read_view
+from swarm_tui.core.checks import checked
 from swarm_tui.run.wiring import RunOptions
 from swarm_tui.run_sources import LiveSource
 from swarm_tui.settings.loader import load_config
@@ -34,7 +35,7 @@ from tests.ui_fixtures import (
     wait_for,
 )
 
-CFG = CanaryConfig(baseline="direct", candidate="gw", mode="manual", bake="1h")
+CFG = checked(CanaryConfig, dict(baseline="direct", candidate="gw", mode="manual", bake="1h"))
 
 
 def stored(db) -> tuple[str, int]:

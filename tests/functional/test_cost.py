@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from swarm_tui.core.plain import as_plain
 from swarm_tui.engine.cost import cost_report
 from swarm_tui.prices import load_price_table
 from tests.conftest import swarm
@@ -241,7 +242,7 @@ def test_the_stored_cost_summed_by_the_database_equals_the_per_task_report(tmp_p
             await conn.close()
 
     per_task, summed = asyncio.run(both())
-    a, b = per_task.model_dump(), summed.model_dump()
+    a, b = as_plain(per_task), as_plain(summed)
     assert a["total"]["tasks"] > 300 and len(a["by_key"]) == 2
     assert a["total"]["estimated_tasks"] > 0
     assert _approx_equal(a, b)

@@ -10,6 +10,7 @@ import pytest
 from swarm_tui.canary import state as st
 from swarm_tui.canary.analysis import FAIL, INCONCLUSIVE, PASS, Analysis, evaluate, figures
 from swarm_tui.canary.auto import decide
+from swarm_tui.core.checks import checked
 from swarm_tui.engine.routing import BASELINE, CANDIDATE, CanaryRouter, canary_slot
 from swarm_tui.settings.sections import CanaryConfig, CanaryGates
 from swarm_tui.workload import Task
@@ -180,7 +181,8 @@ def _analysis(result: str) -> Analysis:
                               Verdict(gate="success", result=PASS, detail="d")])
 
 
-AUTO = CanaryConfig(baseline="b", candidate="c", mode="auto", bake="10s", failure_limit=3)
+AUTO = checked(CanaryConfig, dict(baseline="b", candidate="c", mode="auto", bake="10s",
+                                   failure_limit=3))
 
 
 def test_auto_promotes_only_after_passing_for_the_whole_bake():
@@ -222,11 +224,11 @@ def test_auto_pauses_when_inconclusive_past_bake_and_never_promotes():
 
 def test_canary_config_validation():
     with pytest.raises(ValueError, match="strictly increasing"):
-        CanaryConfig(baseline="b", candidate="c", stages=[5, 5, 100])
+        checked(CanaryConfig, dict(baseline="b", candidate="c", stages=[5, 5, 100]))
     with pytest.raises(ValueError, match="ending at 100"):
-        CanaryConfig(baseline="b", candidate="c", stages=[5, 50])
+        checked(CanaryConfig, dict(baseline="b", candidate="c", stages=[5, 50]))
     with pytest.raises(ValueError, match="different gateways"):
-        CanaryConfig(baseline="b", candidate="b")
+        checked(CanaryConfig, dict(baseline="b", candidate="b"))
     with pytest.raises(ValueError, match="2 values for 4 stages"):
-        CanaryConfig(baseline="b", candidate="c", bake=["1h", "2h"])
-    assert CanaryConfig(baseline="b", candidate="c", bake="24h").bake_s(0) == 86_400
+        checked(CanaryConfig, dict(baseline="b", candidate="c", bake=["1h", "2h"]))
+    assert checked(CanaryConfig, dict(baseline="b", candidate="c", bake="24h")).bake_s(0) == 86_400
