@@ -101,7 +101,8 @@ async def runner(url: str, n: int, conc: int, transport: str = "wire") -> dict:
     from swarm_tui.engine.runner import RunPolicy, SwarmRunner
     from swarm_tui.gateway.client import GatewayClient
     from swarm_tui.prices import load_price_table
-    from swarm_tui.settings.sections import RetryConfig, RoutingConfig
+    from swarm_tui.settings.run_sections import RetryConfig
+    from swarm_tui.settings.sections import RoutingConfig
     from swarm_tui.workload import demo_tasks
 
     gw = GatewayClient("sim", url, [(KEY, None)], pool=conc, timeout_s=30,

@@ -31,7 +31,8 @@ from swarm_tui.gateway.client import GatewayClient
 from swarm_tui.gateway.keypool import KeyPool
 from swarm_tui.prices import load_price_table
 from swarm_tui.run.recorder import RunRecorder
-from swarm_tui.settings.sections import RetryConfig, RoutingConfig
+from swarm_tui.settings.run_sections import RetryConfig
+from swarm_tui.settings.sections import RoutingConfig
 from swarm_tui.store.claims import take_lock
 from swarm_tui.store.db import open_db
 from swarm_tui.store.runs import create_run

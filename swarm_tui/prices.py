@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -70,6 +68,8 @@ def _parse(data: dict[str, Any], place: str) -> dict[str, Price]:
 
 
 def _load_file(path: Path) -> dict[str, Price]:
+    import tomllib  # here: a reader given a validated copy of the prices parses no TOML
+
     place = f"price file {path}"
     try:
         data = tomllib.loads(path.read_text("utf-8-sig"))  # a BOM is not TOML's concern
@@ -83,6 +83,9 @@ def _load_file(path: Path) -> dict[str, Price]:
 
 
 def shipped_prices() -> dict[str, Price]:
+    import tomllib
+    from importlib import resources
+
     text = resources.files("swarm_tui").joinpath("data/prices.toml").read_text("utf-8")
     return _parse(tomllib.loads(text), "shipped price file")
 

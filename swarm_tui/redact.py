@@ -1,9 +1,9 @@
 """What a secret looks like wherever it is kept or shown: a tag, never the value.
 
-Config fields that carry a credential are serialized with these (settings/sections.py's
-`SecretStrField`, `UrlField`): a model dumped as JSON — the run's stored config, `--json`,
-an export — writes the tag, so a new secret-bearing field is safe the moment it is typed
-so. In memory the value is whole.
+Config fields that carry a credential are serialized with these (settings/run_sections.py's
+`SecretStrField`, settings/sections.py's `UrlField`): a model dumped as JSON — the run's
+stored config, `--json`, an export — writes the tag, so a new secret-bearing field is safe
+the moment it is typed so. In memory the value is whole.
 """
 
 from __future__ import annotations

@@ -26,7 +26,8 @@ from swarm_tui.engine.routing import SingleGateway
 from swarm_tui.engine.runner import RunPolicy, SwarmRunner
 from swarm_tui.gateway.client import GatewayClient
 from swarm_tui.prices import load_price_table
-from swarm_tui.settings.sections import RetryConfig, RoutingConfig
+from swarm_tui.settings.run_sections import RetryConfig
+from swarm_tui.settings.sections import RoutingConfig
 from swarm_tui.sim.server import SimServer
 from swarm_tui.sim.settings import SimSettings
 from swarm_tui.store.target import PgTarget
@@ -56,11 +57,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(autouse=True)
 def _never_the_users_own_dirs(tmp_path_factory, monkeypatch) -> None:
-    """No test reads the developer's config, themes or runs database."""
+    """No test reads the developer's config, themes, runs database or cached config."""
     home = tmp_path_factory.mktemp("home")
     monkeypatch.setenv("XDG_CONFIG_HOME", str(home / "config"))
     monkeypatch.setenv("XDG_DATA_HOME", str(home / "data"))
     monkeypatch.setenv("XDG_STATE_HOME", str(home / "state"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home / "cache"))
     monkeypatch.delenv("SWARM_TUI_CONFIG", raising=False)
 
 

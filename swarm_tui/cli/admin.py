@@ -7,8 +7,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from swarm_tui.cli.flags import CANARY_VERBS, at_least_one, common_flags, sim_flags
-from swarm_tui.cli.shared import config_of, run_async, run_brief, sim_settings, with_db
+from swarm_tui.cli.flags import at_least_one, common_flags, sim_flags
+from swarm_tui.cli.shared import run_async, run_brief, sim_settings, with_db
 from swarm_tui.errors import EXIT_OK, UserError
 
 
@@ -55,10 +55,12 @@ def cmd_db(args: argparse.Namespace) -> int:
 
 
 def add_canary(sub: argparse._SubParsersAction) -> None:
+    from swarm_tui.canary.state import ACTIONS  # here: only this command's parser needs it
+
+    verbs = ("status", "history", *ACTIONS)
     p = sub.add_parser("canary", help="the gateway canary: status, promote, abort, history")
     common_flags(p)
-    p.add_argument("verb", choices=CANARY_VERBS,
-                   metavar="{" + ",".join(CANARY_VERBS) + "}",
+    p.add_argument("verb", choices=verbs, metavar="{" + ",".join(verbs) + "}",
                    help="status / history read; the rest move the canary (audited)")
     p.add_argument("pct", nargs="?", help="for `set`: the candidate's share of users, 1-100")
     p.add_argument("--reason", help="why (kept in the audit log)")
@@ -70,8 +72,9 @@ def add_canary(sub: argparse._SubParsersAction) -> None:
 
 def cmd_canary(args: argparse.Namespace) -> int:
     from swarm_tui.commands import canary
+    from swarm_tui.commands.config_copy import read_view
 
-    cfg = config_of(args)
+    cfg = read_view(args.config)
     canary.canary_config(cfg)  # no canary configured: say so before touching the database
     return run_brief(with_db(args, canary.run, cfg, args))
 
@@ -95,8 +98,9 @@ def add_keys(sub: argparse._SubParsersAction) -> None:
 
 def cmd_keys(args: argparse.Namespace) -> int:
     from swarm_tui.commands import keys
+    from swarm_tui.commands.config_copy import read_view
 
-    cfg = config_of(args)
+    cfg = read_view(args.config)
     if args.insecure_key_file:
         print("swarm-tui: warning: accepting key files readable by group/others",
               file=sys.stderr)

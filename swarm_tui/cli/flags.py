@@ -5,10 +5,6 @@ from __future__ import annotations
 
 import argparse
 
-from swarm_tui.canary.state import ACTIONS as CANARY_ACTIONS
-
-CANARY_VERBS = ("status", "history", *CANARY_ACTIONS)
-
 # the console demo: 2,000 tasks for 100 agents paced over ~25 s, so a retry, a fallback and
 # a key cooling down happen in front of you; headless, the team's 100-task demo
 DEMO_CONSOLE_TASKS = 2000

@@ -121,8 +121,10 @@ async def with_db(args: argparse.Namespace, fn: Callable[..., Awaitable[T]], *re
 async def finish_stored(conn: StoreConnection, path: DbTarget, cfg: LoadedConfig,
                         outcome: Outcome, as_json: bool) -> int:
     from swarm_tui.commands import history
+    from swarm_tui.settings.view import ConfigView
 
-    text = await history.summary_json(conn, path, outcome.summary, cfg) if as_json else None
+    text = (await history.summary_json(conn, path, outcome.summary, ConfigView.of(cfg))
+            if as_json else None)
     return finish(outcome, as_json, text)
 
 
@@ -147,10 +149,13 @@ def interactive() -> bool:
 
 def open_console(args: argparse.Namespace, cfg: LoadedConfig, **kw: Any) -> int:
     from swarm_tui.commands.canary import canary_config
-    from swarm_tui.ui.launch import run_console
 
     # with no gateways configured, the canary panel shows the simulator's demo canary
-    canary = canary_config(cfg) if cfg.settings.canary or cfg.simulated_only else None
+    from swarm_tui.settings.view import ConfigView
+    from swarm_tui.ui.launch import run_console
+
+    canary = (canary_config(ConfigView.of(cfg)) if cfg.settings.canary or cfg.simulated_only
+              else None)
     end = run_console(cfg, gateway=getattr(args, "gateway", None), readonly=args.readonly,
                       canary=canary, **kw)
     if end.failed:

@@ -13,8 +13,8 @@ from swarm_tui.core import fmt
 from swarm_tui.core.plain import as_plain
 from swarm_tui.errors import EXIT_OK, UserError
 from swarm_tui.report import canary as report
-from swarm_tui.settings.loader import LoadedConfig
 from swarm_tui.settings.sections import CanaryConfig
+from swarm_tui.settings.view import ConfigView
 from swarm_tui.store import canary as cs
 from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.target import DbTarget
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 
 
-def canary_config(cfg: LoadedConfig) -> CanaryConfig:
+def canary_config(cfg: ConfigView) -> CanaryConfig:
     c = cfg.settings.canary
     if c is None and cfg.simulated_only:
         from swarm_tui.settings.sections import SIM_CANARY
@@ -36,7 +36,7 @@ def canary_config(cfg: LoadedConfig) -> CanaryConfig:
     return c
 
 
-async def run(conn: StoreConnection, path: DbTarget, cfg: LoadedConfig,
+async def run(conn: StoreConnection, path: DbTarget, cfg: ConfigView,
               args: argparse.Namespace) -> int:
     c = canary_config(cfg)
     if args.verb == "status":

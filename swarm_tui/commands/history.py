@@ -14,13 +14,13 @@ from swarm_tui.errors import EXIT_OK
 if TYPE_CHECKING:  # (each verb imports what it uses: `runs` reads no cost model)
     from swarm_tui.core.summary import RunSummary
     from swarm_tui.engine.cost import CostReport
-    from swarm_tui.settings.loader import LoadedConfig
+    from swarm_tui.settings.view import ConfigView
     from swarm_tui.store.conn import StoreConnection
     from swarm_tui.store.target import DbTarget
 
 
 async def summary_json(conn: StoreConnection, path: DbTarget, summary: RunSummary,
-                       cfg: LoadedConfig, cost: CostReport | None = None) -> str:
+                       cfg: ConfigView, cost: CostReport | None = None) -> str:
     """The run's summary plus its cost breakdown: the same object `report --json` prints
     (`cost`: the breakdown when the caller has it already)."""
     from swarm_tui.report.cost import stored_cost
@@ -84,9 +84,9 @@ async def report(conn: StoreConnection, path: DbTarget, args: argparse.Namespace
         else:
             print(compare_table(a, b))
         return EXIT_OK
-    from swarm_tui.settings.loader import load_config
+    from swarm_tui.commands.config_copy import read_view
 
-    cfg = load_config(args.config)
+    cfg = read_view(args.config)
     cost = await stored_cost(conn, run, cfg)
     if args.json:
         print(await summary_json(conn, path, a, cfg, cost))
@@ -100,12 +100,12 @@ async def report(conn: StoreConnection, path: DbTarget, args: argparse.Namespace
 
 
 async def cost(conn: StoreConnection, path: DbTarget, args: argparse.Namespace) -> int:
+    from swarm_tui.commands.config_copy import read_view
     from swarm_tui.report.cost import cost_text, stored_cost
-    from swarm_tui.settings.loader import load_config
     from swarm_tui.store.runs import get_run
 
     report = await stored_cost(conn, await get_run(conn, args.run_id, path),
-                               load_config(args.config))
+                               read_view(args.config))
     print(to_json(report, indent=2) if args.json else cost_text(report))
     return EXIT_OK
 

@@ -25,7 +25,7 @@ from swarm_tui.core.plain import as_plain
 from swarm_tui.core.states import KeyState, RunStatus
 from swarm_tui.errors import EXIT_OK, UserError
 from swarm_tui.gateway.keys import fingerprint, key_problem, keys_from_env, read_key_file
-from swarm_tui.settings.loader import LoadedConfig
+from swarm_tui.settings.view import ConfigView
 from swarm_tui.store import reads
 from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.control import queue_command
@@ -51,7 +51,7 @@ class KeyListing:
     run_id: str | None = None
 
 
-def _gateway(cfg: LoadedConfig, name: str | None) -> str:
+def _gateway(cfg: ConfigView, name: str | None) -> str:
     gws = cfg.settings.gateways
     if not gws:
         raise UserError("keys: no gateways configured (the built-in simulator uses a "
@@ -67,7 +67,7 @@ def _gateway(cfg: LoadedConfig, name: str | None) -> str:
     raise UserError("keys: several gateways; pass --gateway NAME")
 
 
-def configured(cfg: LoadedConfig, insecure: bool) -> list[KeyListing]:
+def configured(cfg: ConfigView, insecure: bool) -> list[KeyListing]:
     out = []
     for name, gw in cfg.settings.gateways.items():
         for key, label in keys_from_env(gw.key_env):
@@ -85,7 +85,7 @@ async def _live(conn: StoreConnection) -> list[tuple]:
     return await reads.live_key_rows(conn, FRESH_S)
 
 
-async def run(conn: StoreConnection, path: DbTarget, cfg: LoadedConfig,
+async def run(conn: StoreConnection, path: DbTarget, cfg: ConfigView,
               args: argparse.Namespace) -> int:
     if args.verb == "list":
         return await _list(conn, cfg, args)
@@ -94,7 +94,7 @@ async def run(conn: StoreConnection, path: DbTarget, cfg: LoadedConfig,
     return await _steer(conn, args)
 
 
-async def _list(conn: StoreConnection, cfg: LoadedConfig, args: argparse.Namespace) -> int:
+async def _list(conn: StoreConnection, cfg: ConfigView, args: argparse.Namespace) -> int:
     items = {(k.gateway, k.fingerprint): k for k in configured(cfg, args.insecure_key_file)}
     for (run_id, gw, fp, label, source, state, until, reason, fly, calls, r429,
          errs) in await _live(conn):
@@ -143,7 +143,7 @@ def _read_secret(args: argparse.Namespace) -> str:
     return secret
 
 
-def run_add(cfg: LoadedConfig, args: argparse.Namespace) -> int:
+def run_add(cfg: ConfigView, args: argparse.Namespace) -> int:
     name = _gateway(cfg, args.gateway)
     gw = cfg.settings.gateways[name]
     if gw.key_file is None:

@@ -108,6 +108,8 @@ def _fits(hint: Any, value: Any) -> bool:
     origin = typing.get_origin(hint)
     if origin is typing.Annotated:
         return _fits(typing.get_args(hint)[0], value)
+    if origin is typing.Literal:
+        return value in typing.get_args(hint)
     if origin is not None:
         return isinstance(value, origin)
     if isinstance(hint, type):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from swarm_tui.settings.sections import RetryConfig
+from swarm_tui.settings.run_sections import RetryConfig
 
 
 def retry_wait_s(

@@ -44,7 +44,8 @@ from swarm_tui.gateway.errors import AUTH, OTHER, RATE_LIMITED, CallError
 from swarm_tui.gateway.keypool import KeyPool, KeySlot
 from swarm_tui.gateway.keys import redact
 from swarm_tui.prices import PriceTable
-from swarm_tui.settings.sections import RetryConfig, RoutingConfig
+from swarm_tui.settings.run_sections import RetryConfig
+from swarm_tui.settings.sections import RoutingConfig
 from swarm_tui.workload import Task
 
 

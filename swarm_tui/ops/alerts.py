@@ -20,7 +20,8 @@ from swarm_tui.core.states import AttemptOutcome, KeyState, TaskState
 from swarm_tui.engine.looplag import LoopLag
 from swarm_tui.engine.runner import BUDGET_STOPPED
 from swarm_tui.engine.snapshot import key_rows
-from swarm_tui.settings.sections import AlertKind, AlertsConfig, SlaConfig
+from swarm_tui.settings.run_sections import AlertKind, AlertsConfig
+from swarm_tui.settings.sections import SlaConfig
 
 if TYPE_CHECKING:
     from swarm_tui.engine.runner import SwarmRunner

@@ -14,7 +14,7 @@ from swarm_tui.ops.metrics import MetricsServer, RunMetrics
 from swarm_tui.ops.tracing import AttemptTracer
 from swarm_tui.ops.webhooks import AlertDelivery
 from swarm_tui.settings.loader import Settings
-from swarm_tui.settings.sections import AlertKind
+from swarm_tui.settings.run_sections import AlertKind
 
 if TYPE_CHECKING:
     from swarm_tui.canary.controller import CanaryController

@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 from swarm_tui.core import events as ev
 from swarm_tui.core.states import AttemptOutcome
 from swarm_tui.errors import UserError
-from swarm_tui.settings.sections import TelemetryConfig
+from swarm_tui.settings.run_sections import TelemetryConfig
 
 if TYPE_CHECKING:
     from swarm_tui.core.records import Attempt, TaskRecord

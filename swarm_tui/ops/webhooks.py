@@ -22,7 +22,7 @@ from typing import Any
 import aiohttp
 
 from swarm_tui.ops.alerts import Alert
-from swarm_tui.settings.sections import AlertsConfig, WebhookConfig
+from swarm_tui.settings.run_sections import AlertsConfig, WebhookConfig
 
 BACKOFF_S = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
 RETRY_AFTER_CAP_S = 30.0

@@ -14,15 +14,15 @@ from swarm_tui.store.runs import RunRecord
 TIMELINE_STEPS = 30  # the cost timeline's equal parts of the run
 
 if TYPE_CHECKING:
-    from swarm_tui.settings.loader import LoadedConfig
+    from swarm_tui.settings.view import ConfigView
 
 
-def long_model_of(run: RunRecord, cfg: LoadedConfig) -> str | None:
+def long_model_of(run: RunRecord, cfg: ConfigView) -> str | None:
     routing = run.config.get("settings", {}).get("routing") or as_plain(cfg.settings.routing)
     return routing.get("long_model") if routing.get("enabled", True) else None
 
 
-async def stored_cost(conn: StoreConnection, run: RunRecord, cfg: LoadedConfig
+async def stored_cost(conn: StoreConnection, run: RunRecord, cfg: ConfigView
                       ) -> CostReport:
     """Recorded costs as billed at run time; what-ifs priced on the current table."""
     wall_s = run.wall_ms / 1000.0

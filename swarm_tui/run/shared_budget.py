@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from swarm_tui.engine.runner import BUDGET_WARN_AT, SwarmRunner
-from swarm_tui.settings.sections import AlertKind
+from swarm_tui.settings.run_sections import AlertKind
 from swarm_tui.store.budget_ledger import draw_budget
 from swarm_tui.store.conn import StoreConnection
 

@@ -41,7 +41,7 @@ from swarm_tui.run.shared_budget import SharedBudget
 from swarm_tui.run.stored_run import Outcome, config_snapshot, keep_replay, pinned_gateway
 from swarm_tui.run.wiring import RunOptions, RunSetup
 from swarm_tui.settings.loader import LoadedConfig
-from swarm_tui.settings.sections import AlertKind
+from swarm_tui.settings.run_sections import AlertKind
 from swarm_tui.store.claims import take_lock
 from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.db import open_db

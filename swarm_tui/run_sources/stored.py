@@ -25,6 +25,7 @@ from swarm_tui.replay.timeline import Timeline, call_line, event_line
 from swarm_tui.run_sources.base import RowObserver, TaskDetail
 from swarm_tui.settings.loader import LoadedConfig
 from swarm_tui.settings.sections import CanaryConfig
+from swarm_tui.settings.view import ConfigView
 from swarm_tui.store import reads
 from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.control import queue_command
@@ -478,7 +479,7 @@ class StoreSource:
             self.cfg = LoadedConfig(settings=Settings(), path=None,
                                     prices=load_price_table(None, {}, "shipped price table"))
         run = await get_run(self.conn, self.run_id, self.db_target)
-        return await stored_cost(self.conn, run, self.cfg)
+        return await stored_cost(self.conn, run, ConfigView.of(self.cfg))
 
     async def key_op(self, op: str, ref: str, secret: str | None = None,
                      label: str | None = None) -> str:

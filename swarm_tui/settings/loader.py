@@ -7,7 +7,6 @@ No config file at all means the built-in simulator (labelled SIMULATED).
 from __future__ import annotations
 
 import contextvars
-import os
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any
@@ -23,21 +22,23 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from swarm_tui.core.plain import as_plain
 from swarm_tui.errors import UserError
-from swarm_tui.paths import default_config_path
+from swarm_tui.paths import config_file
 from swarm_tui.prices import PriceTable, load_price_table
-from swarm_tui.settings.sections import (
-    SIM_GATEWAY,
+from swarm_tui.settings.run_sections import (
     AlertsConfig,
-    CanaryConfig,
-    GatewayConfig,
-    PosFloat,
     PriceOverride,
     RetryConfig,
-    RoutingConfig,
-    SlaConfig,
     StoreConfig,
     TelemetryConfig,
     UiConfig,
+)
+from swarm_tui.settings.sections import (
+    SIM_GATEWAY,
+    CanaryConfig,
+    GatewayConfig,
+    PosFloat,
+    RoutingConfig,
+    SlaConfig,
     format_validation_error,
 )
 from swarm_tui.token_count import TokenCounts
@@ -149,21 +150,11 @@ class LoadedConfig(BaseModel):
     settings: Settings
     path: Path | None  # None: no file, built-in simulator only
     prices: PriceTable
+    prices_file: Path | None = None  # the price file it read, if the config names one
 
     @property
     def simulated_only(self) -> bool:
         return not self.settings.gateways
-
-
-def resolve_config_path(cli_path: str | None) -> tuple[Path | None, bool]:
-    """Return (path, explicit). An explicit path must exist; the default one may not."""
-    if cli_path:
-        return Path(cli_path).expanduser(), True
-    env = os.environ.get("SWARM_TUI_CONFIG")
-    if env:
-        return Path(env).expanduser(), True
-    p = default_config_path()
-    return (p, False) if p.exists() else (None, False)
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -185,7 +176,7 @@ def _read_toml(path: Path) -> dict[str, Any]:
 def load_config(cli_path: str | None = None, flags: dict[str, Any] | None = None
                 ) -> LoadedConfig:
     """`flags`: the command line's settings (FLAG_SETTINGS keys; None = not given)."""
-    path, _explicit = resolve_config_path(cli_path)
+    path = config_file(cli_path)
     data = _read_toml(path) if path else {}
     place = f"config {path}" if path else "config (environment)"
     given = {k: v for k, v in (flags or {}).items() if v is not None}
@@ -215,4 +206,4 @@ def load_config(cli_path: str | None = None, flags: dict[str, Any] | None = None
     configure_counts(TokenCounts.load(
         settings.tokenizers, place, base_dir,
         routing.short_model if routing.enabled else settings.default_model))
-    return LoadedConfig(settings=settings, path=path, prices=prices)
+    return LoadedConfig(settings=settings, path=path, prices=prices, prices_file=prices_file)

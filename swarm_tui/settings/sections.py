@@ -8,32 +8,27 @@ so `report`, `keys list` and `canary status` start in a few tens of milliseconds
 from __future__ import annotations
 
 import itertools
-import os
 import re
 from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 from urllib.parse import urlsplit
 
 from swarm_tui.core.checks import STRICT, After, Before, Finite, JsonAs, Limits, first_error
-from swarm_tui.prices import PerMillion
-from swarm_tui.redact import secret_tag, without_userinfo
+from swarm_tui.redact import without_userinfo
 
 if TYPE_CHECKING:
     from pydantic import ValidationError
 
 SIM_GATEWAY = "sim"  # reserved gateway name: the built-in simulator
 
-# a whole-value secret (a webhook URL is a credential): its tag in any JSON dump
-SecretStrField = Annotated[str, JsonAs(secret_tag)]
 # a URL that may carry userinfo: kept, less its userinfo, in any JSON dump
 UrlField = Annotated[str, JsonAs(without_userinfo)]
 # finite: TOML has `inf` (and `nan`), and a budget or a timeout of inf is no figure
 PosFloat = Annotated[float, Limits(gt=0), Finite()]
 
 
-class _Strict:
+class Section:
     __pydantic_config__ = STRICT  # an unknown key is an error
 
 
@@ -49,7 +44,7 @@ def _http_url(v: str) -> str:
 
 
 @dataclass(kw_only=True)
-class GatewayConfig(_Strict):
+class GatewayConfig(Section):
     # stored and shown without any user:password@
     base_url: Annotated[str, After(_http_url), JsonAs(without_userinfo)]
     # env vars holding keys (each may be comma-separated)
@@ -66,7 +61,7 @@ class GatewayConfig(_Strict):
 
 
 @dataclass(kw_only=True)
-class RoutingConfig(_Strict):
+class RoutingConfig(Section):
     enabled: bool = True
     long_context_tokens: Annotated[int, Limits(ge=1)] = 1000
     long_model: str = "kimi-k2.5"
@@ -76,32 +71,12 @@ class RoutingConfig(_Strict):
 
 
 @dataclass(kw_only=True)
-class RetryConfig(_Strict):
-    max_attempts: Annotated[int, Limits(ge=1, le=20)] = 3
-    base_backoff_s: PosFloat = 0.25
-    max_backoff_s: PosFloat = 8.0
-    retry_after_cap_s: PosFloat = 30.0
-    # a task waits out 429s (they never spend its attempts) this long before its fallback
-    # model or failure
-    rate_limit_max_wait_s: PosFloat = 600.0
-
-
-@dataclass(kw_only=True)
-class SlaConfig(_Strict):
+class SlaConfig(Section):
     p95_ms: PosFloat = 350.0
     min_success: Annotated[float, Limits(ge=0, le=1)] = 0.99
     # which success rate the SLA judges: per call (as the team measured its gateways: every
     # answered call, retries and 429s included) or per task (after retries and fallbacks)
     success_basis: Literal["call", "task"] = "call"
-
-
-@dataclass(kw_only=True)
-class PriceOverride(_Strict):
-    input: PerMillion
-    output: PerMillion
-    cached_input: PerMillion | None = None
-    source: str = "user config"
-    checked: str | None = None
 
 
 def parse_duration(v: object) -> float:
@@ -127,7 +102,7 @@ Duration = Annotated[float, Before(parse_duration)]
 
 
 @dataclass(kw_only=True)
-class CanaryGates(_Strict):
+class CanaryGates(Section):
     p95_ms: PosFloat = 350.0
     min_success: Annotated[float, Limits(ge=0, le=1)] = 0.99
     cost_tolerance: Annotated[float, Limits(ge=0)] = 0.10  # candidate $/task ≤ baseline × (1+tol)
@@ -144,7 +119,7 @@ def _increasing(v: list[int]) -> list[int]:
 
 
 @dataclass(kw_only=True)
-class CanaryConfig(_Strict):
+class CanaryConfig(Section):
     """A baseline and a candidate gateway; traffic moves by user hash, stage by stage."""
 
     enabled: bool = True
@@ -180,107 +155,6 @@ SIM_CANARY_GATEWAY = "sim-canary"
 # A canary on the simulator for demos: 30 s bakes, so a few minutes show every stage.
 SIM_CANARY = CanaryConfig(baseline=SIM_GATEWAY, candidate=SIM_CANARY_GATEWAY, mode="auto",
                           bake=30.0, min_samples=100, interval=5.0, window=120.0)
-
-
-@dataclass(kw_only=True)
-class StoreConfig(_Strict):
-    # how long dispatch stays paused on an unwritable database before the run stops
-    # (calls in flight are awaited and journaled; exit 2)
-    unwritable_grace_s: PosFloat = 60.0
-
-
-class AlertKind(StrEnum):
-    """What an alert is about (a webhook's `events` picks among them)."""
-
-    CANARY_PROMOTE = "canary_promote"
-    CANARY_ABORT = "canary_abort"
-    CANARY_PAUSE = "canary_pause"
-    SLA_BREACH = "sla_breach"          # sustained for [alerts] sla_sustain
-    BUDGET_80 = "budget_80"
-    BUDGET_STOP = "budget_stop"
-    KEYS_EXHAUSTED = "keys_exhausted"  # every key of a gateway cooling, disabled or retired
-    RUN_FINISHED = "run_finished"
-    RUN_FAILED = "run_failed"          # the store failed under it (exit 2)
-    RUN_INTERRUPTED = "run_interrupted"  # cancelled, hung up or stopped at the budget cap
-
-
-@dataclass(kw_only=True)
-class WebhookConfig(_Strict):
-    """One alert receiver. The URL is a secret (a Slack webhook URL is a credential): give it
-    in the environment (`url_env`) or the file; it is shown and logged by `name` only."""
-
-    name: str
-    url: SecretStrField | None = None  # stored and shown as its tag only
-    url_env: str | None = None
-    # json (ours), slack ({"text"}), pagerduty (Events API v2: POST
-    # https://events.pagerduty.com/v2/enqueue), alertmanager (POST …/api/v2/alerts)
-    format: Literal["json", "slack", "pagerduty", "alertmanager"] = "json"
-    # PagerDuty's integration key: a credential, as the URL (the environment, or the file)
-    routing_key: SecretStrField | None = None
-    routing_key_env: str | None = None
-    events: list[AlertKind] = field(default_factory=lambda: list(AlertKind))
-
-    def __post_init__(self) -> None:  # pydantic runs it too: its ValueError is one error line
-        if (self.url is None) == (self.url_env is None):
-            raise ValueError(f"webhook '{self.name}': give exactly one of url / url_env")
-        if self.url is not None and not re.match(r"https?://", self.url):
-            raise ValueError(f"webhook '{self.name}': url must start with http:// or https://")
-        if self.format == "pagerduty" and (self.routing_key is None) == (
-                self.routing_key_env is None):
-            raise ValueError(f"webhook '{self.name}': pagerduty needs exactly one of "
-                             "routing_key / routing_key_env")
-
-    def resolved_url(self) -> str | None:
-        return self.url if self.url is not None else os.environ.get(self.url_env or "")
-
-    def resolved_routing_key(self) -> str:
-        if self.routing_key is not None:
-            return self.routing_key
-        return os.environ.get(self.routing_key_env or "", "")
-
-
-def _console_url(v: str) -> str:
-    parts = urlsplit(v)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ValueError("must be an http:// or https:// address")
-    if "@" in parts.netloc or parts.query or parts.fragment:
-        # it goes into every page: no user:password, no token (serve's login is a cookie)
-        raise ValueError("must be a plain address: no user:password@, ?query or #fragment")
-    return v.rstrip("/")
-
-
-@dataclass(kw_only=True)
-class AlertsConfig(_Strict):
-    webhooks: list[WebhookConfig] = field(default_factory=list)
-    # an SLA breach alerts once it has held this long (one bad interval is not an incident)
-    sla_sustain: Duration = 120.0
-    sla_window: Duration = 60.0     # the rolling window its p95 / success are taken over
-    sla_min_calls: Annotated[int, Limits(ge=1)] = 50
-    attempts: Annotated[int, Limits(ge=1, le=20)] = 5   # per delivery, with backoff
-    timeout_s: PosFloat = 5.0       # per HTTP request
-    # at the end of a run, how long its last alerts may hold the exit
-    drain_s: Annotated[float, Limits(ge=0, le=120)] = 10.0
-    # where the engineers open `swarm-tui serve` (their tunnel's address, or --public-url):
-    # every alert then links to its moment there, `<console_url>/at/RUN/TIME`
-    console_url: Annotated[str, After(_console_url)] | None = None
-
-
-@dataclass(kw_only=True)
-class TelemetryConfig(_Strict):
-    """OpenTelemetry traces (the `otel` extra): one span per attempt, exported over OTLP/HTTP
-    to `otlp_endpoint`; nothing at all when it is unset."""
-
-    otlp_endpoint: UrlField | None = None
-    service_name: str = "swarm-tui"
-
-
-@dataclass(kw_only=True)
-class UiConfig(_Strict):
-    theme: str | None = None        # default swarm-dark; a gateway's own theme wins
-    refresh_s: Annotated[float, Limits(ge=0.05, le=10)] = 0.25
-    # the dashboard's first view: one cell per concurrency slot, or every task (key v)
-    view: Literal["agents", "tasks"] = "agents"
-    keys: dict[str, str] = field(default_factory=dict)  # binding id -> keys, e.g. "run.pause"
 
 
 def format_validation_error(place: str, err: ValidationError) -> str:

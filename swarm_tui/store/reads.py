@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from swarm_tui.core.records import KeyRow
 from swarm_tui.core.states import KeyState
 from swarm_tui.store.conn import StoreConnection
+
+if TYPE_CHECKING:
+    from swarm_tui.core.records import KeyRow
 
 ATTEMPT_COLS = ("number", "model", "key_fp", "queue_ms", "latency_ms", "ttft_ms",
                 "status_code", "error_class", "error_message", "retry_wait_s", "outcome")
@@ -155,6 +157,8 @@ async def stored_keys(conn: StoreConnection, run_id: str) -> tuple[KeyRow, ...]:
             "updated_at FROM key_state WHERE run_id=? ORDER BY gateway, rowid",
             (run_id,)) as cur:
         rows = await cur.fetchall()
+    from swarm_tui.core.records import KeyRow  # here: `report` and `runs` build none
+
     return tuple(KeyRow(*row) for row in _one_row_per_key(rows, 2))
 
 
@@ -206,6 +210,8 @@ async def keys_at(conn: StoreConnection, run_id: str, at: float,
         last[(gw, fp, worker)] = (state, until, reason)
     if counted is None:
         counted = await _key_counts(conn, run_id, at)
+    from swarm_tui.core.records import KeyRow
+
     out = []
     for k in keys:
         if kept:

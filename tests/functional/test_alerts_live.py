@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 
 from swarm_tui.ops.alerts import Alert, AlertWatch
-from swarm_tui.settings.sections import AlertKind, AlertsConfig, SlaConfig
+from swarm_tui.settings.run_sections import AlertKind, AlertsConfig
+from swarm_tui.settings.sections import SlaConfig
 from swarm_tui.workload import Task
 from tests.conftest import client_for, make_runner
 

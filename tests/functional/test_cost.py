@@ -187,7 +187,7 @@ async def test_a_budget_stop_does_not_wait_out_retry_backoffs(sim_factory):
     run ends when the calls in flight do, and that task stays unsent (resumable)."""
     import asyncio
 
-    from swarm_tui.settings.sections import RetryConfig
+    from swarm_tui.settings.run_sections import RetryConfig
     from tests.conftest import client_for, make_runner, tasks
 
     server = sim_factory(profile="fixed:30", rate_503=0.4)
@@ -214,6 +214,7 @@ def test_the_stored_cost_summed_by_the_database_equals_the_per_task_report(tmp_p
 
     from swarm_tui.report.cost import TIMELINE_STEPS, stored_cost
     from swarm_tui.settings.loader import load_config
+    from swarm_tui.settings.view import ConfigView
     from swarm_tui.store.db import open_db
     from swarm_tui.store.runs import get_run, task_rows
 
@@ -237,7 +238,7 @@ def test_the_stored_cost_summed_by_the_database_equals_the_per_task_report(tmp_p
                 tasks_per_day=cfg.settings.tasks_per_day, long_model="kimi-k2.5",
                 finished_s=[(x.finished_at - run.started_at) if x.finished_at else None
                             for x in rows], steps=TIMELINE_STEPS)
-            return per_task, await stored_cost(conn, run, cfg)
+            return per_task, await stored_cost(conn, run, ConfigView.of(cfg))
         finally:
             await conn.close()
 

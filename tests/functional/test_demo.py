@@ -11,7 +11,8 @@ import pytest
 from swarm_tui.engine.routing import SingleGateway
 from swarm_tui.engine.runner import RunPolicy, SwarmRunner
 from swarm_tui.prices import load_price_table
-from swarm_tui.settings.sections import RetryConfig, RoutingConfig
+from swarm_tui.settings.run_sections import RetryConfig
+from swarm_tui.settings.sections import RoutingConfig
 from tests.conftest import client_for, swarm, tasks
 
 

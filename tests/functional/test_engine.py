@@ -10,7 +10,8 @@ import pytest
 
 from swarm_tui.core import events as ev
 from swarm_tui.core.states import FINAL_STATES
-from swarm_tui.settings.sections import RetryConfig, RoutingConfig
+from swarm_tui.settings.run_sections import RetryConfig
+from swarm_tui.settings.sections import RoutingConfig
 from swarm_tui.token_count import estimate_tokens
 from swarm_tui.workload import Task, demo_tasks
 from tests.conftest import Recorder, client_for, make_runner, tasks

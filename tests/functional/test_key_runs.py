@@ -194,7 +194,8 @@ async def test_a_cooling_gateway_does_not_hold_up_the_other(sim_factory):
     from swarm_tui.engine.routing import CanaryRouter
     from swarm_tui.engine.runner import RunPolicy, SwarmRunner
     from swarm_tui.prices import load_price_table
-    from swarm_tui.settings.sections import RetryConfig, RoutingConfig
+    from swarm_tui.settings.run_sections import RetryConfig
+    from swarm_tui.settings.sections import RoutingConfig
     from tests.conftest import make_client
 
     a, b = sim_factory(profile="fixed:20"), sim_factory(profile="fixed:20")

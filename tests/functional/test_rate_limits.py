@@ -20,7 +20,8 @@ import pytest
 from swarm_tui.core import events as ev
 from swarm_tui.gateway.client import GatewayClient
 from swarm_tui.gateway.errors import CONNECTION, PROTOCOL, RATE_LIMITED, SERVER
-from swarm_tui.settings.sections import RetryConfig, RoutingConfig
+from swarm_tui.settings.run_sections import RetryConfig
+from swarm_tui.settings.sections import RoutingConfig
 from swarm_tui.workload import Task
 from tests.conftest import Recorder, client_for, free_port, make_runner, tasks
 

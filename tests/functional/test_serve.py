@@ -361,7 +361,7 @@ async def test_an_alerts_link_opens_its_moment_in_the_served_console(served_db, 
     from aiohttp import web
 
     from swarm_tui.ops.alerts import Alert
-    from swarm_tui.settings.sections import AlertKind
+    from swarm_tui.settings.run_sections import AlertKind
 
     env, token = served_db
     run_id, started = _run_started(Path(env["SWARM_TUI_DB"]))

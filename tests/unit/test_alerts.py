@@ -8,7 +8,8 @@ from swarm_tui.core import events as ev
 from swarm_tui.core.records import Attempt, TaskRecord
 from swarm_tui.engine.looplag import LoopLag
 from swarm_tui.ops.alerts import Alert, AlertWatch, canary_alert
-from swarm_tui.settings.sections import AlertKind, AlertsConfig, SlaConfig
+from swarm_tui.settings.run_sections import AlertKind, AlertsConfig
+from swarm_tui.settings.sections import SlaConfig
 from swarm_tui.workload import Task
 
 CFG = AlertsConfig(sla_sustain=30, sla_window=10, sla_min_calls=20)
