@@ -2,7 +2,7 @@
 median of 11, in the same run. Uses the database named by SWARM_TUI_DB (make one with a
 run first: `swarm-tui run --demo 100 --headless`).
 
-    python bench/startup.py
+    python bench/startup.py [ROUNDS]     (default 11)
 """
 
 from __future__ import annotations
@@ -21,30 +21,44 @@ ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 COMMANDS = (["--help"], ["runs"], ["report", "last"], ["keys", "list"], ["canary", "status"])
 
 
-def median_ms(argv: list[str], n: int = 11) -> float:
-    times = []
+def _once_ms(argv: list[str]) -> float:
+    t0 = time.perf_counter()
+    subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False,
+                   env=ENV)
+    return (time.perf_counter() - t0) * 1000
+
+
+def medians_ms(argvs: dict[str, list[str]], n: int) -> dict[str, float]:
+    """Each command once per round, round after round: a machine that slows down part-way
+    slows the baseline and the commands alike (the ratio is what is compared)."""
+    times: dict[str, list[float]] = {name: [] for name in argvs}
     for _ in range(n):
-        t0 = time.perf_counter()
-        subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False,
-                       env=ENV)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1000
+        for name, argv in argvs.items():
+            times[name].append(_once_ms(argv))
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def main() -> None:
-    for cmd in COMMANDS:  # once each first: the .pyc written, as after an install
-        subprocess.run([sys.executable, "-m", "swarm_tui", *cmd], stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL, check=False, env=ENV)
-    base = median_ms([sys.executable, "-c", "pass"])
-    print(f"python -c pass: {base:.0f} ms")
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 11
+    # once each first: the .pyc written, the config's validated copy kept, as after an
+    # install and a first use
     for cmd in COMMANDS:
-        ms = median_ms([sys.executable, "-m", "swarm_tui", *cmd])
-        print(f"swarm-tui {' '.join(cmd):<14} {ms:6.0f} ms  {ms / base:5.1f}x  (target <= 5x)")
-    # what bounds the commands that read the validated config (report's prices, keys,
-    # canary): importing the config's libraries alone, before any of ours
-    for code in ("from pydantic import BaseModel", "import pydantic_settings"):
-        ms = median_ms([sys.executable, "-c", code])
-        print(f"floor: {code:<32} {ms:6.0f} ms  {ms / base:5.1f}x")
+        _once_ms([sys.executable, "-m", "swarm_tui", *cmd])
+    argvs = {"python -c pass": [sys.executable, "-c", "pass"]}
+    argvs.update({"swarm-tui " + " ".join(cmd): [sys.executable, "-m", "swarm_tui", *cmd]
+                  for cmd in COMMANDS})
+    # what bounds a command that would validate the config itself: importing the config's
+    # libraries alone, before any of ours
+    floors = ("from pydantic import BaseModel", "import pydantic_settings")
+    argvs.update({f"floor: {code}": [sys.executable, "-c", code] for code in floors})
+    ms = medians_ms(argvs, n)
+    base = ms["python -c pass"]
+    print(f"median of {n}, round-robin; python -c pass: {base:.0f} ms")
+    for name, value in ms.items():
+        if name == "python -c pass":
+            continue
+        target = "" if name.startswith("floor") else "  (target <= 5x)"
+        print(f"{name:<42} {value:6.0f} ms  {value / base:5.1f}x{target}")
 
 
 if __name__ == "__main__":

@@ -17,6 +17,8 @@ PerMillion = Annotated[float, Limits(ge=0), Finite()]
 
 @dataclass(frozen=True, kw_only=True)
 class Price:
+    """One model's price: USD per million tokens in, out and cached in."""
+
     __pydantic_config__ = STRICT
 
     input: PerMillion

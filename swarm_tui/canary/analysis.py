@@ -37,6 +37,8 @@ CallRow = tuple[str, str, str | None]
 
 @dataclass(kw_only=True)
 class BucketFigures:
+    """One bucket's figures (baseline or candidate) over a stage or a window."""
+
     tasks: int = 0
     succeeded: int = 0
     calls: int = 0
@@ -62,6 +64,8 @@ class BucketFigures:
 
 @dataclass(kw_only=True)
 class Verdict:
+    """One gate's result and the figures that decided it."""
+
     gate: str
     result: Result
     detail: str
@@ -69,6 +73,8 @@ class Verdict:
 
 @dataclass(kw_only=True)
 class Analysis:
+    """Both buckets over the stage and the rolling window, and every gate's verdict."""
+
     at: float
     stage: dict[str, BucketFigures]
     window: dict[str, BucketFigures]

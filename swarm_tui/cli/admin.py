@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from swarm_tui.cli.flags import at_least_one, common_flags, sim_flags
-from swarm_tui.cli.shared import run_async, run_brief, sim_settings, with_db
+from swarm_tui.cli.shared import brief_with_db, run_async, sim_settings
 from swarm_tui.errors import EXIT_OK, UserError
 
 
@@ -76,7 +76,7 @@ def cmd_canary(args: argparse.Namespace) -> int:
 
     cfg = read_view(args.config)
     canary.canary_config(cfg)  # no canary configured: say so before touching the database
-    return run_brief(with_db(args, canary.run, cfg, args))
+    return brief_with_db(args, canary.run, cfg, args)
 
 
 def add_keys(sub: argparse._SubParsersAction) -> None:
@@ -111,7 +111,7 @@ def cmd_keys(args: argparse.Namespace) -> int:
             raise UserError("keys add: the key is read from standard input or --from-env VAR, "
                             "never from the command line (shell history, ps)")
         return keys.run_add(cfg, args)
-    return run_brief(with_db(args, keys.run, cfg, args))
+    return brief_with_db(args, keys.run, cfg, args)
 
 
 def add_sim(sub: argparse._SubParsersAction) -> None:

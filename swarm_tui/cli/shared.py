@@ -38,6 +38,13 @@ def run_brief(coro: Coroutine[Any, Any, T]) -> T:
     return run(coro)
 
 
+def brief_with_db(args: argparse.Namespace, fn: Callable[..., Awaitable[T]], *rest: Any,
+                  create: bool = True) -> T:
+    """A command that asks the store a few things and ends: plain asyncio, and a SQLite
+    file's statements on this thread (store/direct.py) — no loop or thread to set up."""
+    return run_brief(with_db(args, fn, *rest, create=create, direct=True))
+
+
 def sim_settings(args: argparse.Namespace, prefix: str = "") -> SimSettings:
     from pydantic import ValidationError
 
@@ -104,12 +111,12 @@ def opts_from_args(args: argparse.Namespace, preflight_default: bool = False,
 
 
 async def with_db(args: argparse.Namespace, fn: Callable[..., Awaitable[T]], *rest: Any,
-                  create: bool = True) -> T:
+                  create: bool = True, direct: bool = False) -> T:
     """Open the store (one-line errors), run `fn(conn, path, ...)`, always close."""
     from swarm_tui.store.db import db_error, open_db, resolve_db_target
 
     path = resolve_db_target(args.db)
-    conn = await open_db(path, create=create)
+    conn = await open_db(path, create=create, direct=direct)
     try:
         return await fn(conn, path, *rest)
     except sqlite3.Error as e:

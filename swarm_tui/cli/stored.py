@@ -7,7 +7,7 @@ import argparse
 import os
 
 from swarm_tui.cli.flags import STORED_RUN, at_least_one, common_flags
-from swarm_tui.cli.shared import run_brief, with_db
+from swarm_tui.cli.shared import brief_with_db
 from swarm_tui.errors import EXIT_OK, UserError
 
 
@@ -35,7 +35,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
         return EXIT_OK
     from swarm_tui.commands import history
 
-    return run_brief(with_db(args, history.runs, args, create=False))
+    return brief_with_db(args, history.runs, args, create=False)
 
 
 def add_report(sub: argparse._SubParsersAction) -> None:
@@ -50,7 +50,7 @@ def add_report(sub: argparse._SubParsersAction) -> None:
 def cmd_report(args: argparse.Namespace) -> int:
     from swarm_tui.commands import history
 
-    return run_brief(with_db(args, history.report, args, create=False))
+    return brief_with_db(args, history.report, args, create=False)
 
 
 def add_cost(sub: argparse._SubParsersAction) -> None:
@@ -64,7 +64,7 @@ def add_cost(sub: argparse._SubParsersAction) -> None:
 def cmd_cost(args: argparse.Namespace) -> int:
     from swarm_tui.commands import history
 
-    return run_brief(with_db(args, history.cost, args, create=False))
+    return brief_with_db(args, history.cost, args, create=False)
 
 
 def add_export(sub: argparse._SubParsersAction) -> None:
@@ -79,4 +79,4 @@ def add_export(sub: argparse._SubParsersAction) -> None:
 def cmd_export(args: argparse.Namespace) -> int:
     from swarm_tui.commands import history
 
-    return run_brief(with_db(args, history.export, args, create=False))
+    return brief_with_db(args, history.export, args, create=False)

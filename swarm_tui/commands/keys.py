@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
-import getpass
 import json
 import os
 import stat
@@ -37,6 +36,8 @@ FRESH_S = 5.0  # key state older than this belongs to a run that is no longer al
 
 @dataclass(kw_only=True)
 class KeyListing:
+    """One key as `keys list` shows it: where it is configured, and its live state."""
+
     gateway: str
     fingerprint: str
     label: str | None
@@ -133,6 +134,8 @@ def _read_secret(args: argparse.Namespace) -> str:
         if not secret.strip():
             raise UserError(f"keys add: ${args.from_env} is empty or not set")
     elif sys.stdin is not None and sys.stdin.isatty():
+        import getpass  # here: only `keys add` at a terminal asks
+
         secret = getpass.getpass("API key (not echoed): ")
     else:
         secret = sys.stdin.readline() if sys.stdin is not None else ""

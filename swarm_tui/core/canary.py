@@ -17,6 +17,8 @@ CANDIDATE = "candidate"
 
 @dataclass(frozen=True)
 class CanaryState:
+    """The canary's stored row: stage, status, timers and the failure streak."""
+
     name: str
     baseline: str
     candidate: str

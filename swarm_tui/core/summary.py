@@ -66,6 +66,8 @@ def nearest_rank(sorted_values: Sequence[float], p: float) -> float | None:
 
 @dataclass(kw_only=True)
 class Percentiles:
+    """Nearest-rank p50 / p95 / p99 and the mean of a set of values (ms)."""
+
     p50: float | None = None
     p95: float | None = None
     p99: float | None = None
@@ -84,6 +86,8 @@ class Percentiles:
 
 @dataclass(kw_only=True)
 class Tokens:
+    """Tokens of succeeded tasks, as the gateways reported them (or estimated)."""
+
     input: int = 0
     output: int = 0
     cached_input: int = 0
@@ -92,6 +96,8 @@ class Tokens:
 
 @dataclass(kw_only=True)
 class Stats:
+    """A set of tasks' outcomes, calls, latencies, tokens and cost."""
+
     total: int = 0
     succeeded: int = 0
     failed: int = 0
@@ -115,6 +121,8 @@ class Stats:
 
 @dataclass(kw_only=True)
 class SlaVerdict:
+    """The run judged against its SLA: met, breached (and why) or inconclusive."""
+
     p95_ms: float
     min_success: float
     met: bool
@@ -127,6 +135,8 @@ class SlaVerdict:
 
 @dataclass(kw_only=True)
 class RunSummary(Stats):
+    """A run's summary: the `--json` object of `run` and `report`."""
+
     run_id: str
     name: str | None = None
     status: str = "finished"

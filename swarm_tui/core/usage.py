@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 
 @dataclass(slots=True)
 class Usage:
+    """Tokens and cost summed over succeeded tasks."""
+
     tasks: int = 0                   # succeeded tasks added
     tokens_in: int = 0
     tokens_out: int = 0

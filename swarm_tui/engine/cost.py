@@ -39,6 +39,8 @@ class CostRow(Protocol):
 
 @dataclass(kw_only=True)
 class CostLine:
+    """A group of succeeded tasks' tokens and cost."""
+
     tasks: int = 0                  # succeeded tasks
     tokens_in: int = 0
     tokens_out: int = 0
@@ -51,6 +53,8 @@ class CostLine:
 
 @dataclass(kw_only=True)
 class Projection:
+    """The run's spend rate and what it comes to per day and month."""
+
     usd_per_min: float | None = None        # this run's spend rate over its wall time
     day_at_rate_usd: float | None = None    # that rate for 24 h
     month_at_rate_usd: float | None = None
@@ -64,6 +68,8 @@ class Projection:
 
 @dataclass(kw_only=True)
 class WhatIf:
+    """The run's recorded tokens priced on another model."""
+
     model: str
     cost_usd: float
     cost_per_task_usd: float | None
@@ -75,6 +81,8 @@ class WhatIf:
 
 @dataclass(kw_only=True)
 class RoutingWhatIf:
+    """What the dual-model routing saved against everything on the long model."""
+
     long_model: str
     actual_usd: float
     all_long_usd: float | None              # None: the long model is unpriced
@@ -83,6 +91,8 @@ class RoutingWhatIf:
 
 @dataclass(kw_only=True)
 class CostReport:
+    """A run's cost: totals, breakdowns, projections, what-ifs, timeline."""
+
     run_id: str
     wall_s: float
     estimated: bool

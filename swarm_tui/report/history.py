@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import csv
 import errno
 import json
 import os
@@ -141,6 +140,8 @@ async def export_run(conn: StoreConnection, run: RunRecord, fmt: str, out: IO[st
     twice = await tasks_sent_twice(conn, run.id)
     writer = None
     if fmt == "csv":
+        import csv  # here: `report` needs no CSV
+
         writer = csv.writer(out)
         writer.writerow(["run_id", *_TASK_COLS, "sent_twice",
                          *(f"input_{c}" for c in _INPUT_COLS),

@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 
 @dataclasses.dataclass(slots=True, frozen=True)
 class RunListItem:
+    """One stored run as `runs` lists it."""
+
     id: str
     name: str | None
     started_at: float

@@ -24,6 +24,8 @@ SecretStrField = Annotated[str, JsonAs(secret_tag)]
 
 @dataclass(kw_only=True)
 class RetryConfig(Section):
+    """[retry]: attempts, backoff, Retry-After cap, how long a task waits out 429s."""
+
     max_attempts: Annotated[int, Limits(ge=1, le=20)] = 3
     base_backoff_s: PosFloat = 0.25
     max_backoff_s: PosFloat = 8.0
@@ -35,6 +37,8 @@ class RetryConfig(Section):
 
 @dataclass(kw_only=True)
 class PriceOverride(Section):
+    """[prices."model"]: a price that overrides the shipped table."""
+
     input: PerMillion
     output: PerMillion
     cached_input: PerMillion | None = None
@@ -44,6 +48,8 @@ class PriceOverride(Section):
 
 @dataclass(kw_only=True)
 class StoreConfig(Section):
+    """[store]: how long a run waits on an unwritable database."""
+
     # how long dispatch stays paused on an unwritable database before the run stops
     # (calls in flight are awaited and journaled; exit 2)
     unwritable_grace_s: PosFloat = 60.0
@@ -111,6 +117,8 @@ def _console_url(v: str) -> str:
 
 @dataclass(kw_only=True)
 class AlertsConfig(Section):
+    """[alerts]: webhooks, the SLA breach's window and patience, delivery."""
+
     webhooks: list[WebhookConfig] = field(default_factory=list)
     # an SLA breach alerts once it has held this long (one bad interval is not an incident)
     sla_sustain: Duration = 120.0
@@ -136,6 +144,8 @@ class TelemetryConfig(Section):
 
 @dataclass(kw_only=True)
 class UiConfig(Section):
+    """[ui]: theme, refresh, first view, key bindings."""
+
     theme: str | None = None        # default swarm-dark; a gateway's own theme wins
     refresh_s: Annotated[float, Limits(ge=0.05, le=10)] = 0.25
     # the dashboard's first view: one cell per concurrency slot, or every task (key v)

@@ -45,6 +45,8 @@ def _http_url(v: str) -> str:
 
 @dataclass(kw_only=True)
 class GatewayConfig(Section):
+    """[gateways.NAME]: an OpenAI-compatible gateway, its keys and limits."""
+
     # stored and shown without any user:password@
     base_url: Annotated[str, After(_http_url), JsonAs(without_userinfo)]
     # env vars holding keys (each may be comma-separated)
@@ -62,6 +64,8 @@ class GatewayConfig(Section):
 
 @dataclass(kw_only=True)
 class RoutingConfig(Section):
+    """[routing]: long prompts to one model, short to another; fallbacks."""
+
     enabled: bool = True
     long_context_tokens: Annotated[int, Limits(ge=1)] = 1000
     long_model: str = "kimi-k2.5"
@@ -72,6 +76,8 @@ class RoutingConfig(Section):
 
 @dataclass(kw_only=True)
 class SlaConfig(Section):
+    """[sla]: the p95 and the success rate a run is judged by."""
+
     p95_ms: PosFloat = 350.0
     min_success: Annotated[float, Limits(ge=0, le=1)] = 0.99
     # which success rate the SLA judges: per call (as the team measured its gateways: every
@@ -103,6 +109,8 @@ Duration = Annotated[float, Before(parse_duration)]
 
 @dataclass(kw_only=True)
 class CanaryGates(Section):
+    """[canary.gates]: what the candidate must show at each stage."""
+
     p95_ms: PosFloat = 350.0
     min_success: Annotated[float, Limits(ge=0, le=1)] = 0.99
     cost_tolerance: Annotated[float, Limits(ge=0)] = 0.10  # candidate $/task ≤ baseline × (1+tol)

@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 
 @dataclass(kw_only=True)
 class SettingsView:
+    """The settings a reading command uses (see the module's docstring)."""
+
     default_gateway: str | None = None
     default_model: str = "deepseek-v3.2"
     tasks_per_day: int = 12_000
@@ -32,6 +34,8 @@ class SettingsView:
 
 @dataclass(kw_only=True)
 class ConfigView:
+    """Those settings, the config file's path and the resolved price table."""
+
     settings: SettingsView
     path: Path | None  # None: no file, built-in simulator only
     prices: PriceTable

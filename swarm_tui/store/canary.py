@@ -24,6 +24,8 @@ _COLS = ("name, baseline, candidate, status, pct, stage_started_at, bake_started
 
 @dataclasses.dataclass(kw_only=True)
 class ActionRecord:
+    """One entry of the canary's audit log."""
+
     at: float
     action: str
     actor: str

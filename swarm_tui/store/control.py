@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import getpass
 import time
 
 from swarm_tui.store.audited import QUEUE, on_server
@@ -12,6 +11,8 @@ from swarm_tui.store.notify import CONTROL, notify
 
 def os_user() -> str:
     """Who acted, for the control queue and the canary's audit log."""
+    import getpass  # here: reading commands never ask (it brings termios)
+
     try:
         return getpass.getuser()
     except (KeyError, OSError):  # no passwd entry (containers): still say something

@@ -12,8 +12,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from urllib.parse import quote
 
-import aiosqlite
-
 from swarm_tui.errors import UserError
 from swarm_tui.paths import default_db_path
 from swarm_tui.store.conn import BUSY_TIMEOUT_MS, StoreConnection
@@ -148,12 +146,14 @@ async def _migrate(conn: StoreConnection, version: int) -> None:
             raise
 
 
-async def open_db(path: DbTarget, *, create: bool = True, reconcile: bool = True
-                  ) -> StoreConnection:
+async def open_db(path: DbTarget, *, create: bool = True, reconcile: bool = True,
+                  direct: bool = False) -> StoreConnection:
     """Open (and create/migrate) the database. Raises UserError with one clear line.
 
     Then reconciles it (store/reconcile.py): journals of dead executors are imported and
-    runs whose every task has a result are marked finished, before anything is sent."""
+    runs whose every task has a result are marked finished, before anything is sent.
+    `direct`: a SQLite file's statements on this thread (store/direct.py), for a command
+    that asks a few queries and ends; a server is reached the same way either way."""
     if isinstance(path, PgTarget):
         from swarm_tui.store.pg_schema import open_pg
 
@@ -162,9 +162,17 @@ async def open_db(path: DbTarget, *, create: bool = True, reconcile: bool = True
             await _reconcile(server, path)
         return server
     created = _validate(path, create)
-    conn: aiosqlite.Connection | None = None
+    conn: StoreConnection | None = None
     try:
-        conn = await aiosqlite.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+        if direct:
+            from swarm_tui.store.direct import connect
+
+            conn = connect(path, BUSY_TIMEOUT_MS / 1000)
+        else:
+            import aiosqlite
+
+            conn = await aiosqlite.connect(path, timeout=BUSY_TIMEOUT_MS / 1000,
+                                           isolation_level=None)
         await conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         async with conn.execute("PRAGMA user_version") as cur:
             version = (await cur.fetchone() or [0])[0]

@@ -35,6 +35,8 @@ def new_run_id() -> str:
 
 @dataclass(slots=True)
 class RunRecord:
+    """A stored run's row."""
+
     id: str
     name: str | None
     status: str

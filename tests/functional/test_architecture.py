@@ -197,6 +197,7 @@ def test_reading_commands_import_no_console_and_no_http_client(one_run_db, argv)
         heavy.add("psycopg")  # a SQLite store: no PostgreSQL driver (~45 ms)
     if argv[0] in ("runs", "report", "keys", "canary") and "--help" not in argv:
         heavy.add("uvloop")  # a few queries: ~2 ms to import, nothing to win
+        heavy.add("aiosqlite")  # nor a thread per statement (store/direct.py)
     if argv[0] == "runs":  # a store named by SWARM_TUI_DB and no config to look for: no
         heavy.add("platformdirs")  # platformdirs (~4 ms, it brings tempfile and shutil)
     if argv[0] in ("report", "keys", "canary") and "--help" not in argv:

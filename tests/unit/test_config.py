@@ -101,8 +101,8 @@ def test_shipped_example_config_is_valid():
 
 def test_the_shipped_json_schema_is_the_settings_model_and_fits_the_example():
     """swarm_tui/data/config.schema.json is what editors validate config.toml with: it must
-    be the model's own schema (regenerate: python -m swarm_tui.settings.schema) and the
-    shipped example must validate."""
+    be the model's own schema (regenerate: python -m swarm_tui.settings.schema >
+    swarm_tui/data/config.schema.json) and the shipped example must validate."""
     import json
     import pathlib
     import tomllib
@@ -111,8 +111,9 @@ def test_the_shipped_json_schema_is_the_settings_model_and_fits_the_example():
 
     root = pathlib.Path(__file__).parent.parent.parent
     shipped = json.loads((root / "swarm_tui" / "data" / "config.schema.json").read_text())
-    assert shipped == json.loads(json.dumps(Settings.model_json_schema())), \
-        "the shipped schema is stale: python -m swarm_tui.settings.schema"
+    assert shipped == json.loads(json.dumps(Settings.model_json_schema())), (
+        "the shipped schema is stale: python -m swarm_tui.settings.schema > "
+        "swarm_tui/data/config.schema.json")
     example = tomllib.loads((root / "examples" / "config.toml").read_text())
     Settings.model_validate(example)  # raises on any unknown or bad key
     # every top-level key of the example is described in the schema
