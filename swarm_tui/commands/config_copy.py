@@ -102,10 +102,12 @@ def _read(copy: Path) -> ConfigView | None:
 
 def _write(copy: Path, data: dict[str, Any]) -> None:
     """Best effort: a copy not written costs the next command a full load, nothing more."""
+    tmp = copy.parent / f".{copy.name}.{os.getpid()}"
+    made = False
     try:
         folder = own_dir(copy.parent, parents=True)
-        tmp = folder / f".{copy.name}.{os.getpid()}"
         fd = open_own(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        made = True
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(data, f, ensure_ascii=False)
         os.replace(tmp, copy)
@@ -113,5 +115,7 @@ def _write(copy: Path, data: dict[str, Any]) -> None:
         for old in copies[:-KEEP]:
             with contextlib.suppress(OSError):
                 old.unlink()
-    except OSError:
-        return
+    except OSError:  # a full disk, a folder not ours: no copy, and no half-written one
+        if made:
+            with contextlib.suppress(OSError):
+                tmp.unlink()

@@ -153,3 +153,21 @@ def test_a_torn_or_foreign_copy_is_not_used(config: Path):
         assert read_view(str(config)).settings.sla.p95_ms == 300
     finally:
         os.chmod(copy.parent, 0o700)
+
+
+def test_a_full_disk_leaves_no_copy_and_no_half_written_one(config: Path,
+                                                            monkeypatch: pytest.MonkeyPatch):
+    import errno
+    import json
+
+    from swarm_tui.commands import config_copy
+
+    def half_then_full(data, f, **kw):  # the disk fills part-way through the copy
+        f.write(json.dumps(data)[:100])
+        f.flush()
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(config_copy.json, "dump", half_then_full)
+    assert read_view(str(config)).settings.sla.p95_ms == 300  # the command still answers
+    folder = Path(os.environ["XDG_CACHE_HOME"]) / "swarm-tui" / "config"
+    assert list(folder.iterdir()) == []
