@@ -387,7 +387,7 @@ async def _read_chunks(chunks: AsyncIterator[object], res: CallResult,
             _take_usage(res, usage)
         for choice in chunk.get("choices") or ():
             delta = choice.get("delta")
-            content = delta.get("content") if delta else None
+            content = answer_text(delta.get("content")) if delta else None
             if content:
                 now = time.perf_counter()
                 if res.ttft_ms is None:
@@ -402,6 +402,22 @@ async def _read_chunks(chunks: AsyncIterator[object], res: CallResult,
             if choice.get("finish_reason") is not None:
                 res.finish_reason = choice["finish_reason"]
     res.text = "".join(parts)
+
+
+def answer_text(content: object) -> str:
+    """A message's (or a delta's) content as the answer's text: a string, or a list of
+    typed chunks whose `text` chunks are the answer — Mistral's reasoning models send
+    `[{"type": "thinking", …}, {"type": "text", "text": "…"}]`; such a paid answer was
+    booked failed and sent again. Reasoning chunks are not the answer and are left out."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(part["text"] for part in content if isinstance(part, dict)
+                       and part.get("type", "text") == "text"
+                       and isinstance(part.get("text"), str))
+    raise ProtocolError(f"content is {type(content).__name__}, not text")
 
 
 def _take_completion(res: CallResult, completion: Any) -> None:
@@ -421,7 +437,7 @@ def _take_completion(res: CallResult, completion: Any) -> None:
         # answered in full with nothing in it — not a cut link ("stream ended…")
         raise ProtocolError("completion has no choices")
     message = choices[0].get("message")
-    res.text = (message.get("content") if isinstance(message, dict) else None) or ""
+    res.text = answer_text(message.get("content")) if isinstance(message, dict) else ""
     res.finish_reason = choices[0].get("finish_reason") or "stop"
     # Non-streamed: the whole answer arrives at once, so TTFT equals latency — one clock
     # reading for both (two readings differed by >1 ms on a loaded machine).

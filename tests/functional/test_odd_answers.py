@@ -224,3 +224,52 @@ def test_an_answer_with_no_choices_says_so(tmp_path, transport):
     assert task["state"] == "failed" and task["error_class"] == "protocol", task
     assert "no choices" in task["error_message"], task["error_message"]
     assert [a["error_class"] for a in task["attempts"]] == ["protocol"] * len(task["attempts"])
+
+
+CHUNKED_CONTENT = gateway("""
+THINK = {"type": "thinking", "thinking": [{"type": "text", "text": "let me see"}]}
+async def chat(request):
+    body = await request.json()
+    if body["messages"][-1]["content"] == "odd":  # a number where the text goes
+        return web.json_response({"choices": [{"index": 0, "finish_reason": "stop",
+            "message": {"role": "assistant", "content": 42}}]})
+    if body.get("stream"):  # Mistral's reasoning models: typed chunks in every delta
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for content in ([THINK], [{"type": "text", "text": "안녕 "}],
+                        [{"type": "text", "text": "world"}]):
+            await resp.write(b"data: " + json.dumps({"choices": [{"index": 0, "delta": {
+                "content": content}}]}).encode() + b"\\n\\n")
+        await resp.write(b'data: {"choices": [{"index": 0, "delta": {}, "finish_reason": '
+                         b'"stop"}], "usage": {"prompt_tokens": 5, "completion_tokens": 7}}'
+                         b'\\n\\ndata: [DONE]\\n\\n')
+        return resp
+    return web.json_response({"choices": [{"index": 0, "finish_reason": "stop",
+        "message": {"role": "assistant", "content": [THINK,
+            {"type": "text", "text": "안녕 "}, {"type": "text", "text": "world"}]}}],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 7}})
+""")
+
+
+@pytest.mark.usefixtures("no_user_config")
+@pytest.mark.parametrize("transport", ["wire", "aiohttp"])
+@pytest.mark.parametrize("stream", [True, False])
+def test_an_answer_in_typed_chunks_is_its_text_chunks(tmp_path, stream, transport):
+    """A reasoning model's content as a list of typed chunks (Mistral's Magistral) was
+    booked failed — a paid answer sent again. Its text chunks are the answer, on the wire
+    path and on the SDK's; a content that is neither text nor chunks is a protocol error
+    named on record."""
+    r, env = run_against(CHUNKED_CONTENT, tmp_path, [{"id": "a", "prompt": "answer"},
+                                                     {"id": "b", "prompt": "odd"}],
+                         "--transport", transport, *([] if stream else ["--no-stream"]))
+    assert r.returncode == 3, r.stderr  # b failed: a breach
+    assert "Traceback" not in r.stderr
+    tasks = exported(json.loads(r.stdout)["run_id"], env)
+    a, b = tasks["a"], tasks["b"]
+    assert a["state"] == "succeeded" and a["response_text"] == "안녕 world"
+    assert (a["tokens_in"], a["tokens_out"], len(a["attempts"])) == (5, 7, 1)
+    assert b["state"] == "failed" and b["error_message"].endswith("content is int, not text")
+    # an unreadable answer is retried as the protocol class is (docs/retries.md), each
+    # send on record with why
+    assert {(x["error_class"], x["error_message"]) for x in b["attempts"]} == {
+        ("protocol", "unreadable answer: ProtocolError: content is int, not text")}
