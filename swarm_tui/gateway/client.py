@@ -84,6 +84,12 @@ class CallResult:
     error: CallError | None = None
     rate_note: str | None = None  # the key-model slowed down after this call (for the log)
     wire_end: float = 0.0  # when the transport last read bytes of this answer off its socket
+    # the stream's `data: [DONE]` was read: the gateway ended it, whole (the wire path
+    # sees it; the SDK's stream swallows it)
+    stream_done: bool = False
+
+    def mark_done(self) -> None:
+        self.stream_done = True
 
     @property
     def latency_ms(self) -> float:
@@ -240,7 +246,8 @@ class GatewayClient:
             res.end_at_wire(time.perf_counter())
         if res.ttft_ms is not None and res.ttft_ms > res.latency_ms:
             res.ttft_ms = res.latency_ms  # its first token was handled after its last byte came
-        if res.error is None and res.finish_reason is None:
+        if res.error is None and res.finish_reason is None and not res.stream_done:
+            # ended without saying it was whole: cut by a proxy or a crash, retried as one
             res.error = CallError(CONNECTION, None, "stream ended before a finish_reason")
         if res.error is None and not (res.tokens_in or res.tokens_out):
             res.usage_estimated = True
@@ -298,7 +305,7 @@ class GatewayClient:
                 # is the answer, usage included, not a stream that ended early)
                 _take_completion(res, checked(json.loads(await read_answer(resp))))
                 return
-            await _read_chunks(sse_data(resp.content), res, sink)
+            await _read_chunks(sse_data(resp.content, res.mark_done), res, sink)
 
     async def _plain(
         self, client: openai.AsyncOpenAI, body: dict[str, Any], res: CallResult
@@ -399,7 +406,7 @@ async def _read_chunks(chunks: AsyncIterator[object], res: CallResult,
                 parts.append(content)
                 chars += len(content)
                 sink.on_progress(chars, now)
-            if choice.get("finish_reason") is not None:
+            if choice.get("finish_reason"):  # (some servers write "" on every chunk)
                 res.finish_reason = choice["finish_reason"]
     res.text = "".join(parts)
 

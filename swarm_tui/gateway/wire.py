@@ -18,7 +18,7 @@ import contextvars
 import functools
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import aiohttp
@@ -196,10 +196,11 @@ def checked(payload: object) -> object:
     return payload
 
 
-async def sse_data(content: aiohttp.StreamReader) -> AsyncIterator[object]:
+async def sse_data(content: aiohttp.StreamReader,
+                   on_done: Callable[[], None] | None = None) -> AsyncIterator[object]:
     """Each SSE event's data, decoded from JSON, up to `[DONE]` (the rest of the body is
-    read but not decoded, so the connection goes back to the pool). An `error` event, or
-    an error object as the data, raises InStreamError."""
+    read but not decoded, so the connection goes back to the pool; `on_done` is told it
+    came). An `error` event, or an error object as the data, raises InStreamError."""
     unended: list[bytes] = []  # a line's pieces until its newline comes
     data: list[bytes] = []
     event: bytes | None = None
@@ -240,6 +241,8 @@ async def sse_data(content: aiohttp.StreamReader) -> AsyncIterator[object]:
             raw, data = b"\n".join(data), []
             if raw == b"[DONE]":
                 done = True
+                if on_done is not None:
+                    on_done()
                 break
             payload = json.loads(raw)
             if event == b"error":
@@ -247,7 +250,14 @@ async def sse_data(content: aiohttp.StreamReader) -> AsyncIterator[object]:
                                     if isinstance(payload, dict) else payload)
             event = None
             yield checked(payload)
+    if unended and not done:  # the body's last line, with no newline after it
+        name, _, value = b"".join(unended).rstrip(b"\r").partition(b":")
+        if name == b"data":
+            data.append(value[1:] if value[:1] == b" " else value)
     if data and not done:  # the last event, with no blank line after it
         raw = b"\n".join(data)
-        if raw != b"[DONE]":
+        if raw == b"[DONE]":
+            if on_done is not None:
+                on_done()
+        else:
             yield checked(json.loads(raw))

@@ -273,3 +273,43 @@ def test_an_answer_in_typed_chunks_is_its_text_chunks(tmp_path, stream, transpor
     # send on record with why
     assert {(x["error_class"], x["error_message"]) for x in b["attempts"]} == {
         ("protocol", "unreadable answer: ProtocolError: content is int, not text")}
+
+
+NO_FINISH = gateway("""
+async def chat(request):
+    body = await request.json()
+    kind = body["messages"][-1]["content"]
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await resp.prepare(request)
+    reason = "" if kind == "blank" else None  # a finish_reason of "" on every chunk
+    for word in ("whole ", "answer"):
+        await resp.write(b"data: " + json.dumps({"choices": [{"index": 0, "delta": {
+            "content": word}, "finish_reason": reason}]}).encode() + b"\\n\\n")
+    await resp.write(b'data: {"choices": [], "usage": {"prompt_tokens": 5, '
+                     b'"completion_tokens": 7}}\\n\\n')
+    if kind == "done":
+        await resp.write(b"data: [DONE]\\n\\n")
+    elif kind == "done-at-eof":  # the sentinel is the body's last bytes: no newline
+        await resp.write(b"data: [DONE]")
+    return resp  # "blank": the body just ends
+""")
+
+
+@pytest.mark.usefixtures("no_user_config")
+def test_a_stream_the_gateway_ended_with_done_is_whole_without_a_finish_reason(tmp_path):
+    """Gemini's OpenAI-compatible proxies and some local servers end a stream with
+    `[DONE]` and no finish_reason (or "" on every chunk): the answer is whole, and it was
+    booked cut and sent again. A body that ends with neither is still a cut stream."""
+    r, env = run_against(NO_FINISH, tmp_path, [{"id": k, "prompt": k} for k in
+                                               ("done", "done-at-eof", "blank")],
+                         gateway_toml="")
+    assert r.returncode == 3, r.stderr  # "blank" failed
+    tasks = exported(json.loads(r.stdout)["run_id"], env)
+    for k in ("done", "done-at-eof"):
+        t = tasks[k]
+        assert t["state"] == "succeeded" and t["response_text"] == "whole answer", t
+        assert (len(t["attempts"]), t["tokens_out"]) == (1, 7)
+    blank = tasks["blank"]
+    assert blank["state"] == "failed" and len(blank["attempts"]) > 1
+    assert {a["error_message"] for a in blank["attempts"]} == {
+        "stream ended before a finish_reason"}
