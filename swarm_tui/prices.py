@@ -37,8 +37,9 @@ class Price:
 
 
 class PriceTable:
-    def __init__(self, prices: dict[str, Price]) -> None:
+    def __init__(self, prices: dict[str, Price], file_digest: str | None = None) -> None:
         self.prices = prices
+        self.file_digest = file_digest  # SHA-256 of the price file's bytes, if one was read
 
     def get(self, model: str) -> Price | None:
         """Exact name, else the name after a provider prefix (`moonshot/kimi-k2.5`)."""
@@ -69,19 +70,22 @@ def _parse(data: dict[str, Any], place: str) -> dict[str, Price]:
     return out
 
 
-def _load_file(path: Path) -> dict[str, Price]:
+def _load_file(path: Path) -> tuple[dict[str, Price], str]:
+    """The file's prices and the SHA-256 of the very bytes they came from."""
+    import hashlib
     import tomllib  # here: a reader given a validated copy of the prices parses no TOML
 
     place = f"price file {path}"
     try:
-        data = tomllib.loads(path.read_text("utf-8-sig"))  # a BOM is not TOML's concern
+        raw = path.read_bytes()
+        data = tomllib.loads(raw.decode("utf-8-sig"))  # a BOM is not TOML's concern
     except FileNotFoundError:
         raise UserError(f"{place}: file not found") from None
     except (OSError, UnicodeDecodeError) as e:
         raise UserError(f"{place}: cannot read: {e.__class__.__name__}") from None
     except tomllib.TOMLDecodeError as e:
         raise UserError(f"{place}: invalid TOML: {e}") from None
-    return _parse(data, place)
+    return _parse(data, place), hashlib.sha256(raw).hexdigest()
 
 
 def shipped_prices() -> dict[str, Price]:
@@ -96,8 +100,10 @@ def load_price_table(
     prices_file: Path | None, overrides: dict[str, dict[str, Any]], place: str
 ) -> PriceTable:
     prices = shipped_prices()
+    digest = None
     if prices_file is not None:
-        prices.update(_load_file(prices_file))
+        from_file, digest = _load_file(prices_file)
+        prices.update(from_file)
     if overrides:
         prices.update(_parse({"models": overrides}, place + " [prices]"))
-    return PriceTable(prices)
+    return PriceTable(prices, digest)

@@ -35,33 +35,33 @@ _CODE = ("settings/sections.py", "settings/run_sections.py", "settings/loader.py
 def read_view(cli_path: str | None) -> ConfigView:
     """The validated config's view: from a matching copy, else loaded (and copied)."""
     path = config_file(cli_path)
-    key = _key(path)
-    if key is None:  # the config file cannot be read: the full load says why
-        return _load(cli_path, None)
-    folder = cache_dir() / "config"
-    found = _read(folder / f"{key}.json")
+    try:
+        digest = None if path is None else hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:  # the config file cannot be read: the full load says why
+        return _load(cli_path, None, None)
+    copy = cache_dir() / "config" / f"{_key(path, digest)}.json"
+    found = _read(copy)
     if found is not None:
         return found
-    return _load(cli_path, folder / f"{key}.json")
+    return _load(cli_path, copy, digest)
 
 
-def _load(cli_path: str | None, copy: Path | None) -> ConfigView:
+def _load(cli_path: str | None, copy: Path | None, digest: str | None) -> ConfigView:
     from swarm_tui.settings.loader import load_config
 
     cfg = load_config(cli_path)
     view = ConfigView.of(cfg)
-    if copy is not None:
-        deps = [] if cfg.prices_file is None else [str(cfg.prices_file)]
-        _write(copy, {"deps": {p: _digest(Path(p)) for p in deps}, "view": view.to_plain()})
+    # kept only when the load read the bytes the copy's name says, and with the digest of
+    # the price file's bytes it read (an edit during the load: no copy, the next load makes it)
+    if copy is not None and cfg.file_digest == digest:
+        deps = ({} if cfg.prices_file is None
+                else {str(cfg.prices_file): cfg.prices.file_digest})
+        _write(copy, {"deps": deps, "view": view.to_plain()})
     return view
 
 
-def _key(path: Path | None) -> str | None:
-    h = hashlib.sha256()
-    try:
-        h.update(path.read_bytes() if path is not None else b"")
-    except OSError:
-        return None
+def _key(path: Path | None, digest: str | None) -> str:
+    """The copy's name: everything a full load of this config depends on."""
     root = Path(swarm_tui.__file__).parent
     stamps = []
     for rel in _CODE:
@@ -71,8 +71,8 @@ def _key(path: Path | None) -> str | None:
         except OSError:
             stamps.append((rel, -1, -1))
     env = sorted((k, v) for k, v in os.environ.items() if k.startswith("SWARM_TUI__"))
-    h.update(json.dumps([swarm_tui.__version__, str(path), os.getcwd(), env, stamps])
-             .encode())
+    h = hashlib.sha256(json.dumps([swarm_tui.__version__, str(path), digest, os.getcwd(), env,
+                                   stamps]).encode())
     return h.hexdigest()[:40]
 
 

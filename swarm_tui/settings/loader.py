@@ -7,6 +7,7 @@ No config file at all means the built-in simulator (labelled SIMULATED).
 from __future__ import annotations
 
 import contextvars
+import hashlib
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any
@@ -151,16 +152,19 @@ class LoadedConfig(BaseModel):
     path: Path | None  # None: no file, built-in simulator only
     prices: PriceTable
     prices_file: Path | None = None  # the price file it read, if the config names one
+    file_digest: str | None = None   # SHA-256 of the config file's bytes as read
 
     @property
     def simulated_only(self) -> bool:
         return not self.settings.gateways
 
 
-def _read_toml(path: Path) -> dict[str, Any]:
+def _read_toml(path: Path) -> tuple[dict[str, Any], str]:
+    """The file's tables and the SHA-256 of the very bytes they came from."""
     try:
+        raw = path.read_bytes()
         # utf-8-sig: a BOM (a file saved by Notepad) is no "invalid statement"
-        return tomllib.loads(path.read_text("utf-8-sig"))
+        return tomllib.loads(raw.decode("utf-8-sig")), hashlib.sha256(raw).hexdigest()
     except FileNotFoundError:
         raise UserError(f"config {path}: file not found") from None
     except PermissionError:
@@ -177,7 +181,7 @@ def load_config(cli_path: str | None = None, flags: dict[str, Any] | None = None
                 ) -> LoadedConfig:
     """`flags`: the command line's settings (FLAG_SETTINGS keys; None = not given)."""
     path = config_file(cli_path)
-    data = _read_toml(path) if path else {}
+    data, digest = _read_toml(path) if path else ({}, None)
     place = f"config {path}" if path else "config (environment)"
     given = {k: v for k, v in (flags or {}).items() if v is not None}
     layer = _flag_layer(given)
@@ -206,4 +210,5 @@ def load_config(cli_path: str | None = None, flags: dict[str, Any] | None = None
     configure_counts(TokenCounts.load(
         settings.tokenizers, place, base_dir,
         routing.short_model if routing.enabled else settings.default_model))
-    return LoadedConfig(settings=settings, path=path, prices=prices, prices_file=prices_file)
+    return LoadedConfig(settings=settings, path=path, prices=prices, prices_file=prices_file,
+                        file_digest=digest)

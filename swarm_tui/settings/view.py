@@ -1,7 +1,7 @@
 """What the commands that only read a store take from the config: gateways (names, key
 sources), the canary, routing, the SLA, the volume, the price table — and no more (no
 webhook URL, no telemetry endpoint). Built from a validated config (`ConfigView.of`), or
-from its stored plain form (`ConfigView.from_plain`: cli/config_copy.py keeps one per
+from its stored plain form (`ConfigView.from_plain`: commands/config_copy.py keeps one per
 config file and environment) without importing pydantic.
 """
 

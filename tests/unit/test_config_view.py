@@ -171,3 +171,37 @@ def test_a_full_disk_leaves_no_copy_and_no_half_written_one(config: Path,
     assert read_view(str(config)).settings.sla.p95_ms == 300  # the command still answers
     folder = Path(os.environ["XDG_CACHE_HOME"]) / "swarm-tui" / "config"
     assert list(folder.iterdir()) == []
+
+
+def test_an_edit_while_it_loads_leaves_no_copy_of_the_older_bytes(
+        config: Path, monkeypatch: pytest.MonkeyPatch):
+    """The copy's name says which bytes it was made from: a config or price file saved
+    between the command's look and its load must not leave the older name on the newer
+    settings (or the newer name on the older prices)."""
+    from swarm_tui.settings import loader
+
+    real = loader.load_config
+
+    def edited_meanwhile(cli_path, flags=None):  # the engineer saves as the command starts
+        config.write_text(CONFIG.replace("p95_ms = 300", "p95_ms = 290"))
+        return real(cli_path, flags)
+
+    monkeypatch.setattr(loader, "load_config", edited_meanwhile)
+    assert read_view(str(config)).settings.sla.p95_ms == 290  # what it loaded
+    assert _copies() == []  # but no copy named after the bytes it did not load
+    monkeypatch.setattr(loader, "load_config", real)
+    assert read_view(str(config)).settings.sla.p95_ms == 290
+    assert len(_copies()) == 1
+    prices = config.parent / "prices.toml"
+
+    def prices_edited_meanwhile(cli_path, flags=None):
+        cfg = real(cli_path, flags)
+        prices.write_text(PRICES.replace("output = 2.0", "output = 3.0"))
+        return cfg
+
+    config.write_text(CONFIG.replace("p95_ms = 300", "p95_ms = 270"))
+    monkeypatch.setattr(loader, "load_config", prices_edited_meanwhile)
+    assert read_view(str(config)).prices.cost("house-model-2", 0, 1_000_000) == 2.0
+    monkeypatch.setattr(loader, "load_config", real)
+    # the copy was kept with the digest of the bytes it read: the new price file is seen
+    assert read_view(str(config)).prices.cost("house-model-2", 0, 1_000_000) == 3.0
