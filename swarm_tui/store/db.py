@@ -7,6 +7,7 @@ import contextlib
 import fcntl
 import os
 import sqlite3
+import stat
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -15,6 +16,7 @@ from urllib.parse import quote
 from swarm_tui.errors import UserError
 from swarm_tui.paths import default_db_path
 from swarm_tui.store.conn import BUSY_TIMEOUT_MS, StoreConnection
+from swarm_tui.store.own_files import is_own_file
 from swarm_tui.store.schema import MIGRATIONS, SCHEMA_VERSION
 from swarm_tui.store.scrub import run_data_step
 from swarm_tui.store.target import DbTarget, PgTarget, db_error, is_pg_url
@@ -31,6 +33,31 @@ def resolve_db_target(cli_path: str | None, flag: str = "--db") -> DbTarget:
                             "service file (PGSERVICE), or the URL in SWARM_TUI_DB")
         return target
     return Path(raw).expanduser() if raw else default_db_path()
+
+
+def _check_companions(path: Path) -> None:
+    """SQLite writes `-wal` and `-shm` files beside the database (and `-journal` while it
+    migrates): in a folder others can write (`/tmp/runs.db`, a team folder) another user
+    can put a link there first — SQLite refused it as "unable to open database file",
+    which named neither the file nor why — or a file of theirs, which SQLite would use
+    and they could read and rewrite. Either is one line naming it, nothing opened."""
+    for suffix in ("-wal", "-shm", "-journal"):
+        companion = path.with_name(path.name + suffix)
+        try:
+            st = os.lstat(companion)
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            raise UserError(f"database {path}: {companion}: cannot check it "
+                            f"({e.strerror})") from None
+        if stat.S_ISLNK(st.st_mode):
+            why = "is a link — not followed (it would make SQLite write where it points)"
+        elif not is_own_file(st):
+            why = "is not a file of this user's alone — not used"
+        else:
+            continue
+        raise UserError(f"database {path}: {companion} {why}; remove it, or keep the "
+                        "database in a folder of your own")
 
 
 def _validate(path: Path, create: bool) -> bool:
@@ -58,6 +85,7 @@ def _validate(path: Path, create: bool) -> bool:
                             "set SWARM_TUI_DB to a writable path") from None
     elif not os.access(path, os.R_OK):
         raise UserError(f"database {path}: cannot read it (permission denied)")
+    _check_companions(path)
     try:
         raw = sqlite3.connect(f"file:{quote(str(path))}?mode=rw", uri=True,
                               timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
