@@ -9,7 +9,7 @@ import asyncio
 import functools
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -109,6 +109,33 @@ class CallResult:
             self.ended_at = self.wire_end
 
 
+def _bounded_body(httpx2: Any) -> Callable[[Any], Awaitable[None]]:
+    """A response hook for the SDK's client: the body is read through a counter that
+    stops past ANSWER_MAX, as the wire path's reads do — a gateway or proxy that never
+    ends its answer grew the process until the call's timeout (`--transport httpx2`)."""
+    from swarm_tui.gateway.wire import ANSWER_MAX, AnswerTooLarge
+
+    class Bounded(httpx2.AsyncByteStream):
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            read = 0
+            async for chunk in self.inner:
+                read += len(chunk)
+                if read > ANSWER_MAX:
+                    raise AnswerTooLarge(f"answer past {ANSWER_MAX >> 20} MiB: not read on")
+                yield chunk
+
+        async def aclose(self) -> None:
+            await self.inner.aclose()
+
+    async def hook(response: Any) -> None:  # before the body is read, streamed or not
+        response.stream = Bounded(response.stream)
+
+    return hook
+
+
 def build_http_client(transport: Transport, pool: int, timeout_s: float) -> httpx2.AsyncClient:
     import httpx2
     import openai
@@ -120,14 +147,16 @@ def build_http_client(transport: Transport, pool: int, timeout_s: float) -> http
 
     limits = httpx2.Limits(max_connections=pool, max_keepalive_connections=pool)
     timeout = httpx2.Timeout(timeout_s, connect=min(10.0, timeout_s))
+    hooks = {"response": [_bounded_body(httpx2)]}
     if transport == "httpx2":
-        return openai.DefaultAsyncHttpxClient(limits=limits, timeout=timeout)
+        return openai.DefaultAsyncHttpxClient(limits=limits, timeout=timeout, event_hooks=hooks)
     if AiohttpTransport is None:  # pragma: no cover
-        return openai.DefaultAioHttpClient(limits=limits, timeout=timeout)
+        return openai.DefaultAioHttpClient(limits=limits, timeout=timeout, event_hooks=hooks)
     wire = AiohttpTransport(limits=limits)
     wire.client = functools.partial(timed_session, pool, min(10.0, timeout_s),
                                     limits.keepalive_expiry or 5.0, wire.ssl_context)
-    return openai.DefaultAioHttpClient(limits=limits, timeout=timeout, transport=wire)
+    return openai.DefaultAioHttpClient(limits=limits, timeout=timeout, transport=wire,
+                                       event_hooks=hooks)
 
 
 class GatewayClient:

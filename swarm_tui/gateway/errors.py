@@ -152,6 +152,9 @@ def classify(exc: BaseException, keys: tuple[str, ...] = ()) -> CallError:
 
     from swarm_tui.gateway.wire import AnswerTooLarge, InStreamError, WireStatusError
 
+    if isinstance(exc.__cause__, AnswerTooLarge):  # the SDK wraps what its client raised
+        exc = exc.__cause__
+
     if isinstance(exc, WireStatusError):  # the wire path's non-2xx: as the SDK's below
         headers = kept_headers(exc.headers)
         inner = exc.body.get("error", exc.body) if isinstance(exc.body, dict) else None

@@ -174,13 +174,17 @@ async def chat(request):
 
 
 @pytest.mark.usefixtures("no_user_config")
+@pytest.mark.parametrize("transport", ["wire", "aiohttp", "httpx2"])
 @pytest.mark.parametrize("stream", [True, False])
-def test_an_answer_without_end_is_cut_at_its_bound_not_read_into_memory(tmp_path, stream):
+def test_an_answer_without_end_is_cut_at_its_bound_not_read_into_memory(tmp_path, stream,
+                                                                       transport):
     """A gateway or proxy that never ends its answer grew the swarm process until the
     call's timeout (gigabytes on loopback). Past 16 MiB the call fails (class other, not
-    retried: it was answered), with one line on record saying why."""
+    retried: it was answered), with one line on record saying why — on the wire path and
+    through the SDK on either of its transports."""
     r, env = run_against(ENDLESS, tmp_path, [{"id": "a", "prompt": "answer"}],
-                         *([] if stream else ["--no-stream"]), gateway_toml="timeout_s = 120\n")
+                         "--transport", transport, *([] if stream else ["--no-stream"]),
+                         gateway_toml="timeout_s = 120\n")
     assert r.returncode == 3, r.stderr
     task = exported(json.loads(r.stdout)["run_id"], env)["a"]
     assert task["state"] == "failed" and task["error_class"] == "other"
