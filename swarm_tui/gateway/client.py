@@ -112,8 +112,15 @@ class CallResult:
 def _bounded_body(httpx2: Any) -> Callable[[Any], Awaitable[None]]:
     """A response hook for the SDK's client: the body is read through a counter that
     stops past ANSWER_MAX, as the wire path's reads do — a gateway or proxy that never
-    ends its answer grew the process until the call's timeout (`--transport httpx2`)."""
-    from swarm_tui.gateway.wire import ANSWER_MAX, AnswerTooLarge
+    ends its answer grew the process until the call's timeout (`--transport httpx2`) —
+    and that tells the call when the stream's `data: [DONE]` went by (the SDK's stream
+    swallows it; the wire path's reader sees it), so both paths judge a stream whole alike."""
+    import re
+
+    from swarm_tui.gateway.wire import ANSWER_MAX, CURRENT_CALL, AnswerTooLarge
+
+    # at a line's start: a newline byte never occurs inside a JSON chunk (it is escaped)
+    done = re.compile(rb"\ndata: ?\[DONE\]\r?(?:\n|$)")
 
     class Bounded(httpx2.AsyncByteStream):
         def __init__(self, inner: Any) -> None:
@@ -121,10 +128,15 @@ def _bounded_body(httpx2: Any) -> Callable[[Any], Awaitable[None]]:
 
         async def __aiter__(self) -> AsyncIterator[bytes]:
             read = 0
+            tail = b"\n"  # the body's start is a line's; then its last bytes, for a
+            call = CURRENT_CALL.get()  # sentinel split across two reads
             async for chunk in self.inner:
                 read += len(chunk)
                 if read > ANSWER_MAX:
                     raise AnswerTooLarge(f"answer past {ANSWER_MAX >> 20} MiB: not read on")
+                if call is not None and done.search(tail + chunk):
+                    call.mark_done()
+                tail = (tail + chunk)[-16:]
                 yield chunk
 
         async def aclose(self) -> None:

@@ -300,13 +300,16 @@ async def chat(request):
 
 
 @pytest.mark.usefixtures("no_user_config")
-def test_a_stream_the_gateway_ended_with_done_is_whole_without_a_finish_reason(tmp_path):
+@pytest.mark.parametrize("transport", ["wire", "aiohttp", "httpx2"])
+def test_a_stream_the_gateway_ended_with_done_is_whole_without_a_finish_reason(tmp_path,
+                                                                              transport):
     """Gemini's OpenAI-compatible proxies and some local servers end a stream with
     `[DONE]` and no finish_reason (or "" on every chunk): the answer is whole, and it was
-    booked cut and sent again. A body that ends with neither is still a cut stream."""
+    booked cut and sent again. A body that ends with neither is still a cut stream. The
+    same on the SDK's path (its stream swallows `[DONE]`; the body's reader sees it)."""
     r, env = run_against(NO_FINISH, tmp_path, [{"id": k, "prompt": k} for k in
                                                ("done", "done-at-eof", "blank")],
-                         gateway_toml="")
+                         "--transport", transport)
     assert r.returncode == 3, r.stderr  # "blank" failed
     tasks = exported(json.loads(r.stdout)["run_id"], env)
     for k in ("done", "done-at-eof"):
