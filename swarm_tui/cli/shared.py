@@ -32,16 +32,12 @@ def run_async(coro: Coroutine[Any, Any, T]) -> T:
     return run(coro)
 
 
-def run_brief(coro: Coroutine[Any, Any, T]) -> T:
-    from swarm_tui.aio import run_brief as run
-
-    return run(coro)
-
-
 def brief_with_db(args: argparse.Namespace, fn: Callable[..., Awaitable[T]], *rest: Any,
                   create: bool = True) -> T:
     """A command that asks the store a few things and ends: plain asyncio, and a SQLite
     file's statements on this thread (store/direct.py) — no loop or thread to set up."""
+    from swarm_tui.aio import run_brief
+
     return run_brief(with_db(args, fn, *rest, create=create, direct=True))
 
 
@@ -156,11 +152,10 @@ def interactive() -> bool:
 
 def open_console(args: argparse.Namespace, cfg: LoadedConfig, **kw: Any) -> int:
     from swarm_tui.commands.canary import canary_config
-
-    # with no gateways configured, the canary panel shows the simulator's demo canary
     from swarm_tui.settings.view import ConfigView
     from swarm_tui.ui.launch import run_console
 
+    # with no gateways configured, the canary panel shows the simulator's demo canary
     canary = (canary_config(ConfigView.of(cfg)) if cfg.settings.canary or cfg.simulated_only
               else None)
     end = run_console(cfg, gateway=getattr(args, "gateway", None), readonly=args.readonly,

@@ -101,9 +101,9 @@ async def _list(conn: StoreConnection, cfg: ConfigView, args: argparse.Namespace
          errs) in await _live(conn):
         item = items.get((gw, fp)) or KeyListing(gateway=gw, fingerprint=fp, label=label,
                                                  source=source)
-        items[(gw, fp)] = replace(item, **{
-            "state": state, "cooling_until": until, "reason": reason, "in_flight": fly,
-            "calls": calls, "rate_limited": r429, "errors": errs, "run_id": run_id})
+        items[(gw, fp)] = replace(item, state=state, cooling_until=until, reason=reason,
+                                  in_flight=fly, calls=calls, rate_limited=r429, errors=errs,
+                                  run_id=run_id)
     rows = [k for k in items.values() if not args.gateway or k.gateway == args.gateway]
     if args.json:
         print(json.dumps([as_plain(k) for k in rows], indent=2))

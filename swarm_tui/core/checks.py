@@ -2,7 +2,7 @@
 
 The config's sections and the price entries are stdlib dataclasses: pydantic validates a
 TOML file into them (same rules, same one-line errors as a BaseModel), while a command
-that reads a validated copy (settings/snapshot.py) builds them with no pydantic at all.
+that reads a validated copy (commands/config_copy.py) builds them with no pydantic at all.
 Each marker is pydantic's documented `__get_pydantic_core_schema__` hook; pydantic_core is
 imported only when pydantic builds a schema.
 """

@@ -134,6 +134,7 @@ def _bounded_body(httpx2: Any) -> Callable[[Any], Awaitable[None]]:
                 read += len(chunk)
                 if read > ANSWER_MAX:
                     raise AnswerTooLarge(f"answer past {ANSWER_MAX >> 20} MiB: not read on")
+                # seen as it goes by: the SDK stops reading at the sentinel, not the end
                 if call is not None and done.search(tail + chunk):
                     call.mark_done()
                 tail = (tail + chunk)[-16:]

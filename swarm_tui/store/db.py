@@ -16,7 +16,7 @@ from urllib.parse import quote
 from swarm_tui.errors import UserError
 from swarm_tui.paths import default_db_path
 from swarm_tui.store.conn import BUSY_TIMEOUT_MS, StoreConnection
-from swarm_tui.store.own_files import is_own_file
+from swarm_tui.store.own_files import is_own_file, open_own, own_dir
 from swarm_tui.store.schema import MIGRATIONS, SCHEMA_VERSION
 from swarm_tui.store.scrub import run_data_step
 from swarm_tui.store.target import DbTarget, PgTarget, db_error, is_pg_url
@@ -143,7 +143,6 @@ async def _migration_lock(path: Path) -> AsyncIterator[None]:
     together each ran the next step; the second failed on what the first had just
     committed (`table key_changes already exists`): a run and the `runs` typed beside it."""
     from swarm_tui.store.claims import lock_dir
-    from swarm_tui.store.own_files import open_own, own_dir
 
     lock = lock_dir(path) / "schema.lock"
     try:  # this user's folder and file alone, as the run locks beside it
