@@ -1,8 +1,8 @@
-"""The one way this program runs a coroutine to the end: on uvloop where it is installed."""
+"""The ways this program runs a coroutine to its end: on uvloop where it is installed, on
+plain asyncio for a few queries, and on no loop at all for a store on this thread."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
@@ -11,6 +11,8 @@ T = TypeVar("T")
 
 def run_async(coro: Coroutine[Any, Any, T]) -> T:
     """asyncio.run on uvloop where available: less loop overhead per call on 2 cores."""
+    import asyncio
+
     try:
         import uvloop
     except ImportError:
@@ -20,6 +22,27 @@ def run_async(coro: Coroutine[Any, Any, T]) -> T:
 
 
 def run_brief(coro: Coroutine[Any, Any, T]) -> T:
-    """asyncio.run for a command that makes a few queries and ends (`runs`, `report`,
-    `keys list`): uvloop's per-call saving never pays back its import there (issue 34)."""
+    """asyncio.run for a command that makes a few queries and ends on a server's store:
+    uvloop's per-call saving never pays back its import there (issue 34)."""
+    import asyncio
+
     return asyncio.run(coro)
+
+
+class NeedsLoop(RuntimeError):
+    """A coroutine given to run_here waited on something only an event loop can finish."""
+
+
+def run_here(coro: Coroutine[Any, Any, T]) -> T:
+    """Run to its end a coroutine that never waits — a SQLite file's statements on this
+    thread (store/direct.py) — with no event loop: importing asyncio (and the ssl,
+    sockets and threads it brings) is ~4× `python -c pass` on its own, more than all the
+    queries of `runs` or `report last` (issue 34). An exception raised inside unwinds the
+    coroutine's `finally` blocks as on a loop; a coroutine that does wait is closed (its
+    `finally` blocks run) and NeedsLoop raised — a bug the brief commands' tests catch."""
+    try:
+        waited_on = coro.send(None)
+    except StopIteration as done:
+        return done.value
+    coro.close()
+    raise NeedsLoop(f"{getattr(coro, '__qualname__', coro)} waited on {waited_on!r}")

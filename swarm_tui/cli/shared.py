@@ -34,11 +34,17 @@ def run_async(coro: Coroutine[Any, Any, T]) -> T:
 
 def brief_with_db(args: argparse.Namespace, fn: Callable[..., Awaitable[T]], *rest: Any,
                   create: bool = True) -> T:
-    """A command that asks the store a few things and ends: plain asyncio, and a SQLite
-    file's statements on this thread (store/direct.py) — no loop or thread to set up."""
-    from swarm_tui.aio import run_brief
+    """A command that asks the store a few things and ends. A SQLite file: its statements
+    on this thread (store/direct.py) and no event loop at all (aio.run_here); a server:
+    plain asyncio."""
+    from swarm_tui.aio import run_brief, run_here
+    from swarm_tui.store.db import resolve_db_target
+    from swarm_tui.store.target import PgTarget
 
-    return run_brief(with_db(args, fn, *rest, create=create, direct=True))
+    path = resolve_db_target(args.db)
+    if isinstance(path, PgTarget):
+        return run_brief(with_db(args, fn, *rest, create=create, path=path))
+    return run_here(with_db(args, fn, *rest, create=create, direct=True, path=path))
 
 
 def sim_settings(args: argparse.Namespace, prefix: str = "") -> SimSettings:
@@ -107,11 +113,12 @@ def opts_from_args(args: argparse.Namespace, preflight_default: bool = False,
 
 
 async def with_db(args: argparse.Namespace, fn: Callable[..., Awaitable[T]], *rest: Any,
-                  create: bool = True, direct: bool = False) -> T:
+                  create: bool = True, direct: bool = False, path: DbTarget | None = None
+                  ) -> T:
     """Open the store (one-line errors), run `fn(conn, path, ...)`, always close."""
     from swarm_tui.store.db import db_error, open_db, resolve_db_target
 
-    path = resolve_db_target(args.db)
+    path = resolve_db_target(args.db) if path is None else path
     conn = await open_db(path, create=create, direct=direct)
     try:
         return await fn(conn, path, *rest)

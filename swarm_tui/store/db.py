@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import fcntl
 import os
@@ -138,7 +137,7 @@ def _remove_new(path: Path) -> None:
 
 
 @contextlib.asynccontextmanager
-async def _migration_lock(path: Path) -> AsyncIterator[None]:
+async def _migration_lock(path: Path, here: bool) -> AsyncIterator[None]:
     """One process migrates a database file at a time. Openers that read the old version
     together each ran the next step; the second failed on what the first had just
     committed (`table key_changes already exists`): a run and the `runs` typed beside it."""
@@ -150,7 +149,12 @@ async def _migration_lock(path: Path) -> AsyncIterator[None]:
     except OSError as e:
         raise UserError(f"database {path}: its lock {lock}: {e.strerror}") from None
     try:
-        await asyncio.to_thread(fcntl.flock, fd, fcntl.LOCK_EX)  # a migration is short
+        if here:  # a store on this thread (store/direct.py) waits on it, as for its rows
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        else:
+            import asyncio
+
+            await asyncio.to_thread(fcntl.flock, fd, fcntl.LOCK_EX)  # a migration is short
         yield
     finally:
         os.close(fd)  # drops the lock
@@ -213,7 +217,7 @@ async def open_db(path: DbTarget, *, create: bool = True, reconcile: bool = True
         # without a limit the WAL keeps that size on disk until the last connection closes
         await conn.execute(f"PRAGMA journal_size_limit = {WAL_KEEP_BYTES}")
         if version < SCHEMA_VERSION:
-            async with _migration_lock(path):
+            async with _migration_lock(path, direct):
                 # another opener may have migrated while this one waited: read it again
                 async with conn.execute("PRAGMA user_version") as cur:
                     version = (await cur.fetchone() or [0])[0]

@@ -10,7 +10,6 @@ notification (a dropped listening connection).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
@@ -48,6 +47,8 @@ class Listener:
         self._heard: set[tuple[str, str]] = set()
         self._everything = False  # back after a loss: every key counts as named once
         self._on_notify = on_notify
+        import asyncio  # here: a command that only queues a notify never loads a loop
+
         self._task = asyncio.create_task(self._listen())
         self.lost = False  # the connection failed: readers fall back to their polls
 
@@ -83,6 +84,8 @@ class Listener:
         return raw
 
     async def _listen(self) -> None:
+        import asyncio
+
         import psycopg
 
         from swarm_tui.store.pg import RECONNECT_BACKOFF_S
@@ -124,6 +127,8 @@ class Listener:
         return False
 
     async def close(self) -> None:
+        import asyncio
+
         import psycopg
 
         self._task.cancel()

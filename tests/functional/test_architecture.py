@@ -184,7 +184,8 @@ def _python_in(home: pathlib.Path, code: str, timeout: float) -> subprocess.Comp
 
 @pytest.mark.parametrize("argv", [["runs"], ["runs", "--json"], ["canary", "--help"],
                                   ["--help"], ["run", "--help"], ["report", "last"],
-                                  ["keys", "list"], ["canary", "status"]], ids=" ".join)
+                                  ["keys", "list"], ["canary", "status"], ["cost", "last"],
+                                  ["export", "last"]], ids=" ".join)
 def test_reading_commands_import_no_console_and_no_http_client(one_run_db, argv):
     """`runs` (and the parser of every command) starts without Textual, the openai SDK, an
     HTTP transport or the on-call exporters: they are most of the console's import time
@@ -195,12 +196,13 @@ def test_reading_commands_import_no_console_and_no_http_client(one_run_db, argv)
         heavy |= {"pydantic", "pydantic_settings", "swarm_tui.engine", "swarm_tui.workload",
                   "swarm_tui.settings.sections"}
         heavy.add("psycopg")  # a SQLite store: no PostgreSQL driver (~45 ms)
-    if argv[0] in ("runs", "report", "keys", "canary") and "--help" not in argv:
+    if argv[0] in ("runs", "report", "keys", "canary", "cost", "export") and "--help" not in argv:
         heavy.add("uvloop")  # a few queries: ~2 ms to import, nothing to win
         heavy.add("aiosqlite")  # nor a thread per statement (store/direct.py)
+        heavy.add("asyncio")  # nor an event loop: ~4× `python -c pass` alone (aio.run_here)
     if argv[0] == "runs":  # a store named by SWARM_TUI_DB and no config to look for: no
         heavy.add("platformdirs")  # platformdirs (~4 ms, it brings tempfile and shutil)
-    if argv[0] in ("report", "keys", "canary") and "--help" not in argv:
+    if argv[0] in ("report", "keys", "canary", "cost") and "--help" not in argv:
         # the validated config and stored rows: never the engine's runner, the workload's
         # models, the loop timer (hdrh) or a run's machinery (issue 33's core/ floor) —
         # and, once a validated copy of this config is kept, not pydantic either
@@ -223,7 +225,7 @@ def test_reading_commands_import_no_console_and_no_http_client(one_run_db, argv)
             "names = {'.'.join(m.split('.')[:i]) for m in sys.modules for i in (1, 2, 3)}\n"
             "print(out.getvalue())\n"
             "print(sorted(names & set(heavy)))\n")
-    if argv[0] in ("report", "keys", "canary") and "--help" not in argv:
+    if argv[0] in ("report", "keys", "canary", "cost") and "--help" not in argv:
         _python_in(one_run_db, f"from swarm_tui.cli import main\nmain({argv!r})", timeout=60)
     r = _python_in(one_run_db, code, timeout=60)
     if argv[0] == "runs":  # it listed the stored run (not "no runs recorded yet")
