@@ -45,7 +45,7 @@ async def runs(conn: StoreConnection, path: DbTarget, args: argparse.Namespace) 
     # --moments: each run's notable moments (read per run: not in the plain listing,
     # which reads only the stored summaries)
     from swarm_tui.commands.replay import moments_text, notable_moments
-    from swarm_tui.core.moments import iso, replay_command
+    from swarm_tui.core.moments import moment_iso, replay_command
     from swarm_tui.store.runs import get_run
 
     out: list[dict] = []
@@ -56,7 +56,7 @@ async def runs(conn: StoreConnection, path: DbTarget, args: argparse.Namespace) 
         moments = await notable_moments(conn, run)
         if args.json:
             out.append({**item.as_dict(), "moments": [
-                {"at": iso(at), "offset_s": round(at - run.started_at, 3), "what": what,
+                {"at": moment_iso(at), "offset_s": round(at - run.started_at, 3), "what": what,
                  "replay": replay_command(run.id, at)} for at, what in moments]})
             continue
         print(runs_table([item]).split("\n", 1)[1])

@@ -13,7 +13,7 @@ import time
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from swarm_tui.core.moments import iso
+from swarm_tui.core.moments import iso, moment_iso
 from swarm_tui.errors import UserError
 from swarm_tui.store.moments import first_value as _one
 from swarm_tui.store.moments import notable_moments
@@ -93,7 +93,8 @@ def status_block(snap: Snapshot, at: float, started_at: float) -> str:
     p50, p95, p99 = snap.latency_ms
     c = snap.counts
     lines = [
-        f"run {snap.run_id} at {iso(at)} (+{fmt.duration(at - started_at)}): {snap.status}",
+        f"run {snap.run_id} at {moment_iso(at)} (+{fmt.duration(at - started_at)}): "
+        f"{snap.status}",
         f"tasks  {snap.done}/{snap.total} done — succeeded {c.get('succeeded', 0)}, "
         f"failed {c.get('failed', 0)}, in flight {snap.in_flight}",
         f"calls  {snap.calls} answered, ok {fmt.pct(snap.call_success_rate)} per call, "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from urllib.parse import quote
@@ -17,11 +18,20 @@ def iso(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
 
+def moment_iso(t: float) -> str:
+    """UTC to the millisecond, rounded up: `2026-12-05T14:03:20.714Z` for 20.7131. What a
+    page or a moment's list gives to paste: the moment it opens includes what happened at
+    `t` (a replay shows what happened by then). To the second, a breach paged at 20.7
+    opened at 20.0, before it — and two moments of one second read the same."""
+    ms = math.ceil(t * 1000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms // 1000)) + f".{ms % 1000:03d}Z"
+
+
 def replay_command(run_id: str, at: float) -> str:
     """The command that opens the console at that moment of the run."""
-    return f"swarm-tui replay {run_id} --at {iso(at)}"
+    return f"swarm-tui replay {run_id} --at {moment_iso(at)}"
 
 
 def moment_link(console_url: str, run_id: str, at: float) -> str:
     """The served console at that moment (`swarm-tui serve`'s /at/RUN/TIME)."""
-    return f"{console_url}/at/{quote(run_id, safe='')}/{quote(iso(at), safe='')}"
+    return f"{console_url}/at/{quote(run_id, safe='')}/{quote(moment_iso(at), safe='')}"
