@@ -12,6 +12,8 @@ from datetime import UTC, datetime
 
 import pytest
 
+from swarm_tui.core import fmt
+from swarm_tui.core.moments import moment_iso
 from swarm_tui.run_sources import StoreSource
 from swarm_tui.ui.app import SwarmApp
 from tests import moment_fixture as mf
@@ -125,7 +127,10 @@ async def test_the_screenshot_of_a_moment_is_the_console_at_that_moment(
         await steady(pilot)
         console = app.export_screenshot()
     assert _svg_text(shot.read_text()) == _svg_text(console)
-    assert f"{mf.MOMENTS[moment]:.0f}" in r.stdout or "+" in r.stdout  # the status block
+    # the status block for the ticket names the same moment
+    offset = mf.MOMENTS[moment]
+    header = f" at {moment_iso(mf.T0 + offset)} (+{fmt.duration(offset)}): "
+    assert header in r.stdout, r.stdout
     # the operator's data (task ids, errors, cost): private as an export, whatever the umask
     assert stat.S_IMODE(shot.stat().st_mode) == 0o600
 
