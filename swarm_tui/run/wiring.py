@@ -153,10 +153,11 @@ class RunSetup:
             self.sim = self._start_sim(sim_settings)
             sims = [(SIM_GATEWAY, self.sim)]
             if self.canary is not None:  # the team's move: direct provider → gateway
-                # (its 429s off: with the demo's single key each would pause the baseline
-                # for the Retry-After, which is right for a real limit but slow to watch)
-                baseline = self.opts.sim.model_copy(update={"profile": "direct",
-                                                            "rate_429": 0.0})
+                # (its 429s off unless asked for with --sim-rate-429: with the demo's
+                # single key each pauses the baseline for the Retry-After, which is right
+                # for a real limit but slow to watch)
+                quiet = {} if self.opts.sim.rate_429 is not None else {"rate_429": 0.0}
+                baseline = self.opts.sim.model_copy(update={"profile": "direct", **quiet})
                 self.sim_baseline = self._start_sim(baseline)
                 sims = [(SIM_GATEWAY, self.sim_baseline), (SIM_CANARY_GATEWAY, self.sim)]
             for name, proc in sims:
