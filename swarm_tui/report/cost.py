@@ -9,7 +9,7 @@ from swarm_tui.core.plain import as_plain
 from swarm_tui.engine.cost import CostLine, CostReport, cost_report
 from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.cost_rows import cost_groups
-from swarm_tui.store.runs import RunRecord
+from swarm_tui.store.runs import RunRecord, wall_ms_so_far
 
 TIMELINE_STEPS = 30  # the cost timeline's equal parts of the run
 
@@ -25,7 +25,7 @@ def long_model_of(run: RunRecord, cfg: ConfigView) -> str | None:
 async def stored_cost(conn: StoreConnection, run: RunRecord, cfg: ConfigView
                       ) -> CostReport:
     """Recorded costs as billed at run time; what-ifs priced on the current table."""
-    wall_s = run.wall_ms / 1000.0
+    wall_s = await wall_ms_so_far(conn, run) / 1000.0
     rows = await cost_groups(conn, run.id, run.started_at, wall_s, TIMELINE_STEPS)
     tpd = int(run.config.get("settings", {}).get("tasks_per_day")
               or cfg.settings.tasks_per_day)

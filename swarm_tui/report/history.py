@@ -19,7 +19,13 @@ from swarm_tui.store import reads
 from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.lost_sends import lost_sends
 from swarm_tui.store.reads import live_figures
-from swarm_tui.store.runs import ENDED, RunRecord, task_rows, tasks_sent_twice
+from swarm_tui.store.runs import (
+    ENDED,
+    RunRecord,
+    task_rows,
+    tasks_sent_twice,
+    wall_ms_so_far,
+)
 
 
 async def load_summary(conn: StoreConnection, run: RunRecord) -> RunSummary:
@@ -34,7 +40,8 @@ async def load_summary(conn: StoreConnection, run: RunRecord) -> RunSummary:
             builder.add(row)
     live = await live_figures(conn, run.id)  # the executor's last heartbeat
     lag = (live.get("run_lag_p95_ms"), live.get("run_lag_max_ms"))
-    summary = builder.summary(run_id=run.id, sla=run.sla, wall_ms=run.wall_ms, name=run.name,
+    wall_ms = await wall_ms_so_far(conn, run)  # an interrupted run's too
+    summary = builder.summary(run_id=run.id, sla=run.sla, wall_ms=wall_ms, name=run.name,
                               client_lag=lag, status=run.effective_status(),
                               simulated=run.simulated, started_at=run.started_at)
     summary.sent_twice = len(await tasks_sent_twice(conn, run.id))

@@ -20,7 +20,7 @@ from swarm_tui.errors import UserError
 from swarm_tui.store.claims import take_lock
 from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.lost_sends import supersede_lost
-from swarm_tui.store.runs import RunRecord, get_run
+from swarm_tui.store.runs import RunRecord, get_run, unsummed_wall_ms
 from swarm_tui.store.spill import find_journals, read_journal
 from swarm_tui.store.target import DbTarget
 from swarm_tui.store.writer import SQL_BY_TABLE, TABLE_ORDER
@@ -54,9 +54,11 @@ async def reconcile_runs(conn: StoreConnection, path: DbTarget) -> list[str]:
                 if warning:
                     warnings.append(warning)
             if run.status == RunStatus.RUNNING and await _all_answered(conn, run_id):
+                # it ended at its last heartbeat; that session's time joins the run's wall
                 await conn.execute(
-                    "UPDATE runs SET status='finished', finished_at=?, owner_token=NULL "
-                    "WHERE id=? AND owner_token IS ?", (time.time(), run_id, run.owner_token))
+                    "UPDATE runs SET status='finished', finished_at=?, owner_token=NULL, "
+                    "wall_ms = wall_ms + ? WHERE id=? AND owner_token IS ?",
+                    (time.time(), await unsummed_wall_ms(conn, run), run_id, run.owner_token))
         except sqlite3.Error as e:
             warnings.append(f"run {run_id}: could not reconcile ({e})")
         finally:

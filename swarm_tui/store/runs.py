@@ -311,6 +311,25 @@ async def resumable_tasks(
     return seqs, heads, prior
 
 
+async def unsummed_wall_ms(conn: StoreConnection, run: RunRecord) -> float:
+    """The span of a run's current session up to its last heartbeat. A session adds its
+    wall time to the run's when it ends, so one still executing — or killed — has not:
+    without this an interrupted run read `wall 0 ms` and no cost rate."""
+    if run.status != RunStatus.RUNNING:
+        return 0.0
+    async with conn.execute("SELECT MAX(at) FROM events WHERE run_id=? AND "
+                            "kind='session_started'", (run.id,)) as cur:
+        row = await cur.fetchone()
+    since = row[0] if row and row[0] is not None else (
+        run.started_at if not run.wall_ms else None)  # a store older than the event
+    return 0.0 if since is None else max(0.0, run.heartbeat_at - since) * 1000.0
+
+
+async def wall_ms_so_far(conn: StoreConnection, run: RunRecord) -> float:
+    """The run's wall time: its ended sessions' sum, and the current one's span so far."""
+    return run.wall_ms + await unsummed_wall_ms(conn, run)
+
+
 async def claim_run(conn: StoreConnection, run: RunRecord, claim: Claim,
                     path: DbTarget) -> None:
     """Take over a run whose owner is gone: compare-and-swap on the claim token read with
@@ -332,12 +351,14 @@ async def claim_run(conn: StoreConnection, run: RunRecord, claim: Claim,
         async with conn.execute("SELECT live_json FROM runs WHERE id=?", (run.id,)) as cur:
             row = await cur.fetchone()
         await book_lost_sends(conn, run.id, run.owner_token, row[0] if row else None)
+    # the dead session's time, up to its last heartbeat, counts in the run's wall
+    dead_ms = await unsummed_wall_ms(conn, run)
     cur = await conn.execute(
         "UPDATE runs SET status='running', heartbeat_at=?, pid=?, host=?, finished_at=NULL, "
-        "live_json=NULL, "
+        "live_json=NULL, wall_ms = wall_ms + ?, "
         "owner_token=?, owner_started=?, lock_path=? WHERE id=? AND owner_token IS ?",
-        (time.time(), claim.pid, claim.host, claim.token, claim.started, str(claim.lock_path),
-         run.id, run.owner_token))
+        (time.time(), claim.pid, claim.host, dead_ms, claim.token, claim.started,
+         str(claim.lock_path), run.id, run.owner_token))
     if cur.rowcount != 1:
         claim.release()
         raise UserError(f"run {run.id}: another process claimed it a moment ago ({path})")

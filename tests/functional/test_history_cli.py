@@ -104,6 +104,7 @@ def test_sigkill_then_resume_sends_only_what_was_not_stored(tmp_path, sim_proc):
         except sqlite3.OperationalError:
             pass
     os.kill(run.pid, signal.SIGKILL)
+    killed_at = time.time()
     run.wait(10)
     assert 600 <= stored < n, "the kill must land mid-run"
     # the dead client's calls still being answered settle (the server's own gauge)
@@ -114,6 +115,12 @@ def test_sigkill_then_resume_sends_only_what_was_not_stored(tmp_path, sim_proc):
     runs = json.loads(swarm("runs", "--json").stdout)
     assert runs[0]["status"] == "interrupted"
     run_id = runs[0]["id"]
+    # its wall time runs to its last heartbeat (a killed session never added its own)
+    with sqlite3.connect(db) as raw:
+        started, beat = raw.execute("SELECT started_at, heartbeat_at FROM runs").fetchone()
+    cut = json.loads(swarm("report", run_id, "--json").stdout)
+    assert cut["wall_ms"] == pytest.approx((beat - started) * 1000, abs=1500), cut["wall_ms"]
+    assert 0 < cut["wall_ms"] <= (killed_at - started) * 1000 and cut["calls_per_s"]
     with sqlite3.connect(db) as raw:
         before = dict(raw.execute("SELECT task_id, latency_ms FROM task_results "
                                   "WHERE state='succeeded'").fetchall())
@@ -134,6 +141,7 @@ def test_sigkill_then_resume_sends_only_what_was_not_stored(tmp_path, sim_proc):
     assert r.returncode in (0, 3), r.stderr
     out = json.loads(r.stdout)
     assert out["run_id"] == run_id and out["total"] == n and out["succeeded"] == n
+    assert out["wall_ms"] > cut["wall_ms"]  # both sessions' time
     resumed = n - len(before)
     assert _served(port) - served_before == resumed  # only the unstored tasks were sent
     with sqlite3.connect(db) as raw:

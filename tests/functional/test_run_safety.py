@@ -378,11 +378,15 @@ def test_a_run_killed_after_its_last_flush_is_marked_finished(tmp_path):
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True).stdout.strip()
     with sqlite3.connect(db) as raw:  # as a kill between the last flush and the status
-        raw.execute("UPDATE runs SET status='running', pid=?, owner_token='x' WHERE id=?",
-                    (int(dead), run_id))
+        raw.execute("UPDATE runs SET status='running', pid=?, owner_token='x', wall_ms=0 "
+                    "WHERE id=?", (int(dead), run_id))
     listed = json.loads(swarm("runs", "--json").stdout)
     assert listed[0]["status"] == "finished"
     assert _q(db, "SELECT owner_token FROM runs") == [(None,)]
+    # the session's time up to its last heartbeat is the run's wall (it never added it)
+    [(wall, beat)] = _q(db, "SELECT wall_ms, heartbeat_at FROM runs")
+    [(session,)] = _q(db, "SELECT MAX(at) FROM events WHERE kind='session_started'")
+    assert wall == pytest.approx((beat - session) * 1000) and wall > 0
 
 
 async def test_an_executor_that_lost_its_claim_cannot_write(sim_factory, db_target):
