@@ -4,6 +4,7 @@ fallback and a key cooling down happening in it (issue 13)."""
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 
 import pytest
@@ -40,13 +41,18 @@ def test_the_demo_incidents_show_a_retry_a_fallback_and_a_key_cooling(tmp_path):
               "--quiet", "--json", "--sim-seed", "5", env=env, timeout=180)
     summary = json.loads(r.stdout)
     assert summary["succeeded"] == 1200, r.stderr  # handled: nothing lost to the incidents
-    # the demo's gateway keeps the SLA's success through its incidents (latency is the
-    # machine's to judge: a slow one may call it inconclusive, and exit 0 then too)
-    assert summary["call_success_rate"] >= 0.99, summary["sla"]
-    sla = summary["sla"]  # a breach of p95 alone is the machine's latency (exit 3 then)
+    sla = summary["sla"]
     assert r.returncode == (0 if sla["met"] or sla["inconclusive"] else 3), sla
-    assert all(b.startswith("p95") for b in sla["breaches"]), sla
     db = sqlite3.connect(tmp_path / "runs.db")
+    # The demo's gateway keeps the SLA's success through its scripted incidents; what its
+    # quota's end adds is the machine's: the calls already out on demo-key-a when its
+    # first 429 is read (2 on a quiet machine, 19 on one core shared with three test
+    # workers). So: every other failure within the SLA's 1 %, and — below — the key-model
+    # sent nothing more once it cooled. Latency is the machine's to judge (p95).
+    other = db.execute("SELECT COUNT(*) FROM attempts WHERE outcome='error' AND "
+                       "error_class != 'rate_limited'").fetchone()[0]
+    assert other <= 0.01 * summary["calls"], (other, summary["calls"])
+    assert all(b.startswith(("p95", "call success")) for b in sla["breaches"]), sla
     fallbacks = db.execute("SELECT detail_json FROM events WHERE kind='fallback'").fetchall()
     assert fallbacks and all("kimi-k2.5 → deepseek-v3.2" in d for (d,) in fallbacks)
     poisoned = db.execute("SELECT COUNT(*) FROM tasks WHERE task_json LIKE "
@@ -59,6 +65,14 @@ def test_the_demo_incidents_show_a_retry_a_fallback_and_a_key_cooling(tmp_path):
     cooled = db.execute("SELECT detail_json FROM events WHERE kind='control' AND "
                         "detail_json LIKE '%quota spent: next call in%'").fetchall()
     assert cooled, "no key cooled"
+    for at, detail in db.execute("SELECT at, detail_json FROM events WHERE kind='control' AND "
+                                 "detail_json LIKE '%quota spent: next call in%'"):
+        fp, model, wait = re.search(r"key (\S+) (\S+): quota spent: next call in ([0-9.]+) s",
+                                    detail).groups()
+        sent = db.execute("SELECT COUNT(*) FROM attempts WHERE key_fp=? AND model=? AND "
+                          "sent_at > ? AND sent_at < ?", (fp, model, at, at + float(wait))
+                          ).fetchone()[0]
+        assert sent == 0, (detail, sent)  # cooled: nothing sent on it until its quota is back
     limited = db.execute("SELECT DISTINCT key_fp FROM attempts WHERE "
                          "error_class='rate_limited'").fetchall()
     assert len(limited) == 1 and limited[0][0] in cooled[0][0]
