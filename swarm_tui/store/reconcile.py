@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-import time
 from pathlib import Path
 
 from swarm_tui.core.states import RunStatus
@@ -54,11 +53,13 @@ async def reconcile_runs(conn: StoreConnection, path: DbTarget) -> list[str]:
                 if warning:
                     warnings.append(warning)
             if run.status == RunStatus.RUNNING and await _all_answered(conn, run_id):
-                # it ended at its last heartbeat; that session's time joins the run's wall
+                # it ended at its last heartbeat (not when this reader came by, maybe days
+                # later: a replay's end), and that session's time joins the run's wall
                 await conn.execute(
                     "UPDATE runs SET status='finished', finished_at=?, owner_token=NULL, "
                     "wall_ms = wall_ms + ? WHERE id=? AND owner_token IS ?",
-                    (time.time(), await unsummed_wall_ms(conn, run), run_id, run.owner_token))
+                    (run.heartbeat_at, await unsummed_wall_ms(conn, run), run_id,
+                     run.owner_token))
         except sqlite3.Error as e:
             warnings.append(f"run {run_id}: could not reconcile ({e})")
         finally:

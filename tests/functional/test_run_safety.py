@@ -384,9 +384,10 @@ def test_a_run_killed_after_its_last_flush_is_marked_finished(tmp_path):
     assert listed[0]["status"] == "finished"
     assert _q(db, "SELECT owner_token FROM runs") == [(None,)]
     # the session's time up to its last heartbeat is the run's wall (it never added it)
-    [(wall, beat)] = _q(db, "SELECT wall_ms, heartbeat_at FROM runs")
+    [(wall, beat, ended)] = _q(db, "SELECT wall_ms, heartbeat_at, finished_at FROM runs")
     [(session,)] = _q(db, "SELECT MAX(at) FROM events WHERE kind='session_started'")
     assert wall == pytest.approx((beat - session) * 1000) and wall > 0
+    assert ended == beat  # it ended with its executor's last sign of life
 
 
 async def test_an_executor_that_lost_its_claim_cannot_write(sim_factory, db_target):
