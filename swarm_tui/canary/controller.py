@@ -211,12 +211,20 @@ class CanaryController:
             await self.evaluate()
         return new
 
-    async def close(self) -> None:
-        if self._task is not None:
+    async def stop(self) -> None:
+        """Evaluate and follow no more. An evaluation under way ends first — its move saved
+        and told to the listeners — so an abort decided as the run ends is paged before
+        the run's end, never cut off mid-save or after the alerts closed."""
+        if self._task is None:
+            return
+        async with self._lock:  # the loop is between evaluations, or waiting for this
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-            self._task = None
+        self._task = None
+
+    async def close(self) -> None:
+        await self.stop()
         if self.conn is not None:
             await self.conn.close()
             self.conn = None

@@ -104,6 +104,7 @@ class AlertDelivery:
         self._queues: dict[str, asyncio.Queue[Alert]] = {}
         self._workers: list[asyncio.Task[None]] = []
         self._outstanding = 0  # queued or being delivered
+        self._closed = False
         self.delivered = 0
         self.failed = 0
 
@@ -113,6 +114,9 @@ class AlertDelivery:
     def send(self, alert: Alert) -> None:
         """Never blocks: each webhook's worker delivers on this (the engine's) loop."""
         for hook in self.hooks_for(alert):
+            if self._closed:  # its workers are gone: on record, never silently queued
+                self._outcome(hook, alert, False, "raised after the run's alerts closed")
+                continue
             queue = self._queues.get(hook.name)
             if queue is None:
                 queue = self._queues[hook.name] = asyncio.Queue()
@@ -174,9 +178,15 @@ class AlertDelivery:
     async def close(self) -> int:
         """Give the queued deliveries up to `drain_s`, then give up on them. Returns how
         many were abandoned."""
-        drained = asyncio.gather(*(q.join() for q in self._queues.values()))
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(drained, self.cfg.drain_s)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.cfg.drain_s
+        # an alert raised while this drains (a canary move landing as the run ends) is
+        # drained too, its hook's queue new or not
+        while self._outstanding and (left := deadline - loop.time()) > 0:
+            drained = asyncio.gather(*(q.join() for q in self._queues.values()))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(drained, left)
+        self._closed = True
         abandoned = self._outstanding  # still queued, plus the one each worker retries
         for worker in self._workers:
             worker.cancel()

@@ -66,6 +66,8 @@ class Sidecars:
         for watcher in self._watchers:
             await watcher.stop()
         self._watchers = []
+        if self.canary is not None:  # its last move is paged before the run's end
+            await self.canary.stop()
         await self.ops.finish(status, end_alert=end_alert)
 
     async def close(self) -> None:

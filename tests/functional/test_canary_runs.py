@@ -418,3 +418,35 @@ def test_canary_status_elsewhere_judges_the_stage_with_the_executors_loop_lag(
     assert ratio["loaded"]["result"] == "inconclusive", ratio
     assert ratio["quiet"]["result"] == "fail", ratio
     assert _status(cfg, env)["executor_lag_ms"] is None  # no executor running: none
+
+
+async def test_stopping_the_canary_lets_an_evaluation_under_way_land_first(tmp_path,
+                                                                          monkeypatch):
+    """Seen on one loaded core: the run ended while the canary's evaluation was saving an
+    abort; the abort was paged after the run's alerts had closed. A run's end now stops
+    the canary first, and stopping waits for that evaluation: its move reaches the
+    listeners (the alerts) before stop returns."""
+    import asyncio
+
+    from swarm_tui.canary import controller as canary_controller
+    from swarm_tui.engine.routing import CanaryRouter
+    from swarm_tui.settings.sections import CanaryConfig
+
+    monkeypatch.setattr(canary_controller, "POLL_S", 3600.0)
+    cfg = CanaryConfig(baseline="b", candidate="c", interval=3600.0)
+    db = tmp_path / "runs.db"
+    ctl = canary_controller.CanaryController(cfg, CanaryRouter("b", "c"), db)
+    await ctl.open()
+    moves: list[int] = []
+    ctl.listeners.append(lambda _old, new: moves.append(new.pct))
+    try:
+        ctl.start()
+        async with ctl._lock:  # an evaluation under way: it holds the controller's lock
+            stopping = asyncio.create_task(ctl.stop())
+            await canary_controller.act_stored(db, cfg, "abort", None, "5xx", "auto")
+            await ctl.poll()  # the evaluation follows the move it saved
+            assert not stopping.done()  # it needs the lock this evaluation holds
+        await stopping
+        assert moves == [0] and ctl._task is None
+    finally:
+        await ctl.close()

@@ -3,6 +3,7 @@ local receiver, OpenTelemetry spans to a local OTLP/HTTP receiver."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import subprocess
@@ -336,6 +337,35 @@ def test_one_alert_per_canary_abort(tmp_path, env, receiver):
     assert abort["severity"] == "critical" and abort["details"]["pct"] == 0
     assert "aborted at 5%" in abort["summary"]
     assert [a["text"] for a in receiver.json("/slack") if "aborted" in a["text"]]
+
+
+async def test_an_alert_raised_while_the_run_ends_is_delivered_or_on_record(receiver):
+    """Seen on one loaded core: a canary abort landed while the run's end was draining;
+    the hook that had a queue never delivered it, and nothing said so."""
+    from swarm_tui.core.plain import build
+    from swarm_tui.ops.alerts import Alert
+    from swarm_tui.ops.webhooks import AlertDelivery
+    from swarm_tui.settings.run_sections import AlertKind, AlertsConfig
+
+    url = f"http://127.0.0.1:{receiver.port}"
+    cfg = build(AlertsConfig, {"drain_s": 5, "webhooks": [
+        {"name": "oncall", "url": f"{url}/hook"},
+        {"name": "chat", "url": f"{url}/chat", "events": ["canary_abort"]}]})
+    lines: list[str] = []
+    delivery = AlertDelivery(cfg, lines.append)
+    delivery.send(Alert(AlertKind.RUN_FINISHED, "run finished", "r1"))
+    closing = asyncio.create_task(delivery.close())
+    # raised after the drain began, to a hook with a queue and to one without
+    await asyncio.sleep(0)
+    delivery.send(Alert(AlertKind.CANARY_ABORT, "canary aborted at 5%", "r1"))
+    assert await closing == 0
+    assert [a["kind"] for a in receiver.json()] == ["run_finished", "canary_abort"]
+    assert len(receiver.json("/chat")) == 1
+    delivery.send(Alert(AlertKind.CANARY_ABORT, "too late", "r1"))  # after the close
+    assert [line for line in lines if "too late" in line or "NOT delivered" in line] == [
+        "alert canary_abort → oncall: NOT delivered (raised after the run's alerts closed)",
+        "alert canary_abort → chat: NOT delivered (raised after the run's alerts closed)"]
+    assert delivery.failed == 2 and delivery.delivered == 3
 
 
 # -- OpenTelemetry ---------------------------------------------------------------------
