@@ -35,9 +35,8 @@ _CODE = ("settings/sections.py", "settings/run_sections.py", "settings/loader.py
 def read_view(cli_path: str | None) -> ConfigView:
     """The validated config's view: from a matching copy, else loaded (and copied)."""
     path = config_file(cli_path)
-    try:
-        digest = None if path is None else hashlib.sha256(path.read_bytes()).hexdigest()
-    except OSError:  # the config file cannot be read: the full load says why
+    digest = None if path is None else _digest(path)
+    if path is not None and digest is None:  # it cannot be read: the full load says why
         return _load(cli_path, None, None)
     copy = cache_dir() / "config" / f"{_key(path, digest)}.json"
     found = _read(copy)

@@ -24,7 +24,7 @@ def moment_iso(t: float) -> str:
     `t` (a replay shows what happened by then). To the second, a breach paged at 20.7
     opened at 20.0, before it — and two moments of one second read the same."""
     ms = math.ceil(t * 1000)
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms // 1000)) + f".{ms % 1000:03d}Z"
+    return f"{iso(ms // 1000)[:-1]}.{ms % 1000:03d}Z"
 
 
 def replay_command(run_id: str, at: float) -> str:
