@@ -117,13 +117,15 @@ async def test_one_models_429s_do_not_hold_another_model(sim_factory):
                for i in range(50)])
     async with client_for(sim) as gw:
         runner = make_runner(gw, work, concurrency=20,
-                             retry=RetryConfig(base_backoff_s=0.05, rate_limit_max_wait_s=2.0),
+                             retry=RetryConfig(base_backoff_s=0.05, rate_limit_max_wait_s=5.0),
                              routing=RoutingConfig(fallback={}))
         await asyncio.wait_for(runner.run(), 60)
     healthy = [a for a in runner.records if a.task.model == "deepseek-v3.2"]
     assert all(a.state == "succeeded" for a in healthy)
-    assert _p95([a.queue_ms for a in healthy]) <= 1000.0  # was ~62 s with key-wide cooling
     starved = [a for a in runner.records if a.task.model == "kimi-k2.5"]
+    # deepseek's tasks were all done before kimi's gave up waiting (5 s, the engine's
+    # bound, whatever the machine); with the key cooling key-wide they waited ~62 s
+    assert max(a.finished_ms or 0 for a in healthy) < min(a.finished_ms or 0 for a in starved)
     # they waited out rate_limit_max_wait_s, never spending an attempt on a 429
     assert all(a.state == "failed" and a.error_class == RATE_LIMITED for a in starved)
     key = gw.keys[0]
