@@ -8,13 +8,13 @@ the moment it is typed so. In memory the value is whole.
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 
 def secret_tag(value: str) -> str:
     """A stable name for a secret (the same secret, the same tag): sha256's first 8."""
+    import hashlib  # OpenSSL's load is 2-3 ms of a reading command's start
     return f"<secret sha256:{hashlib.sha256(value.encode()).hexdigest()[:8]}>"
 
 

@@ -4,6 +4,7 @@ table, and one line (never a traceback) for whatever goes wrong."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -38,7 +39,28 @@ PARSERS: dict[str, Callable[[argparse._SubParsersAction], None]] = {
 }
 
 
-def _top_parser(cls: type[argparse.ArgumentParser] = argparse.ArgumentParser, **kw: Any
+def _columns() -> int:
+    """What `shutil.get_terminal_size().columns` answers, without importing shutil."""
+    with contextlib.suppress(KeyError, ValueError):
+        if (env := int(os.environ["COLUMNS"])) > 0:
+            return env
+    try:
+        return os.get_terminal_size(sys.__stdout__.fileno()).columns or 80  # type: ignore[union-attr]
+    except (AttributeError, ValueError, OSError):
+        return 80
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse builds a help formatter at every `add_argument` (to check the metavar), and
+    the formatter imports shutil (with bz2 and lzma: ~2 ms of a reading command's start)
+    to learn the terminal's width: it is told the width instead (issue 34)."""
+
+    def _get_formatter(self) -> argparse.HelpFormatter:
+        # every argparse formatter takes `width` (typeshed types the class by `prog` only)
+        return self.formatter_class(prog=self.prog, width=_columns() - 2)  # type: ignore[call-arg]
+
+
+def _top_parser(cls: type[argparse.ArgumentParser] = _Parser, **kw: Any
                 ) -> argparse.ArgumentParser:
     parser = cls(
         prog="swarm-tui", description="Terminal operations console for LLM agent swarms. "
@@ -64,7 +86,7 @@ class _NotACommand(Exception):
     pass
 
 
-class _WordFinder(argparse.ArgumentParser):
+class _WordFinder(_Parser):
     def error(self, message: str) -> NoReturn:
         raise _NotACommand(message)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import stat
@@ -20,6 +19,7 @@ def fingerprint(key: str) -> str:
 
     Short keys show only the hash, since prefix + suffix would be most of the key.
     """
+    import hashlib  # OpenSSL's load is 2-3 ms of a reading command's start
     digest = hashlib.sha256(key.encode()).hexdigest()[:6]
     if len(key) < 20:
         return f"key#{digest}"

@@ -21,8 +21,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import secrets
-import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +36,9 @@ LOCK_WAIT_S = 1.0           # a reader's probe holds the lock for microseconds: 
 def this_host() -> str:
     """The host name a claim compares (SWARM_TUI_HOST names it otherwise: a container
     whose name changes, or a test that plays another host)."""
-    return os.environ.get("SWARM_TUI_HOST") or socket.gethostname()
+    # os.uname's node name is what socket.gethostname() answers on POSIX, without the
+    # socket module's import (~2 ms of every reading command's start)
+    return os.environ.get("SWARM_TUI_HOST") or os.uname().nodename
 
 
 def process_start(pid: int | None = None) -> float | None:
@@ -141,5 +141,5 @@ def take_lock(db_target: DbTarget, run_id: str, wait_s: float = LOCK_WAIT_S) -> 
     with contextlib.suppress(OSError):  # who holds it, for a person reading the file
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()} {this_host()}\n".encode())
-    return Claim(run_id, secrets.token_hex(8), path, fd, this_host(), os.getpid(),
+    return Claim(run_id, os.urandom(8).hex(), path, fd, this_host(), os.getpid(),
                  process_start())

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import sqlite3
@@ -95,6 +94,7 @@ async def create_run(conn: StoreConnection, run_id: str, records: Sequence[TaskR
     """The run and its task rows; `tasks` are the agents' whole tasks, in their order (a
     new pass over the workload: the agents hold no prompt)."""
     now = time.time()
+    import hashlib  # OpenSSL's load is 2-3 ms of a reading command's start
     digest = hashlib.sha256()
 
     def rows() -> Iterator[tuple]:

@@ -14,10 +14,9 @@ before anything is sent.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
-import tempfile
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -31,6 +30,7 @@ SUFFIX = ".spill.jsonl"
 def _db_tag(db_target: DbTarget) -> str:
     if isinstance(db_target, PgTarget):
         return db_target.tag
+    import hashlib  # OpenSSL's load is 2-3 ms of a reading command's start
     return hashlib.sha256(str(db_target.resolve()).encode()).hexdigest()[:10]
 
 
@@ -42,8 +42,30 @@ def _home(db_target: DbTarget) -> tuple[Path, str]:
     return db_target.parent, f"{db_target.name}-"
 
 
+def _fallback_name() -> str:
+    return f"swarm-tui-spill-{os.getuid()}"
+
+
 def fallback_dir() -> Path:
-    return Path(tempfile.gettempdir()) / f"swarm-tui-spill-{os.getuid()}"
+    import tempfile  # brings shutil, bz2 and lzma: ~3 ms of a reading command's start
+
+    return Path(tempfile.gettempdir()) / _fallback_name()
+
+
+def _may_have_fallback() -> bool:
+    """Whether any folder `tempfile.gettempdir()` can answer holds a fallback folder: its
+    candidates (tempfile's own list, in its order) are a few stat calls where importing
+    tempfile is not, and every open of the database asks (issue 34)."""
+    if "tempfile" in sys.modules:  # already paid for (and its `tempdir` may be set): ask it
+        return True
+    candidates = [os.environ.get(name) for name in ("TMPDIR", "TEMP", "TMP")]
+    candidates += ["/tmp", "/var/tmp", "/usr/tmp"]
+    try:
+        candidates.append(os.getcwd())
+    except OSError:
+        candidates.append(os.curdir)
+    name = _fallback_name()
+    return any(d and os.path.lexists(os.path.join(d, name)) for d in candidates)
 
 
 def own_fallback_dir() -> Path:
@@ -66,8 +88,10 @@ def find_journals(db_target: DbTarget) -> dict[str, list[Path]]:
     """Every journal that belongs to this database, by run id (a run's workers' too)."""
     found: dict[str, list[Path]] = {}
     home, prefix = _home(db_target)
-    tag = f"{_db_tag(db_target)}-"
-    for folder, start in ((home, prefix), (fallback_dir(), tag)):
+    folders = [(home, prefix)]
+    if _may_have_fallback():
+        folders.append((fallback_dir(), f"{_db_tag(db_target)}-"))
+    for folder, start in folders:
         with contextlib.suppress(OSError):
             if folder != home and why_not_own_dir(os.lstat(folder)) is not None:
                 continue  # nothing in another user's folder is ours to import

@@ -5,7 +5,6 @@ Kept free of the drivers' imports: every command resolves its target, few open a
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -53,6 +52,7 @@ class PgTarget:
     @property
     def tag(self) -> str:
         """Names this database's files on this host (locks, journals): no password in it."""
+        import hashlib  # OpenSSL's load is 2-3 ms of a reading command's start
         return hashlib.sha256(str(self).encode()).hexdigest()[:10]
 
     def local_dir(self) -> Path:

@@ -202,6 +202,14 @@ def test_reading_commands_import_no_console_and_no_http_client(one_run_db, argv)
         heavy.add("asyncio")  # nor an event loop: ~4× `python -c pass` alone (aio.run_here)
     if argv[0] == "runs":  # a store named by SWARM_TUI_DB and no config to look for: no
         heavy.add("platformdirs")  # platformdirs (~4 ms, it brings tempfile and shutil)
+        # nor OpenSSL's hashes, sockets or shutil (~8 ms together): a key's fingerprint, a
+        # host name, a journal's tag and argparse's terminal width are asked for otherwise
+        heavy |= {"hashlib", "socket", "shutil"}
+        spill = f"swarm-tui-spill-{os.getuid()}"
+        if not any(os.path.lexists(f"{d}/{spill}") for d in ("/tmp", "/var/tmp", "/usr/tmp")):
+            heavy.add("tempfile")  # unless a fallback folder exists to look in
+    if argv == ["--help"]:
+        heavy |= {"hashlib", "socket", "shutil", "tempfile"}
     if argv[0] in ("report", "keys", "canary", "cost") and "--help" not in argv:
         # the validated config and stored rows: never the engine's runner, the workload's
         # models, the loop timer (hdrh) or a run's machinery (issue 33's core/ floor) —

@@ -13,6 +13,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -184,11 +185,18 @@ def _mount_tmpfs(where: Path, size: str) -> bool:
 
 @pytest.mark.usefixtures("no_user_config")
 @pytest.mark.slow
-def test_disk_full_mid_run_exits_2_and_resume_sends_only_unanswered(tmp_path, sim_proc):
+def test_disk_full_mid_run_exits_2_and_resume_sends_only_unanswered(tmp_path, sim_proc,
+                                                                   monkeypatch):
     """The real thing: a small filesystem fills up under a headless run."""
     fs = tmp_path / "small"
     if not _mount_tmpfs(fs, "64m"):
         pytest.skip("needs root to mount a small tmpfs")
+    # past its reservation the journal moves to the temp folder: this test's own, not the
+    # machine's /tmp (whose fallback folder every later open of a database would look in)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    env = {"GW_KEY": TEST_KEY, "TMPDIR": str(tmp)}
     try:
         port, cfg = sim_proc
         cfg.write_text(cfg.read_text() + "[store]\nunwritable_grace_s = 1\n")
@@ -196,7 +204,7 @@ def test_disk_full_mid_run_exits_2_and_resume_sends_only_unanswered(tmp_path, si
         ballast.write_bytes(b"\0" * (61 << 20))  # ~3 MiB left: some hundred results
         db = fs / "runs.db"
         w = _workload(tmp_path, 4000, max_tokens=150)
-        r = swarm(*_run_args(w, cfg), "--db", str(db), env={"GW_KEY": TEST_KEY}, timeout=120)
+        r = swarm(*_run_args(w, cfg), "--db", str(db), env=env, timeout=120)
         assert_one_line_error(r, 2, "disk full", "journaled to", "swarm-tui resume")
         run_id = _q(db, "SELECT id FROM runs")[0][0]
         journals = find_journals(db)[run_id]
@@ -208,7 +216,7 @@ def test_disk_full_mid_run_exits_2_and_resume_sends_only_unanswered(tmp_path, si
 
         ballast.unlink()  # space is freed
         resumed = swarm("resume", run_id, "--db", str(db), "--config", str(cfg), "--quiet",
-                        env={"GW_KEY": TEST_KEY}, timeout=120)
+                        env=env, timeout=120)
         assert resumed.returncode in (0, 3), resumed.stderr
         assert _requests(port) == 4000  # every task answered exactly once, in total
         assert _q(db, "SELECT COUNT(*) FROM results WHERE state='succeeded'") == [(4000,)]

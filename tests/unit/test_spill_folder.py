@@ -6,6 +6,7 @@ none to import (a planted journal would become a run's results)."""
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 
 import pytest
@@ -66,3 +67,33 @@ def test_a_folder_another_user_made_first_takes_none_and_gives_none(shared_tmp):
     j = SpillJournal(shared_tmp, "run2")
     assert not j.append([ROW])
     assert j.error is not None and "owned by uid 65534" in j.error
+
+
+@pytest.mark.parametrize("where", ["TMPDIR", "TEMP", "TMP"])
+def test_a_process_that_has_not_imported_tempfile_still_finds_fallback_journals(
+        tmp_path, monkeypatch, where):
+    """Opening a database looks for fallback journals without importing tempfile (issue
+    34): the folders `tempfile.gettempdir()` could answer are stat-ed instead. A journal in
+    the one it does answer must still be found, whichever candidate that is."""
+    tmp = tmp_path / "t"
+    tmp.mkdir()
+    for name in ("TMPDIR", "TEMP", "TMP"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(where, str(tmp))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))  # what gettempdir answers here
+    db = tmp_path / "nowhere" / "runs.db"
+    assert SpillJournal(db, "run1").append([ROW])
+    assert fallback_dir().parent == tmp
+    name = fallback_dir().name
+    monkeypatch.delitem(sys.modules, "tempfile")  # as in a fresh `swarm-tui report`
+    assert list(find_journals(db)) == ["run1"]
+    # and where no candidate holds one, none is looked for (tempfile not imported)
+    other = tmp_path / "other"
+    other.mkdir()
+    for name in ("TMPDIR", "TEMP", "TMP"):
+        monkeypatch.setenv(name, str(other))
+    monkeypatch.chdir(other)
+    sys.modules.pop("tempfile", None)
+    if not any(os.path.lexists(f"{d}/{name}") for d in ("/tmp", "/var/tmp", "/usr/tmp")):
+        assert find_journals(db) == {}
+        assert "tempfile" not in sys.modules
