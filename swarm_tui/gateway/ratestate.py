@@ -142,12 +142,19 @@ class RateState:
             if ok:
                 self.steps = 0
 
-    def _learn(self, headers: dict[str, str], now: float, sent_at: float) -> None:
+    def _learn(self, headers: dict[str, str], now: float, sent_at: float,
+               refused: bool = False) -> None:
         """The gateway's own count: what remained when it admitted this call, and how fast
         it refills. Answers arrive out of order, so an answer older than the one we
         already learned from is ignored, and our calls sent after this one (answered or
-        not) are taken off what remained."""
-        if sent_at < self.learned_sent:
+        not) are taken off what remained.
+
+        A refusal is the gateway's word as of its answer, not of our send: no refill is
+        credited between them. On a loaded core that gap is the event loop's lag (tens to
+        hundreds of ms), and at 100 calls/s crediting it made an empty quota look open —
+        one demo key drew ~250 429s before it cooled."""
+        seen = now if refused else sent_at
+        if seen < self.learned_sent:
             return
         try:
             limit = float(headers["x-ratelimit-limit-requests"])
@@ -166,8 +173,8 @@ class RateState:
         self.rate = max(rate, MIN_RATE)
         # the bucket's size: what remains plus what refills until it is full again
         self.capacity = max(1.0, remaining + (reset or 0.0) * rate) if reset else limit
-        self.learned_sent = sent_at
-        self.level = min(self.capacity, remaining + self.rate * max(0.0, now - sent_at)
+        self.learned_sent = seen
+        self.level = min(self.capacity, remaining + self.rate * max(0.0, now - seen)
                          - self.sent_since(sent_at))
         self.updated = now
 
@@ -181,7 +188,7 @@ class RateState:
         if self.failing_since is None:
             self.failing_since = now
         if headers and "x-ratelimit-remaining-requests" in headers:
-            self._learn(headers, now, sent_at)
+            self._learn(headers, now, sent_at, refused=True)
             if self.level < 1.0 and self.rate:
                 wait = min(cap_s, max((1.0 - self.level) / self.rate, retry_after_s or 0.0))
                 self.cooling_until = max(self.cooling_until, now + wait)

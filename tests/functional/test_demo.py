@@ -77,6 +77,14 @@ def test_the_demo_incidents_show_a_retry_a_fallback_and_a_key_cooling(tmp_path):
                           "sent_at > ? AND sent_at < ?", (fp, model, at, at + float(wait))
                           ).fetchone()[0]
         assert sent < min(slots, 100 * float(wait)), (detail, sent, slots)
+    # and it cooled at the first refusal it read: the 429s before are the calls already out
+    # then (1 quiet; ~250 once, on one loaded core, when a refusal's answer time was credited
+    # as refill — bench/quota_under_load.py)
+    first_cooling = db.execute("SELECT MIN(at) FROM events WHERE kind='control' AND "
+                               "detail_json LIKE '%quota spent: next call in%'").fetchone()[0]
+    refused_before = db.execute("SELECT COUNT(*) FROM attempts WHERE error_class="
+                                "'rate_limited' AND sent_at < ?", (first_cooling,)).fetchone()[0]
+    assert refused_before <= slots, (refused_before, slots)
     limited = db.execute("SELECT DISTINCT key_fp FROM attempts WHERE "
                          "error_class='rate_limited'").fetchall()
     assert len(limited) == 1 and limited[0][0] in cooled[0][0]

@@ -201,3 +201,49 @@ def test_retry_after_that_is_no_number_is_no_wait():
     assert retry_after_seconds({"retry-after-ms": "nan", "retry-after": "2"}) == 2.0
     assert retry_after_seconds({"retry-after": "-5"}) == 0.0
     assert retry_after_seconds({"retry-after": "inf"}) == float("inf")  # capped by policy
+
+
+QUOTA_OUT = {"x-ratelimit-limit-requests": "6000", "x-ratelimit-remaining-requests": "0",
+             "x-ratelimit-reset-requests": "8s"}
+
+
+@pytest.mark.parametrize("late_s", [0.0, 0.05, 0.3])
+def test_a_quota_429_read_late_still_cools_the_key_model(late_s):
+    """A refusal saying nothing remains cools the key-model however long its answer took
+    to be read: on a loaded core the loop reads a 429 tens to hundreds of ms after the
+    send, and 6,000/min refills 5-30 calls in that time — credited, the quota looked open
+    and every later call drew a 429 too (~250 on one demo key)."""
+    p = pool(1)
+    k = p.slots[0]
+    note = r429(p, k, 8.0, now=10.0 + late_s, sent=10.0, headers=QUOTA_OUT)
+    assert note is not None and "quota spent" in note
+    assert p.pick("m", now=10.5 + late_s) is None
+    assert p.next_ready_in("m", now=10.0 + late_s) == pytest.approx(8.0)
+
+
+def test_a_late_quota_429_without_retry_after_waits_one_refill_from_its_reading():
+    """Without Retry-After the wait is the refill of one call from when the refusal was
+    read (0.1 s at 600/min), not from when the refused call was sent."""
+    p = pool(1)
+    k = p.slots[0]
+    headers = dict(QUOTA_OUT, **{"x-ratelimit-limit-requests": "600"})
+    note = r429(p, k, None, now=20.5, sent=20.0, headers=headers)
+    assert note is not None and "quota spent" in note
+    assert p.pick("m", now=20.55) is None
+    assert p.next_ready_in("m", now=20.5) == pytest.approx(0.1)
+
+
+def test_an_answer_read_after_a_refusal_does_not_reopen_the_quota():
+    """An answer to a call sent before the refusal was read, arriving after it, may say
+    what remained before the refusal: it does not reopen the bucket (the next answer after
+    the wait will say what remains)."""
+    p = pool(1)
+    k = p.slots[0]
+    spent = dict(QUOTA_OUT, **{"x-ratelimit-limit-requests": "600"})  # one call per 0.1 s
+    p.begin(k, "m", now=30.15)  # sent while the refused call's answer was on its way
+    assert r429(p, k, None, now=30.2, sent=30.1, headers=spent) is not None
+    p.end(k, error_class=None, status_code=None, message=None, retry_after_s=None,
+          headers=dict(spent, **{"x-ratelimit-remaining-requests": "40"}), now=30.21,
+          model="m", sent_at=30.15)
+    assert p.pick("m", now=30.22) is None
+    assert p.pick("m", now=30.31) is k  # one call's refill after the refusal was read
