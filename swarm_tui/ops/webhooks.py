@@ -16,21 +16,17 @@ import contextlib
 import json
 import socket
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
 
+from swarm_tui.core.moments import moment_iso as _iso  # the page's time is its replay's
 from swarm_tui.ops.alerts import Alert
 from swarm_tui.settings.run_sections import AlertsConfig, WebhookConfig
 
 BACKOFF_S = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
 RETRY_AFTER_CAP_S = 30.0
 ICON = {"critical": ":rotating_light:", "warning": ":warning:", "info": ":white_check_mark:"}
-
-
-def _iso(t: float) -> str:
-    return datetime.fromtimestamp(t, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def payload(hook: WebhookConfig, alert: Alert,

@@ -111,6 +111,8 @@ def test_a_breach_pages_and_resolves_in_pagerduty_and_alertmanager(tmp_path, rec
     assert command == am_breach[0]["annotations"]["replay"]
     argv = command.split()
     assert argv[:2] == ["swarm-tui", "replay"] and argv[3] == "--at"
+    # the time the pager shows is the time to paste (to the ms, as the command has it)
+    assert breach[0]["payload"]["timestamp"] == argv[4] == am_breach[0]["startsAt"]
     # and, with alerts.console_url, a link to the same moment in the served console
     link = f"https://console.example:8443/at/{argv[2]}/{argv[4].replace(':', '%3A')}"
     assert breach[0]["links"] == [{"href": link,
