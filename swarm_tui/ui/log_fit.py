@@ -11,7 +11,12 @@ from __future__ import annotations
 
 import re
 
-_HEAD = re.compile(r"\s*(?P<time>\S+s) (?P<tag>\S+)\s+(?P<rest>.*)$")
+_HEAD = re.compile(r"(?P<pad>\s*)(?P<time>\S+s) (?P<tag>\S+)\s+(?P<rest>.*)$")
+# Every line's time is right-aligned (`{:7.1f}s`, 8 cells) so the tags line up. A narrow
+# panel (80 columns: 52) has no cells for that padding: there every line goes without it,
+# fitted or not — fitted lines alone had, and stood 3-4 cells left of the lines around
+# them. Tags then line up among times of as many digits (a run's 10th to 99th second).
+NARROW = 64
 _FP = re.compile(r"\S{2,3}…\S{4}(#[0-9a-f]{6})")   # sk-…9f12#7728d7 → #7728d7
 _WAIT = re.compile(r"\s(\+\d+(?:\.\d+)?s)$")
 # applied one at a time, until the line fits: each says the same in fewer cells
@@ -32,12 +37,13 @@ _SHORTER = (
 def fit_line(line: str, width: int) -> str:
     """`line` if it fits in `width` cells, else the same line made to fit, ending in …
     where text was cut (never cut inside the time, tag, key hash or wait)."""
-    if len(line) <= width or width <= 0:
+    if width <= 0 or (len(line) <= width and width >= NARROW):
         return line
     m = _HEAD.match(line)
     if m is None:
-        return line[: max(0, width - 1)] + "…"
-    head = f"{m['time']} {m['tag']:<6} "
+        return line if len(line) <= width else line[: max(0, width - 1)] + "…"
+    pad = "" if width < NARROW else m["pad"]
+    head = f"{pad}{m['time']} {m['tag']:<6} "
     rest = m["rest"].rstrip()
     if len(head) + len(rest) <= width:
         return head + rest

@@ -36,3 +36,18 @@ def test_a_cut_is_marked_and_a_line_that_fits_is_untouched():
     assert fit_line("no time here, only words " * 4, 20) == "no time here, only …"
     for width in range(1, 60):  # never longer than asked, whatever the width
         assert len(fit_line(QUOTA, width)) <= width
+
+
+def test_every_line_of_a_narrow_log_keeps_its_tag_in_the_same_column():
+    """Fitted or not, a line's tag starts in the same column as its neighbours' whose
+    times have as many digits (a fitted line had lost its time's padding alone and stood
+    4 cells left of the others)."""
+    lines = [line.replace("    0.4s", "   10.4s").replace("    1.3s", "   11.3s")
+             for line in (RETRY_OTHER, RETRY_WAIT, QUOTA, STORM, FAIL)]
+    lines += ["   17.5s RETRY  demo-01666 #2 +0.34s", "   99.9s DONE   demo-00001 ok"]
+    for width in (40, 52, 63):
+        fitted = [fit_line(line, width) for line in lines]
+        assert all(len(f) <= width for f in fitted)
+        assert {f.index(" ") for f in fitted} == {5}, fitted  # "12.0s": no padding
+        assert {f[6:13] for f in fitted} <= {"RETRY  ", "CTRL   ", "FAIL   ", "DONE   "}, fitted
+    assert [fit_line(line, 120) for line in lines] == lines  # wide: as written
