@@ -17,12 +17,18 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
-import uvicorn
-
-from swarm_tui.sim.app import SimApp
 from swarm_tui.sim.settings import SimSettings
+
+if TYPE_CHECKING:
+    import uvicorn
+
+    from swarm_tui.sim.app import SimApp
+
+# uvicorn and the app are imported where a server is made: a run against the simulator
+# only starts its child process, and a run or worker against a gateway never serves one —
+# uvicorn (with click, watchfiles, anyio) was ~50 ms of every run's and worker's start
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -35,6 +41,8 @@ def _bind(host: str, port: int) -> socket.socket:
 
 
 def _config(app: SimApp, log_level: str) -> uvicorn.Config:
+    import uvicorn
+
     return uvicorn.Config(
         app,
         log_level=log_level,
@@ -53,6 +61,10 @@ class SimServer:
 
     def __init__(self, settings: SimSettings | None = None, host: str = "127.0.0.1",
                  port: int = 0) -> None:
+        import uvicorn
+
+        from swarm_tui.sim.app import SimApp
+
         self.app = SimApp(settings)
         self._sock = _bind(host, port)
         self.host, self.port = self._sock.getsockname()[:2]
@@ -92,6 +104,10 @@ def running_sim(settings: SimSettings | None = None) -> Iterator[SimServer]:
 
 def serve_forever(settings: SimSettings, host: str, port: int) -> None:
     """Foreground server for `swarm-tui sim`; prints the base URL once listening."""
+    import uvicorn
+
+    from swarm_tui.sim.app import SimApp
+
     sock = _bind(host, port)
     app = SimApp(settings)
     server = uvicorn.Server(_config(app, "warning"))
