@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -58,7 +59,13 @@ class LiveSource:
         self.db_target = db_target
         self.readonly = readonly
         self.run_id = resume.run_id if resume is not None else new_run_id()
-        self.metrics = LiveMetrics()
+        started = time.monotonic()
+        # the charts' clock (throughput per second, calls/s) stops with the run: a finished
+        # run's console shows its last minute, as its replay and `watch` do, not an
+        # emptying chart of the seconds since
+        self._stopped_at: float | None = None
+        self.metrics = LiveMetrics(clock=lambda: time.monotonic() - started
+                                   if self._stopped_at is None else self._stopped_at)
         self.runner: SwarmRunner | None = None
         self.setup: RunSetup | None = None
         self.canary: CanaryController | None = None
@@ -130,6 +137,8 @@ class LiveSource:
         r = self.runner
         if r is None or self.setup is None:
             return None
+        if r.wall_ms and self._stopped_at is None:
+            self._stopped_at = self.metrics.clock()
         status = None
         if self.outcome is not None and self.outcome.interrupted:
             status = RunStatus.CANCELLED

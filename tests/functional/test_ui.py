@@ -3,6 +3,7 @@ the readonly/watch rules, keymaps, and watch catching up with another process.""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sqlite3
@@ -444,6 +445,22 @@ async def test_a_stored_live_run_lets_answers_go_and_the_detail_reads_them_back(
         # nor prompts: the runner held only a head, the detail reads the prompt back too
         assert all(a.body is None for a in agents)
         assert detail.prompt and detail.prompt == json.loads(task_json)["prompt"]
+
+
+@pytest.mark.slow
+async def test_a_finished_runs_charts_stop_with_it(cfg, tmp_path):
+    """A finished live run's throughput chart and calls/s stay as the run ended them — as
+    its replay and `watch` show them — not a chart emptying second by second after it."""
+    source = live(cfg, tmp_path, n=200, profile="fixed:20")
+    app = SwarmApp(source, db_target=tmp_path / "runs.db", refresh_s=0.1)
+    async with app.run_test():
+        await wait_for(lambda: source.outcome is not None, 60)
+        ended = await source.snapshot()
+        await asyncio.sleep(2.5)  # the chart's window would have moved on by two seconds
+        later = await source.snapshot()
+    assert ended is not None and later is not None
+    assert sum(ended.sparkline) == 200  # every completion within the last minute
+    assert later.sparkline == ended.sparkline and later.calls_per_s == ended.calls_per_s
 
 
 def test_a_snapshot_never_carries_a_cell_not_seen_yet():
