@@ -10,6 +10,7 @@ process: our simulator, or llmock (a third-party mock with per-key refilling quo
    (≤ 1.15; ideal = (tasks − the keys' bursts) ÷ their refill rate).
 3. llmock: the same on a server we did not write.
 4. one model 429s (no Retry-After) on a one-key gateway: the other model's queue p95.
+5. llmock's tokens-per-minute quota alone (its 429s say requests remain): 429s per call.
 
     python bench/ratelimits.py [--demo 5000] [--tasks 1000] [--skip-llmock]
 """
@@ -137,6 +138,35 @@ def third_party(n: int, tmp: Path, rpm: int) -> None:
             quota_row(strategy, s, len(attempts), r429, ideal)
 
 
+PROSE = ("The on-call engineer reads the swarm's latency, its errors and what it cost, "
+         "then decides whether the canary moves on. ") * 14  # ~1,600 characters
+
+
+def third_party_tokens(tmp: Path, n: int, tpm: int) -> None:
+    """llmock's tokens-per-minute quota alone: its 429s say nothing of requests and name
+    the tokens' reset — a client reading only x-ratelimit-*-requests sees an open key and
+    keeps sending. llmock charges a call its body's bytes / 4 plus its max_tokens."""
+    w = tmp / f"long{n}.jsonl"
+    w.write_text("".join(json.dumps({"id": f"t{i}", "prompt": f"{i}: {PROSE}",
+                                     "max_tokens": 200, "model": "deepseek-v3.2"}) + "\n"
+                         for i in range(n)))
+    charge = (len(PROSE) + 150) // 4 + 200  # llmock's count, body framing included
+    ideal = max(0.0, n * charge - 3 * tpm) / (3 * tpm / 60)
+    print(f"\n5. {n} tasks (~{charge} tokens a call), 3 keys x {tpm:,} tokens/min on llmock "
+          f"(no request quota): ideal {ideal:.1f} s")
+    for strategy in ("least-in-flight", "round-robin", "proactive"):
+        with llmock("--tpm", str(tpm), "--latency-ms", "50") as url:
+            s = swarm("run", str(w), "--headless", "--config",
+                      str(config(tmp, url, strategy)), "--concurrency", "100",
+                      "--db", str(tmp / f"t-{strategy}.db"), env={"GW_KEYS": KEYS})
+            rows = subprocess.run(
+                [sys.executable, "-m", "swarm_tui", "export", s["run_id"], "--db",
+                 str(tmp / f"t-{strategy}.db")], capture_output=True, text=True).stdout
+            attempts = [a for line in rows.splitlines() for a in json.loads(line)["attempts"]]
+            r429 = sum(1 for a in attempts if a["status_code"] == 429)
+            quota_row(strategy, s, len(attempts), r429, ideal)
+
+
 def one_model(tmp: Path) -> None:
     print("\n4. one key; kimi-k2.5 answers 429 (no Retry-After) to everything")
     for label, flags in (("healthy", []), ("kimi all 429", ["--model-429", "kimi-k2.5=1"])):
@@ -160,7 +190,8 @@ def main() -> None:
     ap.add_argument("--burst", type=int, default=20)
     ap.add_argument("--llmock-rpm", type=int, default=300)
     ap.add_argument("--skip-llmock", action="store_true")
-    ap.add_argument("--only", choices=["demo", "quotas", "llmock", "model"])
+    ap.add_argument("--llmock-tpm", type=int, default=96_000)
+    ap.add_argument("--only", choices=["demo", "quotas", "llmock", "model", "tokens"])
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
@@ -172,6 +203,8 @@ def main() -> None:
             third_party(a.tasks, tmp, a.llmock_rpm)
         if a.only in (None, "model"):
             one_model(tmp)
+        if a.only in (None, "tokens") and not a.skip_llmock:
+            third_party_tokens(tmp, 600, a.llmock_tpm)
 
 
 if __name__ == "__main__":

@@ -527,7 +527,9 @@ class SwarmRunner:
         if rec.route_version != self.router.version and not rec.attempts:
             self._route(rec)
         gw = self.gateways[rec.gateway]
-        slot = gw.pick_key(rec.model)
+        # a tokens-per-minute quota admits a call at its prompt plus its max_tokens
+        head = rec.task
+        slot = gw.pick_key(rec.model, head.prompt_tokens + (head.max_tokens or 0))
         if slot is None:
             self._no_key(rec, gw)
             return

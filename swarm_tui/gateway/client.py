@@ -235,14 +235,14 @@ class GatewayClient:
     def _secrets(self) -> tuple[str, ...]:
         return tuple(s.secret for s in self.pool.slots)
 
-    def pick_key(self, model: str = "") -> KeySlot | None:
+    def pick_key(self, model: str = "", tokens: float = 0.0) -> KeySlot | None:
         """The pool's choice for the next call on `model`, counted in flight at once (a
         burst of launches in one loop turn must see each other); None while no key may
         take it now. Every picked key is released by `complete` or, for a call that
-        never ran, `release`."""
+        never ran, `release`. `tokens`: what a tokens-per-minute quota charges the call."""
         slot = self.pool.pick(model)
         if slot is not None:
-            self.pool.begin(slot, model)
+            self.pool.begin(slot, model, tokens=tokens)
         return slot
 
     def release(self, slot: KeySlot, model: str = "") -> None:

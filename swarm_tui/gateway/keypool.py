@@ -144,12 +144,14 @@ class KeyPool:
                    and (model is None or s.rate(model).ready_in(now) <= 0) for s in self.slots)
 
     # -- what calls report ------------------------------------------------------------------
-    def begin(self, slot: KeySlot, model: str = "", now: float | None = None) -> None:
+    def begin(self, slot: KeySlot, model: str = "", now: float | None = None,
+              tokens: float = 0.0) -> None:
+        """A call goes out on `slot`; `tokens`: what a tokens-per-minute quota charges it."""
         now = time.monotonic() if now is None else now
         slot.in_flight += 1
         slot.calls += 1
         slot.last_used = time.time()
-        slot.rate(model).take(now)
+        slot.rate(model).take(now, tokens)
 
     def end(self, slot: KeySlot, *, error_class: str | None, status_code: int | None,
             message: str | None, retry_after_s: float | None, headers: dict[str, str] | None,

@@ -13,6 +13,11 @@ model group's 429 while the others are fine), so one model's 429s must not stop 
   halves its pace, and the pace then grows back by 2 calls/s (or 10 %) every second.
 - Escalation counts only 429s on calls sent after the previous cooldown began: ten
   calls that fail together are one event, not ten.
+- With `x-ratelimit-limit/remaining/reset-tokens` (a tokens-per-minute quota: OpenAI's,
+  LiteLLM's, llmock's) a second bucket, in tokens: each call takes what the gateway admits
+  it at (its prompt's estimate plus its max_tokens), and the next waits until the bucket
+  holds a call's worth. Without it a TPM quota answered half of all calls with 429s while
+  the request headers said the key was open.
 Every cooldown is capped by `retry_after_cap_s`.
 """
 
@@ -34,6 +39,7 @@ RATE_WINDOW_S = 2.0       # over which the send rate is measured
 CALM_UNPACE_S = 30.0      # no storm for this long and pace far above use: unpaced again
 PROBE_POLL_S = 0.05       # parked tasks look again this often while the first call is out
 SENDS_KEPT_S = 120.0      # send times kept (to place an answer among our later sends)
+SCALE_MIN, SCALE_MAX = 0.25, 8.0  # a gateway's tokens per token of our prompt estimate
 
 
 _DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m(?!s))?(?:(\d+(?:\.\d+)?)s)?"
@@ -55,6 +61,42 @@ def parse_reset(value: str | None) -> float | None:
         return None
     h, mi, s, ms = (float(g) if g else 0.0 for g in m.groups())
     return h * 3600 + mi * 60 + s + ms / 1000
+
+
+def _limit_headers(headers: dict[str, str], kind: str) -> tuple[float, float] | None:
+    """(limit, remaining) from x-ratelimit-limit-KIND / -remaining-KIND, or None."""
+    try:
+        limit = float(headers[f"x-ratelimit-limit-{kind}"])
+        remaining = float(headers[f"x-ratelimit-remaining-{kind}"])
+    except (KeyError, ValueError):
+        return None
+    if not (math.isfinite(limit) and math.isfinite(remaining)) or limit <= 0:
+        return None  # `nan` made every wait nan (and `inf` every bucket endless): unlearned
+    return limit, max(0.0, remaining)
+
+
+@dataclass(slots=True)
+class TokenQuota:
+    """A key-model's tokens-per-minute quota as the gateway counts it, in tokens."""
+
+    rate: float = 0.0             # tokens/s
+    capacity: float = 0.0
+    level: float = 0.0
+    updated: float = 0.0
+    learned_sent: float = -math.inf
+    need: float = 1.0             # the last call's charge: what the next one will find
+    # gateway tokens per token of our estimate: each gateway counts its own way (llmock:
+    # the body's bytes / 4; OpenAI: characters), so a refusal the bucket did not foresee
+    # charges every later call 25 % more, and each answer while the quota binds 1 % less
+    scale: float = 1.0
+
+    def refill(self, now: float) -> None:
+        self.level = min(self.capacity, self.level + max(0.0, now - self.updated) * self.rate)
+        self.updated = now
+
+    def wait(self, now: float) -> float:
+        self.refill(now)
+        return 0.0 if self.level >= self.need else (self.need - self.level) / self.rate
 
 
 @dataclass(slots=True)
@@ -81,6 +123,8 @@ class RateState:
     # this process's part of the gateway's quota when several share the key (a run's
     # workers): what the headers say remains and refills is counted at this share
     share: float = 1.0
+    tokens: TokenQuota | None = None  # learned from x-ratelimit-*-tokens
+    sent_tokens: list[float] = field(default_factory=list)  # running total, as `sends`
 
     # -- asking ------------------------------------------------------------------------------
     def _refill(self, now: float) -> None:
@@ -106,11 +150,17 @@ class RateState:
         self._refill(now)
         if self.rate is not None and self.level < 1.0:
             wait = max(wait, (1.0 - self.level) / self.rate)
+        if self.tokens is not None:
+            wait = max(wait, self.tokens.wait(now))
         return wait
 
     def headroom(self, now: float) -> float:
         self._refill(now)
-        return math.inf if self.rate is None else self.level
+        calls = math.inf if self.rate is None else self.level
+        if self.tokens is not None:
+            self.tokens.refill(now)
+            calls = min(calls, self.tokens.level / self.tokens.need)
+        return calls
 
     def send_rate(self, now: float) -> float:
         return (len(self.sends) - bisect.bisect_left(self.sends, now - RATE_WINDOW_S)
@@ -119,15 +169,30 @@ class RateState:
     def sent_since(self, t: float) -> int:
         return len(self.sends) - bisect.bisect_right(self.sends, t)
 
+    def tokens_sent_since(self, t: float) -> float:
+        i = bisect.bisect_right(self.sends, t)
+        if i >= len(self.sends):
+            return 0.0
+        return self.sent_tokens[-1] - (self.sent_tokens[i - 1] if i else 0.0)
+
     # -- telling -----------------------------------------------------------------------------
-    def take(self, now: float) -> None:
+    def take(self, now: float, tokens: float = 0.0) -> None:
+        """A call goes out; `tokens`: what the gateway will charge it (prompt + max_tokens)."""
         self._refill(now)
         if self.rate is not None:
             self.level -= 1.0
+        if self.tokens is not None:
+            q = self.tokens
+            q.refill(now)
+            q.level -= tokens * q.scale
+            q.need = max(1.0, tokens * q.scale)
         self.in_flight += 1
         self.sends.append(now)
+        self.sent_tokens.append((self.sent_tokens[-1] if self.sent_tokens else 0.0) + tokens)
         if len(self.sends) > 4096 and self.sends[0] < now - SENDS_KEPT_S:
-            del self.sends[:bisect.bisect_left(self.sends, now - SENDS_KEPT_S)]
+            cut = bisect.bisect_left(self.sends, now - SENDS_KEPT_S)
+            del self.sends[:cut]
+            del self.sent_tokens[:cut]
 
     def done(self, now: float, sent_at: float, headers: dict[str, str] | None,
              ok: bool) -> None:
@@ -154,16 +219,13 @@ class RateState:
         hundreds of ms), and at 100 calls/s crediting it made an empty quota look open —
         one demo key drew ~250 429s before it cooled."""
         seen = now if refused else sent_at
+        self._learn_tokens(headers, now, sent_at, seen, refused)
         if seen < self.learned_sent:
             return
-        try:
-            limit = float(headers["x-ratelimit-limit-requests"])
-            remaining = float(headers["x-ratelimit-remaining-requests"])
-        except (KeyError, ValueError):
+        got = _limit_headers(headers, "requests")
+        if got is None:
             return
-        if not (math.isfinite(limit) and math.isfinite(remaining)) or limit <= 0:
-            return  # `nan` made every wait nan (and `inf` every bucket endless): unlearned
-        remaining = max(0.0, remaining)
+        limit, remaining = got
         # the gateway counts every worker's calls; this one may spend its share of them
         limit, remaining = limit * self.share, remaining * self.share
         reset = parse_reset(headers.get("x-ratelimit-reset-requests"))
@@ -178,6 +240,47 @@ class RateState:
                          - self.sent_since(sent_at))
         self.updated = now
 
+    def _learn_tokens(self, headers: dict[str, str], now: float, sent_at: float,
+                      seen: float, refused: bool) -> None:
+        """The tokens bucket, as `_learn` the requests one: what remained when the gateway
+        admitted (or refused) this call, less the tokens of our calls sent after it."""
+        q = self.tokens
+        if q is not None and seen < q.learned_sent:
+            return
+        got = _limit_headers(headers, "tokens")
+        if got is None:
+            return
+        limit, remaining = got
+        limit, remaining = limit * self.share, remaining * self.share
+        if q is None:
+            q = self.tokens = TokenQuota()
+        reset = parse_reset(headers.get("x-ratelimit-reset-tokens"))
+        q.rate = max(limit / 60.0, MIN_RATE)  # per minute, as the requests' limit
+        q.capacity = max(q.need, remaining + reset * q.rate) if reset else limit
+        q.level = min(q.capacity, remaining + q.rate * max(0.0, now - seen)
+                      - self.tokens_sent_since(sent_at) * q.scale)
+        q.updated = now
+        q.learned_sent = seen
+        if q.level < q.need:
+            if refused:  # the bucket said the call fitted, the gateway did not
+                q.scale = min(SCALE_MAX, q.scale * 1.25)
+                q.need *= 1.25
+        elif q.level < 2 * q.need:  # admitted while the quota binds: try a little closer
+            q.scale = max(SCALE_MIN, q.scale * 0.99)
+
+    def _quota_wait(self, now: float) -> tuple[float, str] | None:
+        """What a learned quota makes the next call wait, and which (None: neither)."""
+        self._refill(now)
+        waits = []
+        if self.learned and self.rate and self.level < 1.0:
+            waits.append(((1.0 - self.level) / self.rate,
+                          f"quota spent: next call in {{:.1f}} s (~{self.rate * 60:.0f}/min)"))
+        q = self.tokens
+        if q is not None and q.wait(now) > 0:
+            waits.append((q.wait(now), f"token quota spent: next call in {{:.1f}} s "
+                                       f"(~{q.rate * 60:,.0f} tokens/min)"))
+        return max(waits) if waits else None
+
     def rate_limited_call(self, now: float, sent_at: float, retry_after_s: float | None,
                           headers: dict[str, str] | None, cap_s: float) -> str | None:
         """A 429 on a call of this key-model. Returns what changed (for the log) when the
@@ -187,12 +290,14 @@ class RateState:
         self.rate_limited += 1
         if self.failing_since is None:
             self.failing_since = now
-        if headers and "x-ratelimit-remaining-requests" in headers:
+        if headers and ("x-ratelimit-remaining-requests" in headers
+                        or "x-ratelimit-remaining-tokens" in headers):
             self._learn(headers, now, sent_at, refused=True)
-            if self.level < 1.0 and self.rate:
-                wait = min(cap_s, max((1.0 - self.level) / self.rate, retry_after_s or 0.0))
+            spent = self._quota_wait(now)
+            if spent is not None:
+                wait = min(cap_s, max(spent[0], retry_after_s or 0.0))
                 self.cooling_until = max(self.cooling_until, now + wait)
-                return f"quota spent: next call in {wait:.1f} s (~{self.rate * 60:.0f}/min)"
+                return spent[1].format(wait)
             return None
         if sent_at < self.round_start:
             return None  # part of the event already answered

@@ -108,6 +108,38 @@ async def test_a_third_party_quota_server_llmock_fails_no_task():
     assert wall <= 30.0, wall  # the 15 beyond the bursts wait for slots, not a 60 s refill
 
 
+PROSE = ("The on-call engineer reads the swarm's latency, its errors and what it cost, "
+         "then decides whether the canary moves on. ") * 14  # ~1,600 characters
+
+
+@pytest.mark.slow
+async def test_a_tokens_per_minute_quota_is_paced_not_hammered():
+    """llmock's tokens-per-minute quota alone (no request quota): its answers carry
+    x-ratelimit-*-tokens and its 429s say nothing of requests. It charges a call its body's
+    bytes / 4 plus its max_tokens (~650 here, ~20 % over our prompt estimate: the pool
+    learns the difference). 3 keys x 30,000 tokens/min: ~137 calls fit the buckets, the
+    rest wait for the refill (~2.3 calls/s). Read as an open key, every other call of those
+    was a 429 (bench/ratelimits.py: 57 % of all calls at 100 in flight)."""
+    port = free_port()
+    proc = _llmock(port, "--tpm", "30000", "--latency-ms", "20", "--tool-mode", "off")
+    try:
+        gw = GatewayClient("llmock", f"http://127.0.0.1:{port}/v1",
+                           [(k, None) for k in KEYS], pool=60, timeout_s=20)
+        work = [Task(id=f"t{i}", prompt=f"{i}: {PROSE}", max_tokens=200) for i in range(165)]
+        try:
+            runner = make_runner(gw, work, concurrency=40)
+            await asyncio.wait_for(runner.run(), 120)
+        finally:
+            await gw.aclose()
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    assert runner.counts == {"succeeded": 165, "failed": 0, "cancelled": 0}
+    calls = sum(len(a.attempts) for a in runner.records)
+    r429 = sum(1 for a in runner.records for x in a.attempts if x.status_code == 429)
+    assert r429 <= 0.10 * calls, (r429, calls)
+
+
 @pytest.mark.slow
 async def test_one_models_429s_do_not_hold_another_model(sim_factory):
     """One key; kimi answers 429 (no Retry-After) to everything, deepseek is healthy."""

@@ -247,3 +247,88 @@ def test_an_answer_read_after_a_refusal_does_not_reopen_the_quota():
           model="m", sent_at=30.15)
     assert p.pick("m", now=30.22) is None
     assert p.pick("m", now=30.31) is k  # one call's refill after the refusal was read
+
+
+def tpm(remaining: int, limit: int = 60_000, reset: str = "1s") -> dict[str, str]:
+    """A tokens-per-minute quota's headers alone (llmock's with only --tpm)."""
+    return {"x-ratelimit-limit-tokens": str(limit),
+            "x-ratelimit-remaining-tokens": str(remaining),
+            "x-ratelimit-reset-tokens": reset}
+
+
+def test_a_tokens_quota_paces_calls_by_what_each_is_charged():
+    """60,000 tokens/min = 1,000 a second; 1,500 remain: two calls of 600 go, the third
+    waits for the 300 tokens it lacks (0.3 s); the key-model's calls stay unpaced."""
+    p = pool(1)
+    k = p.slots[0]
+    p.begin(k, "m", now=0.0, tokens=600)
+    p.end(k, error_class=None, status_code=None, message=None, retry_after_s=None,
+          headers=tpm(1_500, reset="2s"), now=0.0, model="m", sent_at=0.0)
+    sent = 0
+    while p.pick("m", now=0.0) is k and sent < 10:
+        p.begin(k, "m", now=0.0, tokens=600)
+        sent += 1
+    assert sent == 2
+    assert k.rate("m").rate is None  # no request quota learned
+    assert p.next_ready_in("m", now=0.0) == pytest.approx(0.3)
+    assert p.pick("m", now=0.29) is None and p.pick("m", now=0.31) is k
+
+
+def test_a_tokens_429_cools_the_key_model_and_charges_later_calls_more():
+    """A refusal the bucket did not foresee (it thought 600 tokens fitted): the gateway
+    counts more than our estimate — later calls are charged 25 % more, and the key-model
+    waits for that much."""
+    p = pool(1)
+    k = p.slots[0]
+    p.begin(k, "m", now=0.0, tokens=600)
+    p.end(k, error_class=None, status_code=None, message=None, retry_after_s=None,
+          headers=tpm(5_000), now=0.0, model="m", sent_at=0.0)
+    p.begin(k, "m", now=1.0, tokens=600)
+    note = p.end(k, error_class="rate_limited", status_code=429, message="tokens",
+                 retry_after_s=None, headers=tpm(300), now=1.0, model="m", sent_at=1.0)
+    assert note is not None and note.startswith("token quota spent: next call in")
+    assert "60,000 tokens/min" in note
+    q = k.rate("m").tokens
+    assert q is not None and q.scale == pytest.approx(1.25)
+    # 750 needed (600 x 1.25), 300 there, 1,000/s: 0.45 s
+    assert p.next_ready_in("m", now=1.0) == pytest.approx(0.45)
+    assert p.pick("m", now=1.4) is None and p.pick("m", now=1.46) is k
+
+
+def test_answers_while_the_tokens_quota_binds_bring_the_charge_back_down():
+    """Over-charging wastes the quota: each answer admitted while the bucket holds less
+    than two calls' worth lowers the charge by 1 % (never below a quarter of the estimate)."""
+    p = pool(1)
+    k = p.slots[0]
+    scales = []
+    for i in range(300):  # the gateway always has a call and a half's worth left
+        p.begin(k, "m", now=float(i), tokens=600)
+        q = k.rate("m").tokens
+        left = int(1.5 * (q.need if q is not None else 600))
+        p.end(k, error_class=None, status_code=None, message=None, retry_after_s=None,
+              headers=tpm(left), now=float(i), model="m", sent_at=float(i))
+        scales.append(k.rate("m").tokens.scale)
+    # (the first answer teaches the quota; the charges come with the calls after it)
+    assert scales[1] == pytest.approx(0.99) and scales[-1] == pytest.approx(0.25)
+    full = pool(1)
+    f = full.slots[0]
+    for i in range(10):  # a bucket far from empty teaches nothing about the charge
+        full.begin(f, "m", now=float(i), tokens=600)
+        full.end(f, error_class=None, status_code=None, message=None, retry_after_s=None,
+                 headers=tpm(50_000), now=float(i), model="m", sent_at=float(i))
+    assert f.rate("m").tokens.scale == 1.0
+
+
+def test_a_workers_share_of_a_tokens_quota():
+    """Two workers on one key: each counts half of what the headers say remains."""
+    p = pool(1)
+    p.set_share(0.5)
+    k = p.slots[0]
+    p.begin(k, "m", now=0.0, tokens=600)
+    p.end(k, error_class=None, status_code=None, message=None, retry_after_s=None,
+          headers=tpm(2_400, reset="3s"), now=0.0, model="m", sent_at=0.0)
+    sent = 0
+    while p.pick("m", now=0.0) is k and sent < 10:
+        p.begin(k, "m", now=0.0, tokens=600)
+        sent += 1
+    assert sent == 2  # 1,200 of the 2,400

@@ -10,6 +10,8 @@ RETRY_OTHER = "    0.4s RETRY  demo-00168 #1 rate_limited 429 on sk-…9f12#7728
 RETRY_WAIT = "    0.4s RETRY  demo-00168 #1 server 503 +4.00s"
 QUOTA = ("   12.0s CTRL   sim key sk-…9f12#7728d7 deepseek-v3.2: quota spent: next call in "
          "8.0 s (~6000/min)")
+TOKENS = ("   12.0s CTRL   sim key sk-…9f12#7728d7 deepseek-v3.2: token quota spent: next call "
+          "in 0.7 s (~96,000 tokens/min)")
 STORM = ("   12.0s CTRL   sim key sk-…9f12#7728d7 deepseek-v3.2: 429 storm: cooling 4.0 s, "
          "then ≤ 2.0 calls/s")
 FAIL = ("    1.3s FAIL   demo-00044 auth 401 Incorrect API key provided: check the key file "
@@ -21,6 +23,7 @@ FAIL = ("    1.3s FAIL   demo-00044 auth 401 Incorrect API key provided: check t
     (RETRY_WAIT, ["RETRY", "demo-00168", "server 503", "+4.00s"]),
     (QUOTA, ["CTRL", "#7728d7", "deepseek", "8.0 s"]),
     (STORM, ["CTRL", "#7728d7", "storm", "4.0 s"]),
+    (TOKENS, ["CTRL", "#7728d7", "deepseek", "tokens", "0.7 s"]),
     (FAIL, ["FAIL", "demo-00044", "auth 401"]),
 ])
 def test_a_line_fits_the_80_column_log_and_keeps_its_key_and_wait(line, kept):
