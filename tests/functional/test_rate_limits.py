@@ -91,9 +91,7 @@ async def test_a_third_party_quota_server_llmock_fails_no_task():
         rec = Recorder()
         try:
             runner = make_runner(gw, tasks(195, max_tokens=8), concurrency=40, consumers=[rec])
-            t0 = time.monotonic()
             await asyncio.wait_for(runner.run(), 90)
-            wall = time.monotonic() - t0
         finally:
             await gw.aclose()
     finally:
@@ -105,7 +103,11 @@ async def test_a_third_party_quota_server_llmock_fails_no_task():
     # ≤ 5 % on an idle machine (bench/ratelimits.py: 0.2–2.2 %); a loaded one delays our
     # sends unevenly, so the bound here is looser — no task fails either way
     assert r429 <= 0.10 * calls, (r429, calls)
-    assert wall <= 30.0, wall  # the 15 beyond the bursts wait for slots, not a 60 s refill
+    # the 15 beyond the bursts wait for the next free slot (a second at 60/min), not for
+    # the bucket's full refill: every task's queue time, retries included, stays far
+    # below the quota's own 60 s (a bound set by the quota, not by the machine's speed)
+    queued = [x.queue_ms for a in runner.records for x in a.attempts]
+    assert max(queued) < 60_000 / 2, max(queued)
 
 
 PROSE = ("The on-call engineer reads the swarm's latency, its errors and what it cost, "
