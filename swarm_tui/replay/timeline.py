@@ -40,7 +40,8 @@ if TYPE_CHECKING:
 
 CHECKPOINT_EVERY = 4_000  # changes between two checkpoints of the figures
 RESULT, CALL = 0, 1
-FORMAT = 2  # the stored timeline's layout (a blob of another layout is built again)
+FORMAT = 3  # the stored timeline's layout (a blob of another layout is built again;
+# 3: histograms of three significant figures)
 # a stored event's tag in the log (six columns, as the live log's) and its text when it
 # carries none ("SESSIO" was a cut `session_started`)
 EVENT_TAGS = {"control": "CTRL  ", "fallback": "FALLBK", "session_started": "START ",

@@ -72,6 +72,24 @@ async def test_the_replay_at_each_moment_is_what_had_happened_by_then(stored):
     assert done_before == 500  # the last moment is the end
 
 
+async def test_the_consoles_percentiles_are_the_reports_to_the_millisecond(stored):
+    """The console's p50/p95/p99 and TTFT (whole milliseconds from its histogram) are the
+    report's exact nearest-rank figures rounded as the report prints them — truncated,
+    one run's console read p95 277 where `report` and `run --json` said 278."""
+    db, run_id, env = stored
+    report = json.loads(swarm("report", run_id, "--json", env=env).stdout)
+    source = StoreSource(db, run_id, replay=True)
+    await source.open()
+    try:
+        snap = await source.snapshot()
+    finally:
+        await source.close()
+    assert snap is not None
+    lat, ttft = report["latency_ms"], report["ttft_ms"]
+    assert snap.latency_ms == tuple(float(round(lat[p])) for p in ("p50", "p95", "p99"))
+    assert snap.ttft_ms == tuple(float(round(ttft[p])) for p in ("p50", "p95"))
+
+
 def test_every_form_of_time_opens_its_moment_and_a_bad_one_is_one_line(stored, tmp_path):
     db, run_id, env = stored
     c = sqlite3.connect(db)
