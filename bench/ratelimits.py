@@ -120,22 +120,27 @@ def llmock(*flags: str) -> Iterator[str]:
         proc.wait(10)
 
 
+def llmock_swarm(tmp: Path, url: str, strategy: str, w: Path, tag: str
+                 ) -> tuple[dict, int, int]:
+    """The workload on llmock's 3 keys, 100 in flight: (summary, calls, 429s), the calls
+    counted from the run's export (llmock keeps no count of its own)."""
+    db = str(tmp / f"{tag}-{strategy}.db")
+    s = swarm("run", str(w), "--headless", "--config", str(config(tmp, url, strategy)),
+              "--concurrency", "100", "--db", db, env={"GW_KEYS": KEYS})
+    rows = subprocess.run([sys.executable, "-m", "swarm_tui", "export", s["run_id"], "--db",
+                           db], capture_output=True, text=True).stdout
+    attempts = [a for line in rows.splitlines() for a in json.loads(line)["attempts"]]
+    return s, len(attempts), sum(1 for a in attempts if a["status_code"] == 429)
+
+
 def third_party(n: int, tmp: Path, rpm: int) -> None:
     rate = 3 * rpm / 60
     ideal = max(0.0, n - 3 * rpm) / rate + 0.05
     print(f"\n3. {n} tasks, 3 keys x {rpm}/min on llmock (bucket = rpm): ideal {ideal:.1f} s")
     for strategy in ("least-in-flight", "round-robin", "proactive"):
         with llmock("--rpm", str(rpm), "--latency-ms", "50") as url:
-            w = workload(tmp, n)
-            s = swarm("run", str(w), "--headless", "--config",
-                      str(config(tmp, url, strategy)), "--concurrency", "100",
-                      "--db", str(tmp / f"l-{strategy}.db"), env={"GW_KEYS": KEYS})
-            rows = subprocess.run(
-                [sys.executable, "-m", "swarm_tui", "export", s["run_id"], "--db",
-                 str(tmp / f"l-{strategy}.db")], capture_output=True, text=True).stdout
-            attempts = [a for line in rows.splitlines() for a in json.loads(line)["attempts"]]
-            r429 = sum(1 for a in attempts if a["status_code"] == 429)
-            quota_row(strategy, s, len(attempts), r429, ideal)
+            s, calls, r429 = llmock_swarm(tmp, url, strategy, workload(tmp, n), "l")
+            quota_row(strategy, s, calls, r429, ideal)
 
 
 PROSE = ("The on-call engineer reads the swarm's latency, its errors and what it cost, "
@@ -156,15 +161,8 @@ def third_party_tokens(tmp: Path, n: int, tpm: int) -> None:
           f"(no request quota): ideal {ideal:.1f} s")
     for strategy in ("least-in-flight", "round-robin", "proactive"):
         with llmock("--tpm", str(tpm), "--latency-ms", "50") as url:
-            s = swarm("run", str(w), "--headless", "--config",
-                      str(config(tmp, url, strategy)), "--concurrency", "100",
-                      "--db", str(tmp / f"t-{strategy}.db"), env={"GW_KEYS": KEYS})
-            rows = subprocess.run(
-                [sys.executable, "-m", "swarm_tui", "export", s["run_id"], "--db",
-                 str(tmp / f"t-{strategy}.db")], capture_output=True, text=True).stdout
-            attempts = [a for line in rows.splitlines() for a in json.loads(line)["attempts"]]
-            r429 = sum(1 for a in attempts if a["status_code"] == 429)
-            quota_row(strategy, s, len(attempts), r429, ideal)
+            s, calls, r429 = llmock_swarm(tmp, url, strategy, w, "t")
+            quota_row(strategy, s, calls, r429, ideal)
 
 
 def one_model(tmp: Path) -> None:

@@ -207,6 +207,19 @@ def swarm(*args: str, env: dict[str, str] | None = None, timeout: float = 90):
                           text=True, timeout=timeout, env=full_env, stdin=subprocess.DEVNULL)
 
 
+async def stored_snapshot(db, run_id: str, **kw):
+    """The console's snapshot of a stored run as a fresh `StoreSource` builds it (`at=`,
+    `replay=`), the source closed after."""
+    from swarm_tui.run_sources import StoreSource
+
+    source = StoreSource(db, run_id, **kw)
+    await source.open()
+    try:
+        return await source.snapshot()
+    finally:
+        await source.close()
+
+
 def demo_run(tmp: Path, *flags: str) -> tuple[Path, str, dict[str, str]]:
     """A real headless `run --demo` into tmp/runs.db (no user config): the database, the
     run's id and the environment that reaches it. Exit 3 (the demo missed its SLA) is a

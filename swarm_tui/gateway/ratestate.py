@@ -63,8 +63,12 @@ def parse_reset(value: str | None) -> float | None:
     return h * 3600 + mi * 60 + s + ms / 1000
 
 
-def _limit_headers(headers: dict[str, str], kind: str) -> tuple[float, float] | None:
-    """(limit, remaining) from x-ratelimit-limit-KIND / -remaining-KIND, or None."""
+def _quota(headers: dict[str, str], kind: str, share: float, floor: float
+           ) -> tuple[float, float, float] | None:
+    """A quota from x-ratelimit-limit/remaining/reset-KIND (`requests`, `tokens`), at this
+    process's share of it (workers split a key's quota): (refill per second, bucket size,
+    remaining), or None. The header's limit is per minute (OpenAI, LiteLLM, llmock); the
+    bucket holds what remains plus what refills until it is full again."""
     try:
         limit = float(headers[f"x-ratelimit-limit-{kind}"])
         remaining = float(headers[f"x-ratelimit-remaining-{kind}"])
@@ -72,7 +76,11 @@ def _limit_headers(headers: dict[str, str], kind: str) -> tuple[float, float] | 
         return None
     if not (math.isfinite(limit) and math.isfinite(remaining)) or limit <= 0:
         return None  # `nan` made every wait nan (and `inf` every bucket endless): unlearned
-    return limit, max(0.0, remaining)
+    limit, remaining = limit * share, max(0.0, remaining) * share
+    reset = parse_reset(headers.get(f"x-ratelimit-reset-{kind}"))
+    rate = limit / 60.0
+    capacity = max(floor, remaining + reset * rate) if reset else limit
+    return max(rate, MIN_RATE), capacity, remaining
 
 
 @dataclass(slots=True)
@@ -222,19 +230,12 @@ class RateState:
         self._learn_tokens(headers, now, sent_at, seen, refused)
         if seen < self.learned_sent:
             return
-        got = _limit_headers(headers, "requests")
+        got = _quota(headers, "requests", self.share, 1.0)
         if got is None:
             return
-        limit, remaining = got
-        # the gateway counts every worker's calls; this one may spend its share of them
-        limit, remaining = limit * self.share, remaining * self.share
-        reset = parse_reset(headers.get("x-ratelimit-reset-requests"))
-        rate = limit / 60.0  # the header's limit is per minute (OpenAI, LiteLLM, llmock)
         self._refill(now)
         self.learned = True
-        self.rate = max(rate, MIN_RATE)
-        # the bucket's size: what remains plus what refills until it is full again
-        self.capacity = max(1.0, remaining + (reset or 0.0) * rate) if reset else limit
+        self.rate, self.capacity, remaining = got
         self.learned_sent = seen
         self.level = min(self.capacity, remaining + self.rate * max(0.0, now - seen)
                          - self.sent_since(sent_at))
@@ -247,16 +248,12 @@ class RateState:
         q = self.tokens
         if q is not None and seen < q.learned_sent:
             return
-        got = _limit_headers(headers, "tokens")
+        got = _quota(headers, "tokens", self.share, 1.0 if q is None else q.need)
         if got is None:
             return
-        limit, remaining = got
-        limit, remaining = limit * self.share, remaining * self.share
         if q is None:
             q = self.tokens = TokenQuota()
-        reset = parse_reset(headers.get("x-ratelimit-reset-tokens"))
-        q.rate = max(limit / 60.0, MIN_RATE)  # per minute, as the requests' limit
-        q.capacity = max(q.need, remaining + reset * q.rate) if reset else limit
+        q.rate, q.capacity, remaining = got
         q.level = min(q.capacity, remaining + q.rate * max(0.0, now - seen)
                       - self.tokens_sent_since(sent_at) * q.scale)
         q.updated = now
@@ -276,9 +273,9 @@ class RateState:
             waits.append(((1.0 - self.level) / self.rate,
                           f"quota spent: next call in {{:.1f}} s (~{self.rate * 60:.0f}/min)"))
         q = self.tokens
-        if q is not None and q.wait(now) > 0:
-            waits.append((q.wait(now), f"token quota spent: next call in {{:.1f}} s "
-                                       f"(~{q.rate * 60:,.0f} tokens/min)"))
+        if q is not None and (token_wait := q.wait(now)) > 0:
+            waits.append((token_wait, f"token quota spent: next call in {{:.1f}} s "
+                                      f"(~{q.rate * 60:,.0f} tokens/min)"))
         return max(waits) if waits else None
 
     def rate_limited_call(self, now: float, sent_at: float, retry_after_s: float | None,

@@ -18,6 +18,7 @@ import httpx2
 import pytest
 
 from swarm_tui.core import events as ev
+from swarm_tui.engine.runner import SwarmRunner
 from swarm_tui.gateway.client import GatewayClient
 from swarm_tui.gateway.errors import CONNECTION, PROTOCOL, RATE_LIMITED, SERVER
 from swarm_tui.settings.run_sections import RetryConfig
@@ -78,28 +79,40 @@ def _llmock(port: int, *args: str) -> subprocess.Popen:
     pytest.fail("llmock did not start")
 
 
-@pytest.mark.slow
-async def test_a_third_party_quota_server_llmock_fails_no_task():
-    """llmock: per-key buckets of 60/min (burst 60), Retry-After = the real wait,
-    x-ratelimit-* on every answer. 3 keys, 195 tasks: 180 fit the bursts, 15 wait for
-    the refill (3 calls/s)."""
+async def _run_on_llmock(quota: tuple[str, ...], work: list[Task], timeout_s: float,
+                         consumers: list | None = None) -> SwarmRunner:
+    """`work` on 3 keys against llmock with that quota, 40 in flight; the finished runner."""
     port = free_port()
-    proc = _llmock(port, "--rpm", "60", "--latency-ms", "20", "--tool-mode", "off")
+    proc = _llmock(port, *quota, "--latency-ms", "20", "--tool-mode", "off")
     try:
         gw = GatewayClient("llmock", f"http://127.0.0.1:{port}/v1",
                            [(k, None) for k in KEYS], pool=60, timeout_s=20)
-        rec = Recorder()
         try:
-            runner = make_runner(gw, tasks(195, max_tokens=8), concurrency=40, consumers=[rec])
-            await asyncio.wait_for(runner.run(), 90)
+            runner = make_runner(gw, work, concurrency=40, consumers=consumers or [])
+            await asyncio.wait_for(runner.run(), timeout_s)
         finally:
             await gw.aclose()
     finally:
         proc.terminate()
         proc.wait(10)
+    return runner
+
+
+def _429s(runner: SwarmRunner) -> tuple[int, int]:
+    """(429s, calls) over every attempt of the run."""
+    attempts = [x for a in runner.records for x in a.attempts]
+    return sum(1 for x in attempts if x.status_code == 429), len(attempts)
+
+
+@pytest.mark.slow
+async def test_a_third_party_quota_server_llmock_fails_no_task():
+    """llmock: per-key buckets of 60/min (burst 60), Retry-After = the real wait,
+    x-ratelimit-* on every answer. 3 keys, 195 tasks: 180 fit the bursts, 15 wait for
+    the refill (3 calls/s)."""
+    runner = await _run_on_llmock(("--rpm", "60"), tasks(195, max_tokens=8), 90,
+                                  consumers=[Recorder()])
     assert runner.counts == {"succeeded": 195, "failed": 0, "cancelled": 0}
-    calls = sum(len(a.attempts) for a in runner.records)
-    r429 = sum(1 for a in runner.records for x in a.attempts if x.status_code == 429)
+    r429, calls = _429s(runner)
     # ≤ 5 % on an idle machine (bench/ratelimits.py: 0.2–2.2 %); a loaded one delays our
     # sends unevenly, so the bound here is looser — no task fails either way
     assert r429 <= 0.10 * calls, (r429, calls)
@@ -122,23 +135,10 @@ async def test_a_tokens_per_minute_quota_is_paced_not_hammered():
     learns the difference). 3 keys x 30,000 tokens/min: ~137 calls fit the buckets, the
     rest wait for the refill (~2.3 calls/s). Read as an open key, every other call of those
     was a 429 (bench/ratelimits.py: 57 % of all calls at 100 in flight)."""
-    port = free_port()
-    proc = _llmock(port, "--tpm", "30000", "--latency-ms", "20", "--tool-mode", "off")
-    try:
-        gw = GatewayClient("llmock", f"http://127.0.0.1:{port}/v1",
-                           [(k, None) for k in KEYS], pool=60, timeout_s=20)
-        work = [Task(id=f"t{i}", prompt=f"{i}: {PROSE}", max_tokens=200) for i in range(165)]
-        try:
-            runner = make_runner(gw, work, concurrency=40)
-            await asyncio.wait_for(runner.run(), 120)
-        finally:
-            await gw.aclose()
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    work = [Task(id=f"t{i}", prompt=f"{i}: {PROSE}", max_tokens=200) for i in range(165)]
+    runner = await _run_on_llmock(("--tpm", "30000"), work, 120)
     assert runner.counts == {"succeeded": 165, "failed": 0, "cancelled": 0}
-    calls = sum(len(a.attempts) for a in runner.records)
-    r429 = sum(1 for a in runner.records for x in a.attempts if x.status_code == 429)
+    r429, calls = _429s(runner)
     assert r429 <= 0.10 * calls, (r429, calls)
 
 

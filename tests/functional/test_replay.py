@@ -11,7 +11,7 @@ import sqlite3
 import pytest
 
 from swarm_tui.run_sources import StoreSource
-from tests.conftest import assert_one_line_error, demo_run, swarm
+from tests.conftest import assert_one_line_error, demo_run, stored_snapshot, swarm
 
 pytestmark = pytest.mark.slow
 
@@ -50,12 +50,7 @@ async def test_the_replay_at_each_moment_is_what_had_happened_by_then(stored):
     moments = [start + (end - start) * i / 23 for i in range(24)]
     done_before = -1
     for at in moments:
-        source = StoreSource(db, run_id, at=at)
-        await source.open()
-        try:
-            snap = await source.snapshot()
-        finally:
-            await source.close()
+        snap = await stored_snapshot(db, run_id, at=at)
         assert snap is not None
         truth = _truth(db, run_id, at)
         got = {"succeeded": snap.counts.get("succeeded", 0),
@@ -78,12 +73,7 @@ async def test_the_consoles_percentiles_are_the_reports_to_the_millisecond(store
     one run's console read p95 277 where `report` and `run --json` said 278."""
     db, run_id, env = stored
     report = json.loads(swarm("report", run_id, "--json", env=env).stdout)
-    source = StoreSource(db, run_id, replay=True)
-    await source.open()
-    try:
-        snap = await source.snapshot()
-    finally:
-        await source.close()
+    snap = await stored_snapshot(db, run_id, replay=True)
     assert snap is not None
     lat, ttft = report["latency_ms"], report["ttft_ms"]
     assert snap.latency_ms == tuple(float(round(lat[p])) for p in ("p50", "p95", "p99"))

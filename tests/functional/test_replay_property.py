@@ -12,12 +12,11 @@ from swarm_tui.core.states import TaskState
 from swarm_tui.engine.snapshot import LiveMetrics, Snapshot, live_snapshot
 from swarm_tui.run.stored_run import execute
 from swarm_tui.run.wiring import RunOptions
-from swarm_tui.run_sources import StoreSource
 from swarm_tui.sim.settings import SimSettings
 from swarm_tui.store.db import open_db
 from swarm_tui.store.runs import new_run_id
 from swarm_tui.workload import demo_tasks
-from tests.conftest import raw_rows
+from tests.conftest import raw_rows, stored_snapshot
 
 pytestmark = pytest.mark.slow
 
@@ -102,12 +101,7 @@ async def test_the_replay_at_each_moment_equals_the_live_console_then(cfg, tmp_p
     assert len(moments) >= 20
     retried = 0
     for at, live in moments:
-        source = StoreSource(db, run_id, at=at)
-        await source.open()
-        try:
-            replay = await source.snapshot()
-        finally:
-            await source.close()
+        replay = await stored_snapshot(db, run_id, at=at)
         assert replay is not None
         assert figures(replay) == figures(live), at
         assert cells(replay) == cells(live), at

@@ -30,8 +30,9 @@ def r429(p: KeyPool, slot: KeySlot, retry_after: float | None, now: float,
                  sent_at=now if sent is None else sent)
 
 
-def ok(p: KeyPool, slot: KeySlot, now: float, model: str = "m", headers=None) -> None:
-    p.begin(slot, model, now=now)
+def ok(p: KeyPool, slot: KeySlot, now: float, model: str = "m", headers=None,
+       tokens: float = 0.0) -> None:
+    p.begin(slot, model, now=now, tokens=tokens)
     p.end(slot, error_class=None, status_code=None, message=None, retry_after_s=None,
           headers=headers, now=now, model=model, sent_at=now)
 
@@ -256,19 +257,22 @@ def tpm(remaining: int, limit: int = 60_000, reset: str = "1s") -> dict[str, str
             "x-ratelimit-reset-tokens": reset}
 
 
+def sent_before_waiting(p: KeyPool, k: KeySlot, now: float, tokens: float) -> int:
+    """How many calls of `tokens` the key takes at `now` before it must wait."""
+    sent = 0
+    while p.pick("m", now=now) is k and sent < 10:
+        p.begin(k, "m", now=now, tokens=tokens)
+        sent += 1
+    return sent
+
+
 def test_a_tokens_quota_paces_calls_by_what_each_is_charged():
     """60,000 tokens/min = 1,000 a second; 1,500 remain: two calls of 600 go, the third
     waits for the 300 tokens it lacks (0.3 s); the key-model's calls stay unpaced."""
     p = pool(1)
     k = p.slots[0]
-    p.begin(k, "m", now=0.0, tokens=600)
-    p.end(k, error_class=None, status_code=None, message=None, retry_after_s=None,
-          headers=tpm(1_500, reset="2s"), now=0.0, model="m", sent_at=0.0)
-    sent = 0
-    while p.pick("m", now=0.0) is k and sent < 10:
-        p.begin(k, "m", now=0.0, tokens=600)
-        sent += 1
-    assert sent == 2
+    ok(p, k, now=0.0, headers=tpm(1_500, reset="2s"), tokens=600)
+    assert sent_before_waiting(p, k, now=0.0, tokens=600) == 2
     assert k.rate("m").rate is None  # no request quota learned
     assert p.next_ready_in("m", now=0.0) == pytest.approx(0.3)
     assert p.pick("m", now=0.29) is None and p.pick("m", now=0.31) is k
@@ -280,9 +284,7 @@ def test_a_tokens_429_cools_the_key_model_and_charges_later_calls_more():
     waits for that much."""
     p = pool(1)
     k = p.slots[0]
-    p.begin(k, "m", now=0.0, tokens=600)
-    p.end(k, error_class=None, status_code=None, message=None, retry_after_s=None,
-          headers=tpm(5_000), now=0.0, model="m", sent_at=0.0)
+    ok(p, k, now=0.0, headers=tpm(5_000), tokens=600)
     p.begin(k, "m", now=1.0, tokens=600)
     note = p.end(k, error_class="rate_limited", status_code=429, message="tokens",
                  retry_after_s=None, headers=tpm(300), now=1.0, model="m", sent_at=1.0)
@@ -313,9 +315,7 @@ def test_answers_while_the_tokens_quota_binds_bring_the_charge_back_down():
     full = pool(1)
     f = full.slots[0]
     for i in range(10):  # a bucket far from empty teaches nothing about the charge
-        full.begin(f, "m", now=float(i), tokens=600)
-        full.end(f, error_class=None, status_code=None, message=None, retry_after_s=None,
-                 headers=tpm(50_000), now=float(i), model="m", sent_at=float(i))
+        ok(full, f, now=float(i), headers=tpm(50_000), tokens=600)
     assert f.rate("m").tokens.scale == 1.0
 
 
@@ -324,11 +324,5 @@ def test_a_workers_share_of_a_tokens_quota():
     p = pool(1)
     p.set_share(0.5)
     k = p.slots[0]
-    p.begin(k, "m", now=0.0, tokens=600)
-    p.end(k, error_class=None, status_code=None, message=None, retry_after_s=None,
-          headers=tpm(2_400, reset="3s"), now=0.0, model="m", sent_at=0.0)
-    sent = 0
-    while p.pick("m", now=0.0) is k and sent < 10:
-        p.begin(k, "m", now=0.0, tokens=600)
-        sent += 1
-    assert sent == 2  # 1,200 of the 2,400
+    ok(p, k, now=0.0, headers=tpm(2_400, reset="3s"), tokens=600)
+    assert sent_before_waiting(p, k, now=0.0, tokens=600) == 2  # 1,200 of the 2,400
