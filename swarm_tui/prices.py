@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from swarm_tui.core.checks import STRICT, Finite, Limits, checked, first_error
+from swarm_tui.digest import sha256_hex
 from swarm_tui.errors import UserError
 
 PER_MTOK = 1_000_000.0
@@ -72,7 +73,6 @@ def _parse(data: dict[str, Any], place: str) -> dict[str, Price]:
 
 def _load_file(path: Path) -> tuple[dict[str, Price], str]:
     """The file's prices and the SHA-256 of the very bytes they came from."""
-    import hashlib
     import tomllib  # here: a reader given a validated copy of the prices parses no TOML
 
     place = f"price file {path}"
@@ -85,7 +85,7 @@ def _load_file(path: Path) -> tuple[dict[str, Price], str]:
         raise UserError(f"{place}: cannot read: {e.__class__.__name__}") from None
     except tomllib.TOMLDecodeError as e:
         raise UserError(f"{place}: invalid TOML: {e}") from None
-    return _parse(data, place), hashlib.sha256(raw).hexdigest()
+    return _parse(data, place), sha256_hex(raw)
 
 
 def shipped_prices() -> dict[str, Price]:

@@ -14,8 +14,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 def secret_tag(value: str) -> str:
     """A stable name for a secret (the same secret, the same tag): sha256's first 8."""
-    import hashlib  # OpenSSL's load is 2-3 ms of a reading command's start
-    return f"<secret sha256:{hashlib.sha256(value.encode()).hexdigest()[:8]}>"
+    from swarm_tui.digest import sha256_hex
+
+    return f"<secret sha256:{sha256_hex(value.encode())[:8]}>"
 
 
 def without_userinfo(url: str) -> str:

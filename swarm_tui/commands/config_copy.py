@@ -15,13 +15,13 @@ file: a full load, with its one-line errors, as before. Tokenizers are `run`'s c
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 from pathlib import Path
 from typing import Any
 
 import swarm_tui
+from swarm_tui.digest import sha256, sha256_hex
 from swarm_tui.paths import cache_dir, config_file
 from swarm_tui.settings.view import ConfigView
 from swarm_tui.store.own_files import open_own, own_dir, why_not_own_dir
@@ -70,14 +70,14 @@ def _key(path: Path | None, digest: str | None) -> str:
         except OSError:
             stamps.append((rel, -1, -1))
     env = sorted((k, v) for k, v in os.environ.items() if k.startswith("SWARM_TUI__"))
-    h = hashlib.sha256(json.dumps([swarm_tui.__version__, str(path), digest, os.getcwd(), env,
+    h = sha256(json.dumps([swarm_tui.__version__, str(path), digest, os.getcwd(), env,
                                    stamps]).encode())
     return h.hexdigest()[:40]
 
 
 def _digest(path: Path) -> str | None:
     try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
+        return sha256_hex(path.read_bytes())
     except OSError:
         return None
 

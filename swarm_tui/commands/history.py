@@ -44,8 +44,8 @@ async def runs(conn: StoreConnection, path: DbTarget, args: argparse.Namespace) 
         return EXIT_OK
     # --moments: each run's notable moments (read per run: not in the plain listing,
     # which reads only the stored summaries)
-    from swarm_tui.commands.replay import moments_text, notable_moments
-    from swarm_tui.core.moments import moment_iso, replay_command
+    from swarm_tui.core.moments import moment_iso, moments_text, replay_command
+    from swarm_tui.store.moments import notable_moments
     from swarm_tui.store.runs import get_run
 
     out: list[dict] = []
@@ -60,7 +60,7 @@ async def runs(conn: StoreConnection, path: DbTarget, args: argparse.Namespace) 
                  "replay": replay_command(run.id, at)} for at, what in moments]})
             continue
         print(runs_table([item]).split("\n", 1)[1])
-        text = moments_text(run, moments)
+        text = moments_text(run.id, run.started_at, moments)
         print("\n".join("  " + line for line in text.splitlines()) if text
               else "  (no notable moments)")
     if args.json:
@@ -91,9 +91,10 @@ async def report(conn: StoreConnection, path: DbTarget, args: argparse.Namespace
     if args.json:
         print(await summary_json(conn, path, a, cfg, cost))
     else:
-        from swarm_tui.commands.replay import moments_text, notable_moments
+        from swarm_tui.core.moments import moments_text
+        from swarm_tui.store.moments import notable_moments
 
-        moments = moments_text(run, await notable_moments(conn, run))
+        moments = moments_text(run.id, run.started_at, await notable_moments(conn, run))
         print(summary_text(a) + ("\n\n" + moments if moments else "") + "\n\n"
               + cost_text(cost))
     return EXIT_OK

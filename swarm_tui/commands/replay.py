@@ -18,7 +18,7 @@ from swarm_tui.errors import UserError
 from swarm_tui.store.moments import first_value as _one
 from swarm_tui.store.moments import notable_moments
 
-__all__ = ["moments_text", "notable_moments", "resolve_moment", "status_block"]
+__all__ = ["notable_moments", "resolve_moment", "status_block"]
 
 if TYPE_CHECKING:
     from swarm_tui.engine.snapshot import Snapshot
@@ -106,17 +106,4 @@ def status_block(snap: Snapshot, at: float, started_at: float) -> str:
     if snap.errors:
         lines.append("errors " + ", ".join(f"{k} {v}" for k, v in sorted(snap.errors.items())))
     lines += [f"log    {line}" for line in snap.log[-8:]]
-    return "\n".join(lines)
-
-
-def moments_text(run: RunRecord, moments: list[tuple[float, str]]) -> str:
-    from swarm_tui.core import fmt
-    from swarm_tui.core.moments import replay_command
-
-    if not moments:
-        return ""
-    lines = ["notable moments (open one: the command beside it)"]
-    for at, what in moments:
-        offset = "+" + fmt.duration(at - run.started_at)
-        lines.append(f"  {offset:<9} {what:<28} {replay_command(run.id, at)}")
     return "\n".join(lines)

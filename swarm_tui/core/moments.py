@@ -35,3 +35,16 @@ def replay_command(run_id: str, at: float) -> str:
 def moment_link(console_url: str, run_id: str, at: float) -> str:
     """The served console at that moment (`swarm-tui serve`'s /at/RUN/TIME)."""
     return f"{console_url}/at/{quote(run_id, safe='')}/{quote(moment_iso(at), safe='')}"
+
+
+def moments_text(run_id: str, started_at: float, moments: list[tuple[float, str]]) -> str:
+    """A run's notable moments for `report` and `runs --moments`, each with its command."""
+    from swarm_tui.core import fmt
+
+    if not moments:
+        return ""
+    lines = ["notable moments (open one: the command beside it)"]
+    for at, what in moments:
+        offset = "+" + fmt.duration(at - started_at)
+        lines.append(f"  {offset:<9} {what:<28} {replay_command(run_id, at)}")
+    return "\n".join(lines)

@@ -19,8 +19,9 @@ def fingerprint(key: str) -> str:
 
     Short keys show only the hash, since prefix + suffix would be most of the key.
     """
-    import hashlib  # OpenSSL's load is 2-3 ms of a reading command's start
-    digest = hashlib.sha256(key.encode()).hexdigest()[:6]
+    from swarm_tui.digest import sha256_hex
+
+    digest = sha256_hex(key.encode())[:6]
     if len(key) < 20:
         return f"key#{digest}"
     prefix = key[:3]

@@ -30,8 +30,9 @@ SUFFIX = ".spill.jsonl"
 def _db_tag(db_target: DbTarget) -> str:
     if isinstance(db_target, PgTarget):
         return db_target.tag
-    import hashlib  # OpenSSL's load is 2-3 ms of a reading command's start
-    return hashlib.sha256(str(db_target.resolve()).encode()).hexdigest()[:10]
+    from swarm_tui.digest import sha256_hex
+
+    return sha256_hex(str(db_target.resolve()).encode())[:10]
 
 
 def _home(db_target: DbTarget) -> tuple[Path, str]:

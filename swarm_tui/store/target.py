@@ -52,8 +52,9 @@ class PgTarget:
     @property
     def tag(self) -> str:
         """Names this database's files on this host (locks, journals): no password in it."""
-        import hashlib  # OpenSSL's load is 2-3 ms of a reading command's start
-        return hashlib.sha256(str(self).encode()).hexdigest()[:10]
+        from swarm_tui.digest import sha256_hex
+
+        return sha256_hex(str(self).encode())[:10]
 
     def local_dir(self) -> Path:
         """This host's files for this database: executor locks and unsaved-row journals."""

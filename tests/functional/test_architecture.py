@@ -218,6 +218,12 @@ def test_reading_commands_import_no_console_and_no_http_client(one_run_db, argv)
                   "hdrh", "swarm_tui.run", "swarm_tui.run_sources", "pydantic",
                   "pydantic_settings", "pydantic_core", "swarm_tui.settings.loader",
                   "swarm_tui.settings.run_sections", "tomllib"}
+        # nor OpenSSL (the config's digest is CPython's own SHA-256: swarm_tui/digest.py),
+        # nor platformdirs on Linux (the XDG rule in paths.py), nor the statistics module
+        # (a gate's z is computed when a gate is evaluated): ~10 ms of a ~55 ms start
+        heavy |= {"hashlib", "statistics"}
+        if sys.platform == "linux":
+            heavy.add("platformdirs")
     if "--help" in argv:  # the grammar alone: no engine, no models, no loop (issue 34)
         heavy |= {"pydantic", "asyncio", "aiosqlite", "psycopg", "swarm_tui.engine",
                   "swarm_tui.store", "swarm_tui.workload"}
