@@ -16,12 +16,12 @@ from typing import Any
 def sha256(data: bytes = b"") -> Any:
     """A SHA-256 hash object (update / hexdigest), as hashlib.sha256 gives."""
     try:
-        from _sha2 import sha256 as make  # type: ignore[import-not-found]  # 3.12+
+        from _sha2 import sha256 as make  # 3.12+
     except ImportError:
         try:
-            from _sha256 import sha256 as make  # type: ignore[import-not-found,no-redef]  # 3.11
+            from _sha256 import sha256 as make  # 3.11
         except ImportError:  # a build without CPython's own: OpenSSL's
-            from hashlib import sha256 as make  # type: ignore[assignment]
+            from hashlib import sha256 as make
     return make(data)
 
 
