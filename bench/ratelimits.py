@@ -11,6 +11,8 @@ process: our simulator, or llmock (a third-party mock with per-key refilling quo
 3. llmock: the same on a server we did not write.
 4. one model 429s (no Retry-After) on a one-key gateway: the other model's queue p95.
 5. llmock's tokens-per-minute quota alone (its 429s say requests remain): 429s per call.
+6. two-models: the team's routing (long prompts to kimi, short to deepseek, same keys) on
+   llmock's per-key tokens quota, for each `quota_scope`: 429s per call.
 
     python bench/ratelimits.py [--demo 5000] [--tasks 1000] [--skip-llmock]
 """
@@ -165,6 +167,33 @@ def third_party_tokens(tmp: Path, n: int, tpm: int) -> None:
             quota_row(strategy, s, calls, r429, ideal)
 
 
+def two_models_one_quota(tmp: Path, n: int, tpm: int) -> None:
+    """The team's routing over one key-wide quota (llmock's tpm is per key, as a LiteLLM
+    virtual key's tpm_limit): one prompt in four is long and goes to kimi-k2.5, the rest
+    to deepseek-v3.2, the same keys for both. `quota_scope = "model"` is the pool before
+    2026-12-06 (a bucket per key and model: each spent the key's whole quota); `auto`
+    learns the scope from the answers' counts; `key` is told."""
+    w = tmp / f"mixed{n}.jsonl"
+    w.write_text("".join(json.dumps({"id": f"t{i}", "prompt": f"{i}: " + PROSE * (
+        4 if i % 4 == 0 else 1), "max_tokens": 200}) + "\n" for i in range(n)))
+    short, long = ((len(PROSE) * k + 150) // 4 + 200 for k in (1, 4))
+    ideal = max(0.0, n * (0.75 * short + 0.25 * long) - 3 * tpm) / (3 * tpm / 60)
+    print(f"\n6. {n} tasks, 1 in 4 long (~{long} tokens, kimi-k2.5) and 3 short (~{short}, "
+          f"deepseek-v3.2), 3 keys x {tpm:,} tokens/min for both models on llmock: "
+          f"ideal {ideal:.1f} s")
+    for scope in ("model", "auto", "key"):
+        with llmock("--tpm", str(tpm), "--latency-ms", "50") as url:
+            cfg = config(tmp, url, extra=f'quota_scope = "{scope}"\n')
+            db = str(tmp / f"mixed-{scope}.db")
+            s = swarm("run", str(w), "--headless", "--config", str(cfg), "--concurrency",
+                      "100", "--db", db, env={"GW_KEYS": KEYS})
+            rows = subprocess.run([sys.executable, "-m", "swarm_tui", "export", s["run_id"],
+                                   "--db", db], capture_output=True, text=True).stdout
+            attempts = [a for line in rows.splitlines() for a in json.loads(line)["attempts"]]
+            r429 = sum(1 for a in attempts if a["status_code"] == 429)
+            quota_row(f"quota_scope={scope}", s, len(attempts), r429, ideal)
+
+
 def one_model(tmp: Path) -> None:
     print("\n4. one key; kimi-k2.5 answers 429 (no Retry-After) to everything")
     for label, flags in (("healthy", []), ("kimi all 429", ["--model-429", "kimi-k2.5=1"])):
@@ -189,7 +218,9 @@ def main() -> None:
     ap.add_argument("--llmock-rpm", type=int, default=300)
     ap.add_argument("--skip-llmock", action="store_true")
     ap.add_argument("--llmock-tpm", type=int, default=96_000)
-    ap.add_argument("--only", choices=["demo", "quotas", "llmock", "model", "tokens"])
+    ap.add_argument("--only", choices=["demo", "quotas", "llmock", "model", "tokens",
+                                       "two-models"])
+    ap.add_argument("--mixed-tasks", type=int, default=600)
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
@@ -203,6 +234,8 @@ def main() -> None:
             one_model(tmp)
         if a.only in (None, "tokens") and not a.skip_llmock:
             third_party_tokens(tmp, 600, a.llmock_tpm)
+        if a.only in (None, "two-models") and not a.skip_llmock:
+            two_models_one_quota(tmp, a.mixed_tasks, a.llmock_tpm)
 
 
 if __name__ == "__main__":

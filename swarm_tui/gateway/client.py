@@ -29,7 +29,7 @@ from swarm_tui.gateway.errors import (
     classify,
     kept_headers,
 )
-from swarm_tui.gateway.keypool import KeyPool, KeySlot, Strategy
+from swarm_tui.gateway.keypool import KeyPool, KeySlot, QuotaScope, Strategy
 from swarm_tui.gateway.tokens import TokenEstimator
 from swarm_tui.gateway.wire import (
     CURRENT_CALL,
@@ -187,6 +187,7 @@ class GatewayClient:
         transport: Transport = "wire",
         strategy: Strategy = "least-in-flight",
         retry_after_cap_s: float = 30.0,
+        quota_scope: QuotaScope = "auto",
     ) -> None:
         if not keys:
             raise UserError(f"gateway '{name}': no API key configured")
@@ -198,7 +199,7 @@ class GatewayClient:
         self.simulated = simulated
         self.transport: Transport = transport
         self.pool_size = pool
-        self.pool = KeyPool(strategy, retry_after_cap_s)
+        self.pool = KeyPool(strategy, retry_after_cap_s, quota_scope)
         self.tokens = TokenEstimator()  # for calls the gateway reports no usage for
         self.wire = WireClient(base_url, pool, timeout_s) if transport == "wire" else None
         for entry in keys:
@@ -240,7 +241,7 @@ class GatewayClient:
         burst of launches in one loop turn must see each other); None while no key may
         take it now. Every picked key is released by `complete` or, for a call that
         never ran, `release`. `tokens`: what a tokens-per-minute quota charges the call."""
-        slot = self.pool.pick(model)
+        slot = self.pool.pick(model, tokens=tokens)
         if slot is not None:
             self.pool.begin(slot, model, tokens=tokens)
         return slot

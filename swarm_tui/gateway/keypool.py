@@ -3,7 +3,8 @@
 States: active, cooling (some model of the key is paced to a stop, derived),
 disabled (401/403, with the reason), retired (no new calls; calls in flight
 finish). Rate limits are kept per key *and* model (gateway/ratestate.py): one
-model's 429s never hold another model's calls.
+model's 429s never hold another model's calls — unless the gateway's counts show one
+quota for all the key's models (or `quota_scope = "key"` says so).
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ if TYPE_CHECKING:
     import openai
 
 Strategy = Literal["least-in-flight", "round-robin", "proactive"]
+QuotaScope = Literal["auto", "model", "key"]
 ACTIVE, COOLING, DISABLED, RETIRED = tuple(KeyState)
+ALL_MODELS = "*"  # the rate state of a key whose quota covers all its models
 DEFAULT_RETRY_AFTER_CAP_S = 30.0
 __all__ = ["ACTIVE", "COOLING", "DISABLED", "RETIRED", "KeyPool", "KeySlot", "parse_reset"]
 
@@ -47,11 +50,19 @@ class KeySlot:
     last_used: float | None = None  # unix seconds
     models: dict[str, RateState] = field(default_factory=dict)
     share: float = 1.0              # of the key's quota, when processes share it (workers)
+    # one quota for all of the key's models (LiteLLM's virtual-key tpm/rpm limits, llmock):
+    # learned from a refusal no per-model bucket foresaw (KeyPool.end); then every model
+    # of the key is paced by one state, `models[ALL_MODELS]`
+    one_quota: bool = False
+    shared_signs: int = 0           # answers whose count agreed with one key-wide quota
+    learns_scope: bool = True       # quota_scope = "auto" (else as configured)
 
     def __post_init__(self) -> None:
         self.fingerprint = fingerprint(self.secret)
 
     def rate(self, model: str) -> RateState:
+        if self.one_quota:
+            model = ALL_MODELS
         st = self.models.get(model)
         if st is None:
             st = self.models[model] = RateState(share=self.share)
@@ -63,7 +74,46 @@ class KeySlot:
         return max((st.cooling_until for st in self.models.values()), default=0.0)
 
     def cooling_models(self, now: float) -> list[str]:
-        return sorted(m for m, st in self.models.items() if st.cooling_until > now)
+        return sorted("all models" if m == ALL_MODELS else m
+                      for m, st in self.models.items() if st.cooling_until > now)
+
+    def shared_quota_seen(self, model: str) -> str | None:
+        """After `model`'s state learned from an answer's x-ratelimit-*: is the quota the
+        key's rather than the model's? Then the gateway's count fell, beyond our own calls,
+        by about what the key's other models sent meanwhile — twice (a mis-estimated charge
+        leaves a gap too, but not one the size of the others' calls). From then on the
+        key's models are paced by one state. The team's routing sends long prompts to one
+        model and short ones to another over the same keys; two per-model buckets each
+        spent a key-wide quota (llmock's, a LiteLLM virtual key's): ~17 % of calls 429.
+        Returns the log's line when it joins them."""
+        st = self.models.get(model)
+        if self.one_quota or not self.learns_scope or st is None or st.gap is None:
+            return None
+        heard, sent_at, gap_calls, gap_tokens = st.gap
+        st.gap = None
+        others = [o for m, o in self.models.items() if m != model and o.sends]
+        calls = sum(o.sent_since(heard) - o.sent_since(sent_at) for o in others)
+        tokens = sum((o.tokens_sent_since(heard) - o.tokens_sent_since(sent_at))
+                     * (o.tokens.scale if o.tokens else 1.0) for o in others)
+        need = st.tokens.need if st.tokens is not None else 1.0
+        # what a charge mis-estimated by a quarter could explain on its own calls meanwhile
+        # is not a sign (a long prompt's ~10 % error is the size of a short call's charge)
+        own = (st.tokens_sent_since(heard) - st.tokens_sent_since(sent_at) + (
+            st.charge_of(sent_at))) * (st.tokens.scale if st.tokens else 1.0)
+        gap_tokens -= 0.25 * own
+        agrees = ((calls >= 2 and 0.5 * calls <= gap_calls <= 2 * calls + 1)
+                  or (tokens >= need and 0.5 * tokens <= gap_tokens <= 2 * tokens + need))
+        if not agrees:
+            return None
+        self.shared_signs += 1
+        if self.shared_signs < 2:
+            return None
+        names = ", ".join(sorted(self.models))
+        self.models[ALL_MODELS] = RateState.merged(
+            st, [o for m, o in self.models.items() if m != model], self.share)
+        self.one_quota = True
+        return (f"one quota for the key's models ({names}): the gateway's count fell by "
+                "what the others sent — paced together from now on")
 
     def status(self, now: float | None = None) -> str:
         if self.state != ACTIVE:
@@ -78,20 +128,26 @@ class KeySlot:
 
 class KeyPool:
     def __init__(self, strategy: Strategy = "least-in-flight",
-                 retry_after_cap_s: float = DEFAULT_RETRY_AFTER_CAP_S) -> None:
+                 retry_after_cap_s: float = DEFAULT_RETRY_AFTER_CAP_S,
+                 quota_scope: QuotaScope = "auto") -> None:
         self.strategy = strategy
+        self.quota_scope = quota_scope
         self.retry_after_cap_s = retry_after_cap_s
         self.slots: list[KeySlot] = []
         self._rr = 0
         self.share = 1.0
 
     # -- choosing ----------------------------------------------------------------------------
-    def pick(self, model: str = "", now: float | None = None) -> KeySlot | None:
+    def pick(self, model: str = "", now: float | None = None,
+             tokens: float = 0.0) -> KeySlot | None:
         """The key for the next call on `model`, or None when every key must wait (its
         quota is spent, it is cooling, disabled or retired). Every strategy paces: the
-        difference is only which of the keys ready now takes the call."""
+        difference is only which of the keys ready now takes the call. `tokens`: the
+        call's own charge against a tokens-per-minute quota — a short prompt after a long
+        one goes when it fits, a long one after short ones waits for its own size."""
         now = time.monotonic() if now is None else now
-        ready = [s for s in self.slots if s.usable(now) and s.rate(model).ready_in(now) <= 0]
+        ready = [s for s in self.slots
+                 if s.usable(now) and s.rate(model).ready_in(now, tokens) <= 0]
         if not ready:
             return None
         if self.strategy == "round-robin":
@@ -168,9 +224,16 @@ class KeyPool:
         if status_code == 429:
             slot.errors += 1
             slot.rate_limited += 1
-            return st.rate_limited_call(now, sent, retry_after_s, headers,
+            note = st.rate_limited_call(now, sent, retry_after_s, headers,
                                         self.retry_after_cap_s)
+            joined = slot.shared_quota_seen(model) if headers else None
+            if joined is not None:
+                return joined if note is None else f"{joined}; {note}"
+            return note
         st.done(now, sent, headers, ok=error_class is None)
+        joined = slot.shared_quota_seen(model) if headers else None
+        if joined is not None:
+            return joined
         if error_class is None:
             slot.tokens_in += tokens_in
             slot.tokens_out += tokens_out
@@ -195,6 +258,8 @@ class KeyPool:
 
     def add(self, slot: KeySlot) -> None:
         slot.share = self.share
+        slot.one_quota = slot.one_quota or self.quota_scope == "key"
+        slot.learns_scope = self.quota_scope == "auto"
         for st in slot.models.values():
             st.share = self.share
         self.slots.append(slot)

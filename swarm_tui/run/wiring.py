@@ -179,6 +179,7 @@ class RunSetup:
                 stream=gw.stream if self.opts.stream is None else self.opts.stream,
                 pinned_model=gw.model, transport=self.opts.transport,
                 strategy=gw.key_strategy, retry_after_cap_s=s.retry.retry_after_cap_s,
+                quota_scope=gw.quota_scope,
             )
 
     def _start_sim(self, settings: SimSettings) -> SimProcess:

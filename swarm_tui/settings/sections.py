@@ -60,6 +60,10 @@ class GatewayConfig(Section):
     # which key takes the next call: least-in-flight | round-robin | proactive (the key
     # with the most x-ratelimit-remaining headroom; waits instead of hitting a 429)
     key_strategy: Literal["least-in-flight", "round-robin", "proactive"] = "least-in-flight"
+    # whose is a learned x-ratelimit quota: each model's (OpenAI, a provider behind
+    # LiteLLM), the key's across its models (a LiteLLM virtual key's tpm/rpm limit,
+    # llmock), or auto: per model until answers show the key's models spend one quota
+    quota_scope: Literal["auto", "model", "key"] = "auto"
 
 
 @dataclass(kw_only=True)

@@ -143,6 +143,26 @@ async def test_a_tokens_per_minute_quota_is_paced_not_hammered():
 
 
 @pytest.mark.slow
+async def test_two_models_spending_one_key_wide_quota_are_paced_together():
+    """The team's routing over llmock's per-key tokens quota (a LiteLLM virtual key's
+    tpm_limit is the same): long prompts go to kimi-k2.5, short ones to deepseek-v3.2, on
+    the same keys. Each model's bucket heard the gateway's count fall by what the other
+    sent; a key whose answers said so twice is paced as one quota from then on (with a
+    bucket per model each spent the key's whole quota: bench/ratelimits.py --only
+    two-models)."""
+    work = [Task(id=f"t{i}", prompt=f"{i}: " + PROSE * (8 if i % 4 == 0 else 1),
+                 max_tokens=200) for i in range(120)]
+    runner = await _run_on_llmock(("--tpm", "60000"), work, 120)
+    assert runner.counts == {"succeeded": 120, "failed": 0, "cancelled": 0}
+    models = {a.model for a in runner.records}
+    assert models == {"kimi-k2.5", "deepseek-v3.2"}  # routed by length, as configured
+    slots = runner.gateways["llmock"].pool.slots
+    joined = [s for s in slots if s.one_quota]
+    assert joined, [(s.fingerprint, s.shared_signs) for s in slots]
+    assert all(s.rate("kimi-k2.5") is s.rate("deepseek-v3.2") for s in joined)
+
+
+@pytest.mark.slow
 async def test_one_models_429s_do_not_hold_another_model(sim_factory):
     """One key; kimi answers 429 (no Retry-After) to everything, deepseek is healthy."""
     sim = sim_factory(profile="fixed:30", model_429={"kimi-k2.5": 1.0})

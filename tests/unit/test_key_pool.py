@@ -278,6 +278,23 @@ def test_a_tokens_quota_paces_calls_by_what_each_is_charged():
     assert p.pick("m", now=0.29) is None and p.pick("m", now=0.31) is k
 
 
+def test_each_call_waits_for_its_own_size_not_the_last_ones():
+    """Prompts differ: 1,000 tokens/s refill, 1,200 left after a 4,000-token call went. A
+    300-token call fits now (the last call's size would have held it 2.8 s); a 2,000-token
+    one does not, and the parked tasks are woken when that one fits (0.8 s)."""
+    p = pool(1)
+    k = p.slots[0]
+    ok(p, k, now=0.0, headers=tpm(5_200, reset="2s"), tokens=600)
+    assert p.pick("m", now=0.0, tokens=4_000) is k
+    p.begin(k, "m", now=0.0, tokens=4_000)  # 1,200 left
+    assert p.pick("m", now=0.0, tokens=2_000) is None
+    assert p.next_ready_in("m", now=0.0) == pytest.approx(0.8)
+    assert p.pick("m", now=0.0, tokens=300) is k
+    p.begin(k, "m", now=0.0, tokens=300)  # 900 left
+    assert p.pick("m", now=1.05, tokens=2_000) is None  # 1,950 by then
+    assert p.pick("m", now=1.11, tokens=2_000) is k
+
+
 def test_a_tokens_429_cools_the_key_model_and_charges_later_calls_more():
     """A refusal the bucket did not foresee (it thought 600 tokens fitted): the gateway
     counts more than our estimate — later calls are charged 25 % more, and the key-model
@@ -326,3 +343,76 @@ def test_a_workers_share_of_a_tokens_quota():
     k = p.slots[0]
     ok(p, k, now=0.0, headers=tpm(2_400, reset="3s"), tokens=600)
     assert sent_before_waiting(p, k, now=0.0, tokens=600) == 2  # 1,200 of the 2,400
+
+
+class QuotaGateway:
+    """A gateway's tokens-per-minute count, as llmock keeps it: one bucket per key
+    (`per_key`, a LiteLLM virtual key's limit) or one per key and model (OpenAI's)."""
+
+    def __init__(self, per_key: bool, limit: int = 60_000) -> None:
+        self.per_key, self.limit, self.rate = per_key, limit, limit / 60
+        self.levels: dict[str, float] = {}
+        self.at: dict[str, float] = {}
+
+    def admit(self, model: str, tokens: float, now: float) -> tuple[bool, dict[str, str]]:
+        b = "*" if self.per_key else model
+        level = min(self.limit, self.levels.get(b, self.limit)
+                    + (now - self.at.get(b, now)) * self.rate)
+        admitted = level >= tokens
+        self.levels[b], self.at[b] = level - (tokens if admitted else 0), now
+        left = self.levels[b]
+        return admitted, tpm(int(left), self.limit, f"{(self.limit - left) / self.rate:.3f}s")
+
+
+def two_models(p: KeyPool, k: KeySlot, gw: QuotaGateway, rounds: int) -> list[str]:
+    """The team's routing on one key: a short prompt to one model, a long one to the
+    other, in turn, each answered before the next goes; the pool's log lines."""
+    notes = []
+    for i in range(rounds):
+        model, tokens = ("short", 600.0) if i % 2 else ("long", 3_000.0)
+        now = i * 0.01
+        p.begin(k, model, now=now, tokens=tokens)
+        admitted, headers = gw.admit(model, tokens, now)
+        note = p.end(k, error_class=None if admitted else "rate_limited",
+                     status_code=None if admitted else 429, message=None,
+                     retry_after_s=None, headers=headers, now=now, model=model, sent_at=now)
+        if note:
+            notes.append(note)
+    return notes
+
+
+def test_one_quota_across_a_keys_models_is_learned_from_its_counts():
+    """The gateway's count falls, beyond a model's own calls, by what the key's other
+    model sent: after two such answers the key's models are paced by one state — a
+    call on one is taken off what the other may send."""
+    p = pool(1)
+    k = p.slots[0]
+    notes = two_models(p, k, QuotaGateway(per_key=True), rounds=8)
+    assert k.one_quota
+    assert any("one quota for the key's models (long, short)" in n for n in notes), notes
+    assert k.rate("short") is k.rate("long")
+    q = k.rate("short").tokens
+    assert q is not None
+    q.refill(0.08)
+    before = q.level
+    p.begin(k, "long", now=0.08, tokens=3_000)
+    assert k.rate("short").tokens.level == pytest.approx(before - 3_000, abs=1.0)
+
+
+def test_separate_quotas_per_model_stay_separate():
+    """OpenAI's limits are per model: the same traffic never joins them."""
+    p = pool(1)
+    k = p.slots[0]
+    assert two_models(p, k, QuotaGateway(per_key=False), rounds=40) == []
+    assert not k.one_quota and k.rate("short") is not k.rate("long")
+
+
+@pytest.mark.parametrize(("scope", "joined"), [("key", True), ("model", False)])
+def test_a_configured_quota_scope_is_not_second_guessed(scope, joined):
+    p = KeyPool(quota_scope=scope)
+    p.add(KeySlot("sk-test-key-number-0-abcdefgh", "k0", client=None))  # type: ignore[arg-type]
+    k = p.slots[0]
+    two_models(p, k, QuotaGateway(per_key=True), rounds=40)
+    assert k.one_quota is joined
+    assert (k.rate("short") is k.rate("long")) is joined
+
