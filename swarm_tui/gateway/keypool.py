@@ -93,13 +93,13 @@ class KeySlot:
         st.gap = None
         others = [o for m, o in self.models.items() if m != model and o.sends]
         calls = sum(o.sent_since(heard) - o.sent_since(sent_at) for o in others)
-        tokens = sum((o.tokens_sent_since(heard) - o.tokens_sent_since(sent_at))
-                     * (o.tokens.scale if o.tokens else 1.0) for o in others)
+        tokens = sum(o.tokens_between(heard, sent_at) for o in others)
         need = st.tokens.need if st.tokens is not None else 1.0
         # what a charge mis-estimated by a quarter could explain on its own calls meanwhile
-        # is not a sign (a long prompt's ~10 % error is the size of a short call's charge)
-        own = (st.tokens_sent_since(heard) - st.tokens_sent_since(sent_at) + (
-            st.charge_of(sent_at))) * (st.tokens.scale if st.tokens else 1.0)
+        # is not a sign (a long prompt's ~10 % error is the size of a short call's charge);
+        # the answered call counts twice here, a margin for the one whose count we read
+        scale = st.tokens.scale if st.tokens is not None else 1.0
+        own = st.tokens_between(heard, sent_at) + st.charge_of(sent_at) * scale
         gap_tokens -= 0.25 * own
         agrees = ((calls >= 2 and 0.5 * calls <= gap_calls <= 2 * calls + 1)
                   or (tokens >= need and 0.5 * tokens <= gap_tokens <= 2 * tokens + need))
@@ -231,17 +231,14 @@ class KeyPool:
                 return joined if note is None else f"{joined}; {note}"
             return note
         st.done(now, sent, headers, ok=error_class is None)
-        joined = slot.shared_quota_seen(model) if headers else None
-        if joined is not None:
-            return joined
         if error_class is None:
             slot.tokens_in += tokens_in
             slot.tokens_out += tokens_out
-            return None
-        slot.errors += 1
-        if status_code in (401, 403) and slot.state == ACTIVE:
-            self.disable(slot, f"{status_code} {message or ''}".strip()[:120])
-        return None
+        else:
+            slot.errors += 1
+            if status_code in (401, 403) and slot.state == ACTIVE:
+                self.disable(slot, f"{status_code} {message or ''}".strip()[:120])
+        return slot.shared_quota_seen(model) if headers else None
 
     # -- operations -------------------------------------------------------------------------
     def find(self, fp: str) -> KeySlot | None:

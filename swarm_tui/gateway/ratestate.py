@@ -197,6 +197,11 @@ class RateState:
             return 0.0
         return self.sent_tokens[-1] - (self.sent_tokens[i - 1] if i else 0.0)
 
+    def tokens_between(self, a: float, b: float) -> float:
+        """What the calls sent in (a, b] charge a learned tokens quota (at its scale)."""
+        scale = self.tokens.scale if self.tokens is not None else 1.0
+        return (self.tokens_sent_since(a) - self.tokens_sent_since(b)) * scale
+
     def heard_at(self) -> float:
         """The send time of the answer whose x-ratelimit-* this state last learned from."""
         q = self.tokens
@@ -330,9 +335,9 @@ class RateState:
             return
         if q is None:
             q = self.tokens = TokenQuota()
-            if not refused:
-                q.scale = self._first_scale(headers, sent_at)
         q.rate, q.capacity, remaining = got
+        if q.learned_sent == -math.inf and not refused:
+            q.scale = self._first_scale(q.rate * 60 / self.share, remaining, sent_at)
         q.level = min(q.capacity, remaining + q.rate * max(0.0, now - seen)
                       - self.tokens_sent_since(sent_at) * q.scale)
         q.updated = now
@@ -344,7 +349,7 @@ class RateState:
         elif q.level < 2 * q.need:  # admitted while the quota binds: try a little closer
             q.scale = max(SCALE_MIN, q.scale * 0.99)
 
-    def _first_scale(self, headers: dict[str, str], sent_at: float) -> float:
+    def _first_scale(self, limit: float, remaining: float, sent_at: float) -> float:
         """How the gateway counts, from the first answer on this key-model — before the
         burst that follows spends the bucket by our estimate: what it took off its full
         bucket (limit - remaining) against our estimate of the calls we had sent by then.
@@ -353,11 +358,6 @@ class RateState:
         shared with workers, and a ratio in (1, 2] — more says the bucket was not full
         (another client on the key), and refusals teach the rest as before."""
         if self.share != 1.0:
-            return 1.0
-        try:
-            limit = float(headers["x-ratelimit-limit-tokens"])
-            remaining = float(headers["x-ratelimit-remaining-tokens"])
-        except (KeyError, ValueError):
             return 1.0
         i = bisect.bisect_right(self.sends, sent_at)
         ours = self.sent_tokens[i - 1] if i else 0.0
