@@ -13,6 +13,8 @@ process: our simulator, or llmock (a third-party mock with per-key refilling quo
 5. llmock's tokens-per-minute quota alone (its 429s say requests remain): 429s per call.
 6. two-models: the team's routing (long prompts to kimi, short to deepseek, same keys) on
    llmock's per-key tokens quota, for each `quota_scope`: 429s per call.
+7. two-clients: two swarms on the same keys at once, neither told of the other: 429s per
+   call and each one's wall against the quota-bound ideal for both.
 
     python bench/ratelimits.py [--demo 5000] [--tasks 1000] [--skip-llmock]
 """
@@ -194,6 +196,41 @@ def two_models_one_quota(tmp: Path, n: int, tpm: int) -> None:
             quota_row(f"quota_scope={scope}", s, len(attempts), r429, ideal)
 
 
+def two_clients(tmp: Path, n: int, tpm: int) -> None:
+    """Two engineers' swarms on the same keys at once, neither told of the other: each
+    learns the quota alone, and the other's spending arrives as refusals in bursts (the
+    calls it had in flight). A refusal raises what each call is charged by 25 % — once per
+    event since 2026-12-06; before, once per refused call, so a burst of 20 refusals made
+    the charge 8x (its cap) and that client used an eighth of its share until answers
+    brought it down 1 % at a time."""
+    w = tmp / f"two{n}.jsonl"
+    w.write_text("".join(json.dumps({"id": f"t{i}", "prompt": f"{i}: {PROSE}",
+                                     "max_tokens": 200, "model": "deepseek-v3.2"}) + "\n"
+                         for i in range(n)))
+    charge = (len(PROSE) + 150) // 4 + 200
+    ideal = max(0.0, 2 * n * charge - 3 * tpm) / (3 * tpm / 60)
+    print(f"\n7. two clients at once, {n} tasks each (~{charge} tokens a call), 3 keys x "
+          f"{tpm:,} tokens/min on llmock: ideal {ideal:.1f} s for both")
+    with llmock("--tpm", str(tpm), "--latency-ms", "50") as url:
+        cfg = config(tmp, url)
+        procs = [subprocess.Popen(
+            [sys.executable, "-m", "swarm_tui", "run", str(w), "--headless", "--config",
+             str(cfg), "--concurrency", "100", "--db", str(tmp / f"two-{c}.db"), "--json",
+             "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            stdin=subprocess.DEVNULL, env={**os.environ, "GW_KEYS": KEYS}) for c in "ab"]
+        for c, proc in zip("ab", procs, strict=True):
+            out, err = proc.communicate(timeout=1800)
+            if proc.returncode not in (0, 3):
+                raise RuntimeError(f"client {c}: exit {proc.returncode}: {err[-500:]}")
+            s = json.loads(out)
+            rows = subprocess.run([sys.executable, "-m", "swarm_tui", "export", s["run_id"],
+                                   "--db", str(tmp / f"two-{c}.db")], capture_output=True,
+                                  text=True).stdout
+            attempts = [a for line in rows.splitlines() for a in json.loads(line)["attempts"]]
+            r429 = sum(1 for a in attempts if a["status_code"] == 429)
+            quota_row(f"client {c}", s, len(attempts), r429, ideal)
+
+
 def one_model(tmp: Path) -> None:
     print("\n4. one key; kimi-k2.5 answers 429 (no Retry-After) to everything")
     for label, flags in (("healthy", []), ("kimi all 429", ["--model-429", "kimi-k2.5=1"])):
@@ -219,8 +256,9 @@ def main() -> None:
     ap.add_argument("--skip-llmock", action="store_true")
     ap.add_argument("--llmock-tpm", type=int, default=96_000)
     ap.add_argument("--only", choices=["demo", "quotas", "llmock", "model", "tokens",
-                                       "two-models"])
+                                       "two-models", "two-clients"])
     ap.add_argument("--mixed-tasks", type=int, default=600)
+    ap.add_argument("--client-tasks", type=int, default=600, help="each client's, in 7")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
@@ -236,6 +274,8 @@ def main() -> None:
             third_party_tokens(tmp, 600, a.llmock_tpm)
         if a.only in (None, "two-models") and not a.skip_llmock:
             two_models_one_quota(tmp, a.mixed_tasks, a.llmock_tpm)
+        if a.only in (None, "two-clients") and not a.skip_llmock:
+            two_clients(tmp, a.client_tasks, a.llmock_tpm)
 
 
 if __name__ == "__main__":

@@ -102,6 +102,9 @@ class TokenQuota:
     # the body's bytes / 4; OpenAI: characters), so a refusal the bucket did not foresee
     # charges every later call 25 % more, and each answer while the quota binds 1 % less
     scale: float = 1.0
+    # when the scale last went up: refusals of calls sent before it were sent at the old
+    # scale, one event with the refusal that raised it (a burst of 10 is one step, not 10)
+    raised_at: float = -math.inf
 
     def refill(self, now: float) -> None:
         self.level = min(self.capacity, self.level + max(0.0, now - self.updated) * self.rate)
@@ -343,9 +346,10 @@ class RateState:
         q.updated = now
         q.learned_sent = seen
         if q.level < q.need:
-            if refused:  # the bucket said the call fitted, the gateway did not
+            if refused and sent_at >= q.raised_at:  # the bucket said it fitted, the gateway did not
                 q.scale = min(SCALE_MAX, q.scale * 1.25)
                 q.need *= 1.25
+                q.raised_at = now
         elif q.level < 2 * q.need:  # admitted while the quota binds: try a little closer
             q.scale = max(SCALE_MIN, q.scale * 0.99)
 

@@ -314,6 +314,28 @@ def test_a_tokens_429_cools_the_key_model_and_charges_later_calls_more():
     assert p.pick("m", now=1.4) is None and p.pick("m", now=1.46) is k
 
 
+def test_refusals_of_calls_sent_together_raise_the_charge_once():
+    """Ten calls sent at once, all refused: one event, one 25 % step — not 1.25^10 (the
+    cap, 8x: a key then paced at an eighth of its quota). A call sent after the step and
+    refused again is new evidence: one more step."""
+    p = pool(1)
+    k = p.slots[0]
+    ok(p, k, now=0.0, headers=tpm(50_000), tokens=600)
+    for i in range(10):
+        p.begin(k, "m", now=1.0 + i / 1000, tokens=600)
+    for i in range(10):
+        p.end(k, error_class="rate_limited", status_code=429, message="tokens",
+              retry_after_s=None, headers=tpm(100), now=1.02 + i / 1000, model="m",
+              sent_at=1.0 + i / 1000)
+    q = k.rate("m").tokens
+    assert q is not None and q.scale == pytest.approx(1.25)
+    assert q.need == pytest.approx(600 * 1.25)
+    p.begin(k, "m", now=3.0, tokens=600)
+    p.end(k, error_class="rate_limited", status_code=429, message="tokens",
+          retry_after_s=None, headers=tpm(100), now=3.01, model="m", sent_at=3.0)
+    assert q.scale == pytest.approx(1.25 ** 2)
+
+
 def test_answers_while_the_tokens_quota_binds_bring_the_charge_back_down():
     """Over-charging wastes the quota: each answer admitted while the bucket holds less
     than two calls' worth lowers the charge by 1 % (never below a quarter of the estimate)."""
