@@ -82,7 +82,7 @@ class CallResult:
     response_model: str | None = None
     headers: dict[str, str] | None = None
     error: CallError | None = None
-    rate_note: str | None = None  # the key-model slowed down after this call (for the log)
+    rate_note: str | None = None  # how the key changed after this call (for the log)
     wire_end: float = 0.0  # when the transport last read bytes of this answer off its socket
     # the stream's `data: [DONE]` was read: the gateway ended it, whole (the wire path
     # sees it; the SDK's stream swallows it)
@@ -298,10 +298,11 @@ class GatewayClient:
         elif res.error is None:
             self.tokens.learn(model, messages, res.text, res.tokens_in, res.tokens_out)
         err = res.error
-        if err is None:
-            self.pool.end(slot, error_class=None, status_code=None, message=None,
-                          retry_after_s=None, headers=res.headers, tokens_in=res.tokens_in,
-                          tokens_out=res.tokens_out, model=model, sent_at=sent_mono)
+        if err is None:  # an answer too may change the key (its models' quotas joined)
+            res.rate_note = self.pool.end(
+                slot, error_class=None, status_code=None, message=None, retry_after_s=None,
+                headers=res.headers, tokens_in=res.tokens_in, tokens_out=res.tokens_out,
+                model=model, sent_at=sent_mono)
         else:
             res.rate_note = self.pool.end(
                 slot, error_class=err.error_class, status_code=err.status_code,

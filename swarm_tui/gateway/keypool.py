@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Literal
 from swarm_tui.core.states import KeyState
 from swarm_tui.gateway.errors import ErrorClass
 from swarm_tui.gateway.keys import fingerprint
-from swarm_tui.gateway.ratestate import RateState, parse_reset
+from swarm_tui.gateway.ratestate import PROBE_POLL_S, RateState, parse_reset
 
 if TYPE_CHECKING:
     import openai
@@ -26,6 +26,8 @@ QuotaScope = Literal["auto", "model", "key"]
 ACTIVE, COOLING, DISABLED, RETIRED = tuple(KeyState)
 ALL_MODELS = "*"  # the rate state of a key whose quota covers all its models
 DEFAULT_RETRY_AFTER_CAP_S = 30.0
+SCOPE_LOOKS = 3  # answers read against the others' sends before a model stops waiting
+SCOPE_HOLD_S = 2.0  # … or this long one call at a time, whichever comes first
 __all__ = ["ACTIVE", "COOLING", "DISABLED", "RETIRED", "KeyPool", "KeySlot", "parse_reset"]
 
 
@@ -56,6 +58,10 @@ class KeySlot:
     one_quota: bool = False
     shared_signs: int = 0           # answers whose count agreed with one key-wide quota
     learns_scope: bool = True       # quota_scope = "auto" (else as configured)
+    # auto: answers each model's count was read against the others' sends (the question
+    # is settled for it after SCOPE_LOOKS, or at once when one says "separate")
+    scope_looks: dict[str, int] = field(default_factory=dict)
+    scope_since: dict[str, float] = field(default_factory=dict)  # first held (monotonic)
 
     def __post_init__(self) -> None:
         self.fingerprint = fingerprint(self.secret)
@@ -67,6 +73,33 @@ class KeySlot:
         if st is None:
             st = self.models[model] = RateState(share=self.share)
         return st
+
+    def ready_in(self, model: str, now: float, tokens: float = 0.0) -> float:
+        """Seconds until this key may take a call on `model` (0: now)."""
+        st = self.rate(model)
+        wait = st.ready_in(now, tokens)
+        if st.in_flight and self.scope_open(model, st, now):
+            return max(wait, PROBE_POLL_S)
+        return wait
+
+    def scope_open(self, model: str, st: RateState, now: float) -> bool:
+        """auto: has `model` learned its quota while another of the key's models is
+        sending, and no answer yet said whether they share it? Each model's first answer
+        reads a full bucket; both then burst on it — on a key-wide quota (llmock) 45 of
+        the first 100 calls were refused before any answer could show the quota shared.
+        Until one does (SCOPE_LOOKS answers that could tell, SCOPE_HOLD_S at most) it
+        sends one call at a time. A model alone on its key is never held."""
+        if (len(self.models) < 2 or not self.learns_scope or self.one_quota or st.probing
+                or self.scope_looks.get(model, 0) >= SCOPE_LOOKS):
+            return False
+        heard = st.heard_at()
+        if not any(o.in_flight or o.sent_since(heard)
+                   for m, o in self.models.items() if m != model):
+            return False
+        if now - self.scope_since.setdefault(model, now) > SCOPE_HOLD_S:
+            self.scope_looks[model] = SCOPE_LOOKS  # asked long enough: go as its own
+            return False
+        return True
 
     @property
     def cooling_until(self) -> float:
@@ -95,6 +128,9 @@ class KeySlot:
         calls = sum(o.sent_since(heard) - o.sent_since(sent_at) for o in others)
         tokens = sum(o.tokens_between(heard, sent_at) for o in others)
         need = st.tokens.need if st.tokens is not None else 1.0
+        telling = calls >= 2 or tokens >= need  # the others sent enough to show in the count
+        if telling:
+            self.scope_looks[model] = self.scope_looks.get(model, 0) + 1
         # what a charge mis-estimated by a quarter could explain on its own calls meanwhile
         # is not a sign (a long prompt's ~10 % error is the size of a short call's charge);
         # the answered call counts twice here, a margin for the one whose count we read
@@ -104,6 +140,8 @@ class KeySlot:
         agrees = ((calls >= 2 and 0.5 * calls <= gap_calls <= 2 * calls + 1)
                   or (tokens >= need and 0.5 * tokens <= gap_tokens <= 2 * tokens + need))
         if not agrees:
+            if telling:  # the others' calls did not show: a quota of its own
+                self.scope_looks[model] = SCOPE_LOOKS
             return None
         self.shared_signs += 1
         if self.shared_signs < 2:
@@ -146,8 +184,7 @@ class KeyPool:
         call's own charge against a tokens-per-minute quota — a short prompt after a long
         one goes when it fits, a long one after short ones waits for its own size."""
         now = time.monotonic() if now is None else now
-        ready = [s for s in self.slots
-                 if s.usable(now) and s.rate(model).ready_in(now, tokens) <= 0]
+        ready = [s for s in self.slots if s.usable(now) and s.ready_in(model, now, tokens) <= 0]
         if not ready:
             return None
         if self.strategy == "round-robin":
@@ -166,7 +203,7 @@ class KeyPool:
         """Seconds until some key may take a call on `model`; None if none ever will by
         itself (every key disabled or retired)."""
         now = time.monotonic() if now is None else now
-        waits = [s.rate(model).ready_in(now) for s in self.slots if s.usable(now)]
+        waits = [s.ready_in(model, now) for s in self.slots if s.usable(now)]
         return min(waits) if waits else None
 
     def ready_count(self, model: str = "", now: float | None = None) -> int:
@@ -175,7 +212,7 @@ class KeyPool:
         now = time.monotonic() if now is None else now
         n = 0.0
         for s in self.slots:
-            if s.usable(now) and s.rate(model).ready_in(now) <= 0:
+            if s.usable(now) and s.ready_in(model, now) <= 0:
                 head = s.rate(model).headroom(now)
                 n += 10_000 if head == float("inf") else max(1.0, head)
         return int(n)
@@ -197,7 +234,7 @@ class KeyPool:
         `besides`: a key other than this fingerprint."""
         now = time.monotonic() if now is None else now
         return any(s.usable(now) and s.fingerprint != besides
-                   and (model is None or s.rate(model).ready_in(now) <= 0) for s in self.slots)
+                   and (model is None or s.ready_in(model, now) <= 0) for s in self.slots)
 
     # -- what calls report ------------------------------------------------------------------
     def begin(self, slot: KeySlot, model: str = "", now: float | None = None,

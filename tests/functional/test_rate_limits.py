@@ -152,7 +152,9 @@ async def test_two_models_spending_one_key_wide_quota_are_paced_together():
     two-models)."""
     work = [Task(id=f"t{i}", prompt=f"{i}: " + PROSE * (8 if i % 4 == 0 else 1),
                  max_tokens=200) for i in range(120)]
-    runner = await _run_on_llmock(("--tpm", "60000"), work, 120)
+    notes: list[str] = []
+    runner = await _run_on_llmock(("--tpm", "60000"), work, 120, consumers=[
+        lambda e: notes.append(e.detail or "") if e.kind == ev.CONTROL else None])
     assert runner.counts == {"succeeded": 120, "failed": 0, "cancelled": 0}
     models = {a.model for a in runner.records}
     assert models == {"kimi-k2.5", "deepseek-v3.2"}  # routed by length, as configured
@@ -160,6 +162,10 @@ async def test_two_models_spending_one_key_wide_quota_are_paced_together():
     joined = [s for s in slots if s.one_quota]
     assert joined, [(s.fingerprint, s.shared_signs) for s in slots]
     assert all(s.rate("kimi-k2.5") is s.rate("deepseek-v3.2") for s in joined)
+    # each join is in the run's log, whether an answer or a refusal showed it
+    told = {s.fingerprint for s in joined
+            if any(s.fingerprint in n and "one quota for the key's models" in n for n in notes)}
+    assert told == {s.fingerprint for s in joined}, notes
 
 
 @pytest.mark.slow
