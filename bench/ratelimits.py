@@ -169,7 +169,8 @@ def third_party_tokens(tmp: Path, n: int, tpm: int) -> None:
             quota_row(strategy, s, calls, r429, ideal)
 
 
-def two_models_one_quota(tmp: Path, n: int, tpm: int) -> None:
+def two_models_one_quota(tmp: Path, n: int, tpm: int,
+                         scopes: tuple[str, ...] = ("model", "auto", "key")) -> None:
     """The team's routing over one key-wide quota (llmock's tpm is per key, as a LiteLLM
     virtual key's tpm_limit): one prompt in four is long and goes to kimi-k2.5, the rest
     to deepseek-v3.2, the same keys for both. `quota_scope = "model"` is the pool before
@@ -183,7 +184,7 @@ def two_models_one_quota(tmp: Path, n: int, tpm: int) -> None:
     print(f"\n6. {n} tasks, 1 in 4 long (~{long} tokens, kimi-k2.5) and 3 short (~{short}, "
           f"deepseek-v3.2), 3 keys x {tpm:,} tokens/min for both models on llmock: "
           f"ideal {ideal:.1f} s")
-    for scope in ("model", "auto", "key"):
+    for scope in scopes:
         with llmock("--tpm", str(tpm), "--latency-ms", "50") as url:
             cfg = config(tmp, url, extra=f'quota_scope = "{scope}"\n')
             db = str(tmp / f"mixed-{scope}.db")
@@ -258,6 +259,7 @@ def main() -> None:
     ap.add_argument("--only", choices=["demo", "quotas", "llmock", "model", "tokens",
                                        "two-models", "two-clients"])
     ap.add_argument("--mixed-tasks", type=int, default=600)
+    ap.add_argument("--scopes", default="model,auto,key", help="the quota_scopes of 6")
     ap.add_argument("--client-tasks", type=int, default=600, help="each client's, in 7")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
@@ -273,7 +275,7 @@ def main() -> None:
         if a.only in (None, "tokens") and not a.skip_llmock:
             third_party_tokens(tmp, 600, a.llmock_tpm)
         if a.only in (None, "two-models") and not a.skip_llmock:
-            two_models_one_quota(tmp, a.mixed_tasks, a.llmock_tpm)
+            two_models_one_quota(tmp, a.mixed_tasks, a.llmock_tpm, tuple(a.scopes.split(",")))
         if a.only in (None, "two-clients") and not a.skip_llmock:
             two_clients(tmp, a.client_tasks, a.llmock_tpm)
 
