@@ -21,10 +21,13 @@ def test_ruff_clean():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_the_package_type_checks():
-    """mypy over the package ([tool.mypy] in pyproject): the seams stay typed."""
+    """mypy over the package ([tool.mypy] in pyproject): the seams stay typed. A fresh
+    clone has no mypy cache: on one core beside three other test workers it outran the
+    suite's 120 s per test, so it has a bound of its own, not one set by a machine's speed."""
     import sys
 
     mypy = pathlib.Path(sys.executable).parent / "mypy"
-    r = subprocess.run([str(mypy)], cwd=ROOT, capture_output=True, text=True, timeout=280)
+    r = subprocess.run([str(mypy)], cwd=ROOT, capture_output=True, text=True, timeout=540)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]

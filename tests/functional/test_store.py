@@ -10,6 +10,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -180,12 +181,26 @@ async def test_closing_during_a_flush_loses_nothing(db_target):
     writer = StoreWriter(conn, path, "c", runner, claim=claim, max_rows=500)
     recorder = RunRecorder(writer, runner)
     writer.start()
-    for i, a in enumerate(runner.records):
-        a.attempts.append(Attempt(1, a.model, "sim", "fp", 1.0, 0.0, 10.0, outcome="ok"))
-        a.state, a.response_text = SUCCEEDED, "x" * 2000
-        recorder.on_event(ev.Event(ev.SUCCEEDED, 1.0, a, a.attempts[0]))
-        if i % 700 == 0:
-            await asyncio.sleep(0.001)  # let a flush start
+
+    async def answered(records: list) -> None:
+        for i, a in enumerate(records):
+            a.attempts.append(Attempt(1, a.model, "sim", "fp", 1.0, 0.0, 10.0, outcome="ok"))
+            a.state, a.response_text = SUCCEEDED, "x" * 2000
+            recorder.on_event(ev.Event(ev.SUCCEEDED, 1.0, a, a.attempts[0]))
+            if i % 700 == 0:
+                await asyncio.sleep(0.001)  # let a flush start
+
+    await answered(runner.records[:3000])
+    # the loop is running (its first flush is done): on a slower machine its first step,
+    # PostgreSQL's LISTEN connection, outlasted every row being added, and close() then
+    # wrote them all in its own one flush
+    deadline = time.monotonic() + 60
+    while not writer.stats.flushes and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    await answered(runner.records[3000:])
+    # close() once the loop has taken the last batch: its commit is under way
+    while writer.unsaved and time.monotonic() < deadline:
+        await asyncio.sleep(0)
     await writer.close("finished")
     await gw.aclose()
     ok = "SELECT COUNT(*) FROM task_results WHERE state='succeeded'"
