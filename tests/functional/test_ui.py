@@ -207,8 +207,10 @@ async def test_watch_follows_another_process_and_obeys_write(cfg, tmp_path):
     db = tmp_path / "runs.db"
     env = {**os.environ, "SWARM_TUI_DB": str(db), "XDG_CONFIG_HOME": str(tmp_path / "xdg")}
     proc = subprocess.Popen(
+        # calls of 400 ms: the run lasts ≥ 15 s however fast the machine (at 150 ms, one
+        # core shared with three test workers finished it before the pause was pressed)
         [sys.executable, "-m", "swarm_tui", "run", "--demo", "1500", "--headless", "--quiet",
-         "--concurrency", "20", "--sim-profile", "fixed:150", "--sim-rate-429", "0",
+         "--concurrency", "20", "--sim-profile", "fixed:400", "--sim-rate-429", "0",
          "--sim-rate-503", "0"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         stdin=subprocess.DEVNULL)
     try:
@@ -258,7 +260,10 @@ async def test_watch_follows_another_process_and_obeys_write(cfg, tmp_path):
                 return {**json.loads(row[0] or "{}"), "beat": row[1]}
 
             # paused and drained, as the executor itself reports it
-            await wait_for(lambda: live().get("paused") and live().get("in_flight") == 0)
+            status = "SELECT status FROM runs"
+            assert raw.execute(status).fetchone()[0] == "running"  # still to pause
+            await wait_for(lambda: live().get("paused") and live().get("in_flight") == 0,
+                           seen=lambda: (raw.execute(status).fetchone()[0], live()))
             paused_at = raw.execute("SELECT COUNT(*) FROM results").fetchone()[0]
             beat = live()["beat"]
             await wait_for(lambda: live()["beat"] > beat)  # two heartbeats later …
@@ -282,7 +287,7 @@ async def test_watch_follows_another_process_and_obeys_write(cfg, tmp_path):
             raw.close()
         await rw.close()
     finally:
-        proc.wait(60)
+        proc.wait(120)
     assert proc.returncode in (0, 3), proc.stderr.read()
     final = StoreSource(db, ro.run_id, replay=True)
     await final.open()
