@@ -88,8 +88,10 @@ class KeySlot:
         reads a full bucket; both then burst on it — on a key-wide quota (llmock) 45 of
         the first 100 calls were refused before any answer could show the quota shared.
         Until one does (SCOPE_LOOKS answers that could tell, SCOPE_HOLD_S at most) it
-        sends one call at a time. A model alone on its key is never held."""
+        sends one call at a time. A model alone on its key, or on a gateway that states no
+        quota, never waits (the simulator's demo waited 2 s for an answer that never came)."""
         if (len(self.models) < 2 or not self.learns_scope or self.one_quota or st.probing
+                or not (st.learned or st.tokens is not None)  # no quota said: none to share
                 or self.scope_looks.get(model, 0) >= SCOPE_LOOKS):
             return False
         heard = st.heard_at()

@@ -503,3 +503,20 @@ def test_separate_quotas_lose_only_a_few_round_trips_to_the_question(counts, lat
                                    latency=latency)
     assert refused == 0
     assert learned >= 0.95 * told, (learned, told)
+
+
+def test_a_gateway_that_states_no_quota_never_makes_a_model_wait():
+    """No x-ratelimit-* in the answers: there is no quota whose scope to ask about, and the
+    two models' calls go at once (the wait once held the simulator's demo 2 s)."""
+    p = KeyPool(quota_scope="auto")
+    p.add(KeySlot("sk-test-key-number-0-abcdefgh", "k0", client=None))  # type: ignore[arg-type]
+    k = p.slots[0]
+    for model in ("long", "short"):
+        p.begin(k, model, now=0.0, tokens=600)
+    for model in ("long", "short"):
+        p.end(k, error_class=None, status_code=None, message=None, retry_after_s=None,
+              headers={}, now=0.05, model=model, sent_at=0.0)
+    for i in range(20):
+        model = "long" if i % 2 else "short"
+        assert p.pick(model, now=0.05, tokens=600) is k, i
+        p.begin(k, model, now=0.05, tokens=600)
