@@ -17,6 +17,7 @@ the run's, and otherwise builds it from the rows (and stores it, for a finished 
 from __future__ import annotations
 
 import bisect
+import contextlib
 import copy
 import gc
 import itertools
@@ -40,8 +41,8 @@ if TYPE_CHECKING:
 
 CHECKPOINT_EVERY = 4_000  # changes between two checkpoints of the figures
 RESULT, CALL = 0, 1
-FORMAT = 3  # the stored timeline's layout (a blob of another layout is built again;
-# 3: histograms of three significant figures)
+FORMAT = 4  # the stored timeline's layout (a blob of another layout is built again;
+# 3: histograms of three significant figures; 4: integer columns in their narrowest type)
 # a stored event's tag in the log (six columns, as the live log's) and its text when it
 # carries none ("SESSIO" was a cut `session_started`)
 EVENT_TAGS = {"control": "CTRL  ", "fallback": "FALLBK", "session_started": "START ",
@@ -67,28 +68,39 @@ def call_line(task_id: str, number: int, error_class: str | None, status: int | 
 
 @dataclass(slots=True)
 class _Figures:
-    """The figures after `pos` changes (the cells are not in it: they move on their own)."""
+    """The figures after `pos` changes (the cells are not in it: they move on their own).
+    A stored checkpoint keeps its histograms encoded until it is restored: a seek restores
+    one of a 100,000-task run's ~50 (decoding all took ~12 ms of every opening)."""
 
     pos: int
-    latency: HdrHistogram
-    ttft: HdrHistogram
+    latency: HdrHistogram | str
+    ttft: HdrHistogram | str
     hist: list[int]
     errors: Counter[str]
     per_second: list[tuple[int, int]]
     scalars: tuple
 
     def to_json(self) -> dict:
-        return {"pos": self.pos, "latency": self.latency.encode().decode(),
-                "ttft": self.ttft.encode().decode(), "hist": self.hist,
+        return {"pos": self.pos, "latency": _encoded(self.latency),
+                "ttft": _encoded(self.ttft), "hist": self.hist,
                 "errors": dict(self.errors), "per_second": self.per_second,
                 "scalars": list(self.scalars)}
 
     @classmethod
     def from_json(cls, d: dict) -> _Figures:
-        return cls(int(d["pos"]), HdrHistogram.decode(d["latency"].encode()),
-                   HdrHistogram.decode(d["ttft"].encode()), [int(x) for x in d["hist"]],
+        return cls(int(d["pos"]), str(d["latency"]), str(d["ttft"]),
+                   [int(x) for x in d["hist"]],
                    Counter({str(k): int(v) for k, v in d["errors"].items()}),
                    [(int(s), int(n)) for s, n in d["per_second"]], tuple(d["scalars"]))
+
+
+def _encoded(h: HdrHistogram | str) -> str:
+    return h if isinstance(h, str) else h.encode().decode()
+
+
+def _histogram(h: HdrHistogram | str) -> HdrHistogram:
+    """A checkpoint's histogram to move on from (a copy: the checkpoint stays as it was)."""
+    return HdrHistogram.decode(h.encode()) if isinstance(h, str) else copy.deepcopy(h)
 
 
 class Columns:
@@ -252,6 +264,14 @@ class Timeline:
         c.refs = array("q", map(refs.__getitem__, order))
         return cls(started_at, clock_end, c, out)
 
+    def first_failed_call(self) -> float | None:
+        """When the run's first failed call was answered (the first call change not ok),
+        found in C: what store/moments.py would read from every call's row."""
+        c = self.cols
+        failed = map(operator.and_, c.kinds, map(operator.not_, c.refs))  # CALL and not ok
+        pos = next(itertools.compress(range(len(c.times)), failed), None)
+        return None if pos is None else c.times[pos]
+
     def complete_checkpoints(self) -> None:
         """Every checkpoint of the figures, to the run's end (before it is stored)."""
         if not self.complete:
@@ -332,11 +352,12 @@ class Timeline:
     def _move_cells(self, target: int) -> None:
         """Each task's cell as of `target` changes: the results crossed set (forward) or
         taken back (backward); a long way, every cell picked anew."""
-        if self.cells_pos < 0:
-            self._final_cells()
         m, c, before = self.metrics, self.cols, self.cells_pos
         if before < 0 or abs(target - before) > len(self.final) // 4:
-            self._cells_at(target)
+            with _collector_off():
+                if before < 0:
+                    self._final_cells()
+                self._cells_at(target)
         elif target > before:
             for pos in range(before, target):
                 if c.kinds[pos] == RESULT:
@@ -344,7 +365,8 @@ class Timeline:
                     if i >= 0:
                         m.put_cell(i, self.final[i])  # type: ignore[arg-type]  # has one
         else:
-            queued = self._queued_cells()
+            with _collector_off():
+                queued = self._queued_cells()
             for pos in range(target, before):
                 if c.kinds[pos] == RESULT:
                     i = c.r_task[c.refs[pos]]
@@ -391,7 +413,7 @@ class Timeline:
 
     def _restore(self, cp: _Figures) -> None:
         m = self.metrics
-        m.latency, m.ttft = copy.deepcopy(cp.latency), copy.deepcopy(cp.ttft)
+        m.latency, m.ttft = _histogram(cp.latency), _histogram(cp.ttft)
         m.hist, m.errors = list(cp.hist), Counter(cp.errors)
         m._per_second.clear()
         m._per_second.extend(cp.per_second)
@@ -419,6 +441,7 @@ class Timeline:
             "buckets": words.codes(c.buckets),
             **out.columns(words),
         }
+        arrays = {name: _narrow(a) for name, a in arrays.items()}
         header = {"format": FORMAT, "words": words.list, "task_ids": c.task_ids,
                   "lines": c.lines, "checkpoints": [cp.to_json() for cp in self.checkpoints],
                   "keys": out.key_names(), "longest": out.longest, "waits": out.waits,
@@ -457,11 +480,38 @@ def _sound(c: Columns) -> bool:
             and inside(c.refs, 0, max(r, 2)) and set(c.kinds) <= {RESULT, CALL})
 
 
+@contextlib.contextmanager
+def _collector_off() -> Iterator[None]:
+    """While a jump makes every task's cell: a cell is a tuple of strings and numbers, in
+    which the collector finds nothing, yet 100,000 of them made at once ran it over and
+    over — ~a third of their making (a 100,000-task run's first moment: ~25 ms)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def _cells(*columns: Any) -> Iterator[TaskCell]:
     """TaskCells from columns, made in C (the named tuple's own __new__ is a Python
     function: 100,000 cells took ~40 ms through it)."""
     return map(tuple.__new__, itertools.repeat(TaskCell),
                zip(*columns, strict=False))  # (a repeat() column is endless)
+
+
+def _narrow(a: array) -> array:
+    """An integer column in the fewest bytes its values fit: indices, counts and word codes
+    are mostly small (a 100,000-task run's blob: 23 MB, a third less; read per opening)."""
+    if a.typecode in "fd" or not a:
+        return a
+    lo, hi = min(a), max(a)
+    for code in "bhiq":  # signed, narrowest first
+        bits = array(code).itemsize * 8 - 1
+        if -(1 << bits) <= lo and hi < (1 << bits):
+            return a if code == a.typecode else array(code, a)
+    return a
 
 
 class _Words:

@@ -419,7 +419,10 @@ class StoreSource:
 
         assert self.conn is not None and self.record is not None
         if self.moments_read is None:
-            self.moments_read = await notable_moments(self.conn, self.record, limit=50)
+            tl = self._timeline
+            self.moments_read = await notable_moments(
+                self.conn, self.record, limit=50,
+                first_failure=None if tl is None else (tl.first_failed_call(),))
         return self.moments_read
 
     def _working_at(self, f: _Follow, at: float) -> None:

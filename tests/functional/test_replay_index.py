@@ -227,3 +227,21 @@ def test_a_ctrl_c_while_the_timeline_is_stored_skips_it_and_the_run_ends_as_it_d
     shot = swarm("replay", run_id, "--at", "end", "--screenshot", str(tmp_path / "end.svg"),
                  env=env, timeout=60)
     assert shot.returncode == 0 and "50/50" in shot.stdout, shot.stderr
+
+
+async def test_a_replays_first_failed_call_is_the_instant_the_rows_give(stored):
+    """The time bar's first failure is read off the timeline (the store's query walks
+    every call of the run): the same instant, to the bit."""
+    from swarm_tui.store.moments import notable_moments
+
+    db, run_id = stored
+    source = StoreSource(db, run_id, at=_span(db)[0])
+    await source.open()
+    try:
+        await source.snapshot()
+        from_timeline = await source.moments()
+        from_rows = await notable_moments(source.conn, source.record, limit=50)
+    finally:
+        await source.close()
+    assert "first failed call" in [what for _at, what in from_rows]
+    assert from_timeline == from_rows
