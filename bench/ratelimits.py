@@ -212,6 +212,8 @@ def two_clients(tmp: Path, n: int, tpm: int) -> None:
     ideal = max(0.0, 2 * n * charge - 3 * tpm) / (3 * tpm / 60)
     print(f"\n7. two clients at once, {n} tasks each (~{charge} tokens a call), 3 keys x "
           f"{tpm:,} tokens/min on llmock: ideal {ideal:.1f} s for both")
+    refused: dict[str, list[float]] = {}
+    firsts: list[float] = []
     with llmock("--tpm", str(tpm), "--latency-ms", "50") as url:
         cfg = config(tmp, url)
         procs = [subprocess.Popen(
@@ -230,6 +232,13 @@ def two_clients(tmp: Path, n: int, tpm: int) -> None:
             attempts = [a for line in rows.splitlines() for a in json.loads(line)["attempts"]]
             r429 = sum(1 for a in attempts if a["status_code"] == 429)
             quota_row(f"client {c}", s, len(attempts), r429, ideal)
+            refused[c] = [a["sent_at"] for a in attempts if a["status_code"] == 429]
+            firsts.append(min(a["sent_at"] for a in attempts))
+    # the full bucket both race for at the start, against the quota's pace after it
+    start = min(firsts)
+    early = {c: sum(1 for t in ts if t - start < 2.0) for c, ts in refused.items()}
+    print(f"   429s sent in the first 2 s: {early['a']} + {early['b']}; after: "
+          f"{len(refused['a']) - early['a']} + {len(refused['b']) - early['b']}")
 
 
 def one_model(tmp: Path) -> None:
