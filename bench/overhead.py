@@ -11,7 +11,13 @@ Variants, each in its own process:
 Prints wall/ideal (ideal = tasks x latency / in-flight), client CPU per call, and each
 variant's CPU as a ratio of the bare SDK loop's and of the raw loop's.
 
+With `--rounds N` every variant runs once per round, round after round, and each figure is
+the median over the rounds; the ratio to the raw loop is taken within each round (a machine
+that slows down part-way slows both sides of that round's ratio) and its per-round values
+printed. `--only raw-aiohttp,runner` runs those variants alone.
+
     python bench/overhead.py [--tasks 5000] [--concurrency 140] [--profile fixed:200]
+                             [--rounds 1] [--only VARIANT,...]
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -148,31 +155,53 @@ def main() -> None:
     ap.add_argument("--profile", default="fixed:200")
     ap.add_argument("--child", choices=VARIANTS)
     ap.add_argument("--url")
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--only", help="comma-separated variants (default: all)")
     a = ap.parse_args()
     if a.child:
         return child(a.child, a.url, a.tasks, a.concurrency)
+    if a.only and (unknown := set(a.only.split(",")) - set(VARIANTS)):
+        ap.error(f"--only: no variant {', '.join(sorted(unknown))} (variants: "
+                 f"{', '.join(VARIANTS)})")
+    variants = tuple(v for v in VARIANTS if not a.only or v in a.only.split(","))
     latency_s = float(a.profile.split(":")[1]) / 1000 if a.profile.startswith("fixed:") else None
-    results = {}
+    rounds: list[dict[str, dict]] = []
     with sim_process("--profile", a.profile) as url:
-        for v in VARIANTS:
-            line = run_child(__file__, "--child", v, "--url", url, "--tasks", str(a.tasks),
-                             "--concurrency", str(a.concurrency))
-            results[v] = json.loads(line)
-    base_cpu = results["bare-httpx2"]["cpu_s"] / a.tasks
-    raw_cpu = results["raw-aiohttp"]["cpu_s"] / a.tasks
+        for _ in range(a.rounds):
+            rounds.append({v: json.loads(run_child(
+                __file__, "--child", v, "--url", url, "--tasks", str(a.tasks),
+                "--concurrency", str(a.concurrency))) for v in variants})
+
+    def med(v: str, key: str) -> float:
+        return statistics.median(r[v][key] for r in rounds)
+
+    def cpu_ratio(v: str, base: str) -> tuple[float, list[float]]:
+        per_round = [r[v]["cpu_s"] / r[base]["cpu_s"] for r in rounds]
+        return statistics.median(per_round), per_round
+
     ideal = a.tasks * latency_s / a.concurrency if latency_s else None
     print(f"{a.tasks} tasks, {a.concurrency} in flight, profile {a.profile}, simulator in its "
           f"own process; ideal wall {ideal:.2f} s" if ideal else "")
+    print(f"median of {a.rounds} round(s), variants in turn within each round")
     print(f"{'variant':<16}{'ok':>6}{'wall s':>9}{'wall/ideal':>12}{'CPU ms/call':>13}"
           f"{'vs bare SDK':>13}{'vs raw':>9}")
-    for v, r in results.items():
-        per_call = r["cpu_s"] / a.tasks
-        ratio = f"{r['wall_s'] / ideal:.2f}" if ideal else "-"
-        print(f"{v:<16}{r['ok']:>6}{r['wall_s']:>9.2f}{ratio:>12}{per_call * 1000:>13.2f}"
-              f"{per_call / base_cpu:>12.2f}x{per_call / raw_cpu:>8.2f}x")
-    rr = results["runner"]
-    print(f"runner latency p50 {rr['p50_ms']:.0f} ms / p95 {rr['p95_ms']:.0f} ms "
-          f"(server answers in {a.profile}); {rr['events'] / a.tasks:.1f} events per task")
+    for v in variants:
+        wall, per_call = med(v, "wall_s"), med(v, "cpu_s") / a.tasks
+        ratio = f"{wall / ideal:.2f}" if ideal else "-"
+        vs_sdk = (f"{cpu_ratio(v, 'bare-httpx2')[0]:>12.2f}x" if "bare-httpx2" in variants
+                  else f"{'-':>13}")
+        vs_raw = (f"{cpu_ratio(v, 'raw-aiohttp')[0]:>8.2f}x" if "raw-aiohttp" in variants
+                  else f"{'-':>9}")
+        print(f"{v:<16}{int(med(v, 'ok')):>6}{wall:>9.2f}{ratio:>12}{per_call * 1000:>13.2f}"
+              f"{vs_sdk}{vs_raw}")
+    if "runner" in variants and "raw-aiohttp" in variants and a.rounds > 1:
+        _, per_round = cpu_ratio("runner", "raw-aiohttp")
+        print("runner vs raw, each round: " + ", ".join(f"{x:.2f}x" for x in per_round))
+    if "runner" not in variants:
+        return
+    print(f"runner latency p50 {med('runner', 'p50_ms'):.0f} ms / p95 "
+          f"{med('runner', 'p95_ms'):.0f} ms (server answers in {a.profile}); "
+          f"{med('runner', 'events') / a.tasks:.1f} events per task")
 
 
 if __name__ == "__main__":

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 from swarm_tui.core import events as ev
 from swarm_tui.core.states import RunStatus
 from swarm_tui.ops.alerts import Alert, AlertWatch
-from swarm_tui.ops.metrics import MetricsServer, RunMetrics
 from swarm_tui.ops.tracing import AttemptTracer
 from swarm_tui.ops.webhooks import AlertDelivery
 from swarm_tui.settings.loader import Settings
@@ -19,6 +18,7 @@ from swarm_tui.settings.run_sections import AlertKind
 if TYPE_CHECKING:
     from swarm_tui.canary.controller import CanaryController
     from swarm_tui.engine.runner import SwarmRunner
+    from swarm_tui.ops.metrics import MetricsServer, RunMetrics
 
 TICK_S = 1.0
 END_ALERT = {RunStatus.FINISHED: AlertKind.RUN_FINISHED, RunStatus.UNSAVED: AlertKind.RUN_FAILED}
@@ -55,6 +55,9 @@ class RunOps:
         self.metrics: RunMetrics | None = None
         self.server: MetricsServer | None = None
         if metrics_port is not None:
+            # prometheus_client only when asked for: ~30 ms of CPU of every run and worker
+            from swarm_tui.ops.metrics import MetricsServer, RunMetrics
+
             self.metrics = RunMetrics(run_id, simulated)
             self.server = MetricsServer(self.metrics, metrics_port, metrics_bind)
         self.runner: SwarmRunner | None = None
