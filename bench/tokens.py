@@ -28,6 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from swarm_tui.errors import UserError  # noqa: E402
 from swarm_tui.token_count import estimate_tokens, load_tokenizer  # noqa: E402
 
 CORPORA = ROOT / "bench" / "corpora"
@@ -62,14 +63,19 @@ def main() -> int:
 
     if args.o200k:
         os.environ["TIKTOKEN_CACHE_DIR"] = _cache_with(Path(args.o200k))
+    try:
+        # the product's own loader, as `[tokenizers]` would use it: the .tiktoken file's
+        # path, or tiktoken's cache only — first, so that tiktoken's own call below finds
+        # the file in its cache instead of fetching it (offline: a traceback)
+        configured = load_tokenizer(args.o200k or "tiktoken:o200k_base", "bench")
+        hf = load_tokenizer(args.hf, "bench") if args.hf else None
+    except UserError as e:
+        sys.exit(f"bench/tokens.py: {e} (--o200k PATH names the .tiktoken file)")
     reference_enc = tiktoken.get_encoding("o200k_base")
 
     def o200k(text: str) -> int:
         return len(reference_enc.encode(text, disallowed_special=()))
 
-    # the product's own loader, as `[tokenizers]` would use it: the .tiktoken file's path
-    configured = load_tokenizer(args.o200k or "tiktoken:o200k_base", "bench")
-    hf = load_tokenizer(args.hf, "bench") if args.hf else None
     data = corpora()
     print(f"{'corpus':8} {'prompts':>7} {'o200k':>7} {'chars/4':>8} {'estimate':>9} "
           f"{'p50':>6} {'p90':>6} {'tokenizer':>9}" + (f" {'hf':>7} {'est/hf':>7}" if hf else ""))

@@ -3,8 +3,8 @@
 
 Characters / 4 was 68 % low on Chinese and Japanese, 45 % low on Korean and 17 % high on
 short English against o200k_base: routing by length kept 99 of 100 long Chinese prompts on
-the short-context model. The estimate counts UTF-8 lead bytes by script (one translate and
-ten counts, all in C: ~30 µs for a 3 KB prompt here) and weighs them by least squares
+the short-context model. The estimate counts UTF-8 lead bytes by script (two translates and
+ten counts, all in C: ~25 µs for a 4 KB prompt here) and weighs them by least squares
 against o200k_base over bench/corpora; `python bench/tokens.py` prints its error per
 corpus (held-out halves within ±7 %).
 
@@ -53,13 +53,19 @@ _W = (0.066, 0.86, 0.235, 0.68, 0.66, 1.37, 0.54, 0.88, 0.76, 0.32)
 
 def estimate_tokens(text: str) -> int:
     """o200k-like tokens of a text in any script, without a tokenizer."""
-    c = text.encode().translate(_TABLE, _CONTINUATION)
-    spaces, doubles = c.count(b" "), c.count(b"  ")
-    n = (_W[0] * c.count(b"a") + _W[1] * (spaces - 2 * doubles) + _W[2] * doubles
-         + _W[3] * c.count(b"p") + _W[4] * c.count(b"d") + _W[5] * c.count(b"\n"))
+    c = text.encode().translate(_TABLE, _CONTINUATION)  # one class byte per character
+    # Each count is a scan of its own: letters, ~80 % of a prompt, are taken out once and
+    # counted by length, the other classes counted in what is left (the hot path estimates
+    # every task's prompt: 6 scans of a 4 KB prompt were ~40 µs here, this ~25 µs). Double
+    # spaces are counted before, where letters still separate them.
+    doubles = c.count(b"  ")
+    rest = c.translate(None, b"a")
+    spaces = rest.count(b" ")
+    n = (_W[0] * (len(c) - len(rest)) + _W[1] * (spaces - 2 * doubles) + _W[2] * doubles
+         + _W[3] * rest.count(b"p") + _W[4] * rest.count(b"d") + _W[5] * rest.count(b"\n"))
     if len(c) != len(text) or not text.isascii():
-        n += (_W[6] * c.count(b"K") + _W[7] * c.count(b"H") + _W[8] * c.count(b"J")
-              + _W[9] * c.count(b"o"))
+        n += (_W[6] * rest.count(b"K") + _W[7] * rest.count(b"H") + _W[8] * rest.count(b"J")
+              + _W[9] * rest.count(b"o"))
     return max(1, round(n))
 
 
