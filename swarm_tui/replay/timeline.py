@@ -61,8 +61,9 @@ def event_line(kind: str, detail: str | None) -> str:
 
 def call_line(task_id: str, number: int, error_class: str | None, status: int | None,
               wait: float | None, message: str | None) -> str:
-    if wait is not None:
-        return f"RETRY  {task_id} #{number} {error_class} {status or ''} +{wait:.2f}s"
+    if wait is not None:  # as the live log writes it: no gap where a status is absent
+        what = f"{error_class} {status}" if status else str(error_class)
+        return f"RETRY  {task_id} #{number} {what} +{wait:.2f}s"
     return f"FAIL   {task_id} #{number} {error_class} {status or ''} {(message or '')[:60]}"
 
 

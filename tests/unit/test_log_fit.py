@@ -54,3 +54,14 @@ def test_every_line_of_a_narrow_log_keeps_its_tag_in_the_same_column():
         assert {f.index(" ") for f in fitted} == {5}, fitted  # "12.0s": no padding
         assert {f[6:13] for f in fitted} <= {"RETRY  ", "CTRL   ", "FAIL   ", "DONE   "}, fitted
     assert [fit_line(line, 120) for line in lines] == lines  # wide: as written
+
+
+def test_a_replayed_retry_line_is_written_as_the_live_one():
+    """Replay rebuilds a retry's line from its stored call; a timeout has no status, and
+    the live line (engine/snapshot.py) has no gap for it."""
+    from swarm_tui.replay.timeline import call_line
+
+    assert (call_line("demo-00003", 2, "timeout", None, 0.5, None)
+            == "RETRY  demo-00003 #2 timeout +0.50s")
+    assert (call_line("demo-00168", 1, "server", 503, 4.0, "busy")
+            == "RETRY  demo-00168 #1 server 503 +4.00s")
