@@ -6,9 +6,11 @@ from typing import TYPE_CHECKING
 
 from swarm_tui.core.fmt import usd
 from swarm_tui.core.plain import as_plain
+from swarm_tui.core.states import RunStatus
 from swarm_tui.engine.cost import CostLine, CostReport, cost_report
+from swarm_tui.store import cost_index
 from swarm_tui.store.conn import StoreConnection
-from swarm_tui.store.cost_rows import cost_groups
+from swarm_tui.store.cost_rows import CostGroup, cost_groups
 from swarm_tui.store.runs import RunRecord, wall_ms_so_far
 
 TIMELINE_STEPS = 30  # the cost timeline's equal parts of the run
@@ -22,11 +24,30 @@ def long_model_of(run: RunRecord, cfg: ConfigView) -> str | None:
     return routing.get("long_model") if routing.get("enabled", True) else None
 
 
+async def run_cost_groups(conn: StoreConnection, run: RunRecord, wall_ms: float
+                          ) -> list[CostGroup]:
+    """The run's succeeded tasks summed (store/cost_rows.py): once it has ended, as stored
+    then (store/cost_index.py), else — or when that was summed before a resume — from its
+    rows, kept for the next reader when it has ended."""
+    ended = run.status != RunStatus.RUNNING and run.finished_at is not None
+    if ended:
+        assert run.finished_at is not None
+        kept = await cost_index.read(conn, run.id, run.finished_at, wall_ms, TIMELINE_STEPS)
+        if kept is not None:
+            return kept
+    rows = await cost_groups(conn, run.id, run.started_at, wall_ms / 1000.0, TIMELINE_STEPS)
+    if ended:
+        assert run.finished_at is not None
+        await cost_index.write(conn, run.id, run.finished_at, wall_ms, TIMELINE_STEPS, rows)
+    return rows
+
+
 async def stored_cost(conn: StoreConnection, run: RunRecord, cfg: ConfigView
                       ) -> CostReport:
     """Recorded costs as billed at run time; what-ifs priced on the current table."""
-    wall_s = await wall_ms_so_far(conn, run) / 1000.0
-    rows = await cost_groups(conn, run.id, run.started_at, wall_s, TIMELINE_STEPS)
+    wall_ms = await wall_ms_so_far(conn, run)
+    wall_s = wall_ms / 1000.0
+    rows = await run_cost_groups(conn, run, wall_ms)
     tpd = int(run.config.get("settings", {}).get("tasks_per_day")
               or cfg.settings.tasks_per_day)
     return cost_report(rows, cfg.prices, run_id=run.id, wall_s=wall_s,

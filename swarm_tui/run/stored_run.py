@@ -29,6 +29,7 @@ from swarm_tui.store.runs import (
     get_settled_run,
     refresh_stats,
     save_summary,
+    wall_ms_so_far,
 )
 from swarm_tui.store.target import DbTarget
 from swarm_tui.workload import Task, Workload
@@ -149,19 +150,23 @@ async def _execute(
 
 
 async def keep_replay(conn: StoreConnection, run_id: str, db_target: DbTarget) -> None:
-    """The run's replay timeline stored now that it has ended (replay/timeline.py):
-    ~15 µs a task here, so a page's link to any moment of it opens at once.
+    """The run's replay timeline and cost breakdown stored now that it has ended
+    (replay/timeline.py, store/cost_index.py): ~15 µs a task here, so a page's link to any
+    moment of it opens at once, and its `report` sums nothing again.
 
     The run is stored and summarised already: a Ctrl-C or SIGTERM now skips the save (the
     first replay builds it) instead of ending a finished run as `interrupted`, exit 130,
     with no summary printed."""
     from swarm_tui.replay.timeline import keep_timeline
+    from swarm_tui.report.cost import run_cost_groups
 
     async def save() -> None:
         try:
             run, status = await get_settled_run(conn, run_id, db_target)
             if status != RunStatus.RUNNING and run.finished_at is not None:
                 await keep_timeline(conn, run_id, run.started_at, run.finished_at)
+                # and its cost breakdown: the first `report` of it reads one row too
+                await run_cost_groups(conn, run, await wall_ms_so_far(conn, run))
         except sqlite3.Error:
             # the run and its summary are stored; the timeline only saves a replay its
             # build (a store that failed just now: the first replay builds it from the rows)

@@ -43,6 +43,8 @@ RUN_TABLES: dict[str, tuple[str, str]] = {
     # rows), so the first replay there reads it instead of building it
     "replay_index": ("run_id, finished_at, results, attempts, events, built_at, data",
                      "run_id"),
+    # and its cost breakdown, summed at its end
+    "cost_index": ("run_id, finished_at, results, wall_ms, steps, built_at, data", "run_id"),
 }
 
 

@@ -349,6 +349,19 @@ MIGRATIONS: list[str] = [
         data BLOB NOT NULL             -- replay/timeline.py's layout (a format inside)
     );
     """,
+    # 15 -> 16: a finished run's cost breakdown, whole (store/cost_index.py): its GROUP BY
+    # sorts every succeeded task (150 ms of `report` and `cost` of a 100,000-task run)
+    """
+    CREATE TABLE cost_index (
+        run_id TEXT PRIMARY KEY REFERENCES runs(id) ON DELETE CASCADE,
+        finished_at REAL NOT NULL,     -- the run's end it was summed for
+        results INTEGER NOT NULL,      -- and its results then: a resume adds some
+        wall_ms REAL NOT NULL,         -- the timeline's span and its steps
+        steps INTEGER NOT NULL,
+        built_at REAL NOT NULL,
+        data TEXT NOT NULL             -- store/cost_rows.py's groups, as JSON arrays
+    );
+    """,
 ]
 # Python steps run with a migration, in its transaction (what SQL alone cannot rewrite)
 DATA_STEPS = {11: "scrub_configs", 12: "audit_functions"}
