@@ -78,8 +78,13 @@ if ResponseHandler is not None:
         timed: Any = None
 
         def set_response_params(self, **kw: Any) -> None:
-            # called in the task that sends the request, just before it does: our call
-            self.timed = CURRENT_CALL.get()
+            # called in the task that sends the request once its connection is had, just
+            # before its headers are written (no await between): our call, and the moment
+            # it goes on the wire — as a trace's headers-sent signal tells, without the
+            # trace's signals and parameter objects at every request (~2 % of the CPU)
+            timed = self.timed = CURRENT_CALL.get()
+            if timed is not None:
+                went_out(timed)
             super().set_response_params(**kw)
 
         def data_received(self, data: bytes) -> None:
@@ -89,13 +94,20 @@ if ResponseHandler is not None:
             super().data_received(data)
 
 
-async def on_headers_sent(_session: Any, _ctx: Any, _params: Any) -> None:
-    # Runs in the task that made the request, so the contextvar is that call's result.
-    res = CURRENT_CALL.get()
-    if res is not None and not res.send_delay_ms:
+def went_out(res: Any) -> None:
+    """The call's request goes on the wire now: the client's own delay before it (a pool
+    slot, a connection) is booked as queue time, and latency counts from here."""
+    if not res.send_delay_ms:
         now = time.perf_counter()
         res.send_delay_ms = (now - res.sent_at) * 1000.0
         res.sent_at = now
+
+
+async def on_headers_sent(_session: Any, _ctx: Any, _params: Any) -> None:
+    # Runs in the task that made the request, so the contextvar is that call's result.
+    res = CURRENT_CALL.get()
+    if res is not None:
+        went_out(res)
 
 
 def timed_session(pool: int, connect_timeout_s: float, keepalive_s: float = 5.0,
@@ -103,14 +115,17 @@ def timed_session(pool: int, connect_timeout_s: float, keepalive_s: float = 5.0,
     """A session whose connections report when headers go out and bytes come in (built
     on the running loop: a session belongs to the loop it was made on)."""
     connector = aiohttp.TCPConnector(limit=pool, keepalive_timeout=keepalive_s, ssl=ssl)
+    traces = None
     if ResponseHandler is not None and hasattr(connector, "_factory"):
         # aiohttp builds each connection's protocol from this factory
         connector._factory = functools.partial(  # type: ignore[assignment]
             WireTimedHandler, loop=asyncio.get_running_loop())
-    trace = aiohttp.TraceConfig()
-    trace.on_request_headers_sent.append(on_headers_sent)
+    else:  # an aiohttp whose internals moved: its public trace tells when headers go out
+        trace = aiohttp.TraceConfig()
+        trace.on_request_headers_sent.append(on_headers_sent)
+        traces = [trace]
     return aiohttp.ClientSession(
-        connector=connector, trace_configs=[trace], auto_decompress=True,
+        connector=connector, trace_configs=traces, auto_decompress=True,
         timeout=aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout_s))
 
 

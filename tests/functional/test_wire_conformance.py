@@ -163,3 +163,31 @@ async def test_llmock_answers_and_its_quota_alike_on_both_paths():
     assert first["error_class"] is None and second["error_class"] == "rate_limited"
     assert second["retry_after_s"] and any(h.startswith("x-ratelimit") for h in
                                            second["error_headers"])
+
+
+async def test_a_wait_for_a_connection_is_the_clients_delay_not_the_gateways_latency(
+        sim_factory):
+    """With one connection for two calls, the second waits for the first's ~200 ms call
+    before its request goes out. That wait is the client's (booked as queue time by the
+    engine), and the latency is the gateway's 200 ms — not 400."""
+    import asyncio
+
+    sim = sim_factory(profile="fixed:200")
+    keys = [(TEST_KEY, None), (TEST_KEY.replace("0123", "9876"), None)]
+    gw = GatewayClient("gw", sim.base_url, keys, pool=2, timeout_s=10)
+    assert gw.wire is not None
+    gw.wire.pool = 1  # a call on each key, one connection (the gateway's) to carry them
+    try:
+        async def call():
+            slot = gw.pick_key("deepseek-v3.2")
+            assert slot is not None
+            return await gw.complete(slot, "deepseek-v3.2", MESSAGES, 16, None, Sink())
+
+        first, second = await asyncio.gather(call(), call())
+    finally:
+        await gw.aclose()
+    assert first.error is None and second.error is None
+    waited, went = sorted((first, second), key=lambda r: r.send_delay_ms)[::-1]
+    assert waited.send_delay_ms >= 150, (waited.send_delay_ms, went.send_delay_ms)
+    assert went.send_delay_ms < 100
+    assert 150 <= waited.latency_ms < waited.send_delay_ms + 150, waited.latency_ms
