@@ -99,6 +99,19 @@ def new_pg_database(server: ThrowawayPostgres) -> PgTarget:
     return PgTarget(server.url(name))
 
 
+def pg_login(server: ThrowawayPostgres, target: PgTarget, login: str,
+             role: str = "swarm_tui_reader") -> PgTarget:
+    """A person's login on the server (made once), granted one of the roles `db init
+    --roles` made: the database as that person reaches it."""
+    import psycopg
+
+    with psycopg.connect(server.url(), autocommit=True) as admin:
+        admin.execute("DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = "
+                      f"'{login}') THEN CREATE ROLE {login} LOGIN; END IF; END $$")
+        admin.execute(f"GRANT {role} TO {login}")
+    return PgTarget(target.url.replace("postgresql://postgres@", f"postgresql://{login}@", 1))
+
+
 @pytest.fixture(params=["sqlite", "postgresql"])
 def db_target(request, tmp_path) -> Path | PgTarget:
     """A fresh, empty database on each back end: the store suite runs on both."""

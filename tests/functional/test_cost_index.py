@@ -90,15 +90,12 @@ def test_on_postgresql_the_run_keeps_its_breakdown_and_a_reader_reads_it(pg_serv
     reads the same figures summed from the rows once it is gone (keeping nothing)."""
     import psycopg
 
-    from tests.conftest import new_pg_database, raw_rows
+    from tests.conftest import new_pg_database, pg_login, raw_rows
 
     target = new_pg_database(pg_server)
     r = swarm("--db", target.url, "db", "init", "--roles")
     assert r.returncode == 0, r.stderr
-    with psycopg.connect(pg_server.url(), autocommit=True) as admin:
-        admin.execute("DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = "
-                      "'cost_ro') THEN CREATE ROLE cost_ro LOGIN; END IF; END $$")
-        admin.execute("GRANT swarm_tui_reader TO cost_ro")
+    reader = pg_login(pg_server, target, "cost_ro").url
     env = {"XDG_CONFIG_HOME": str(tmp_path)}
     r = swarm("--db", target.url, "run", "--demo", "120", "--headless", "--quiet", "--json",
               env=env, timeout=120)
@@ -106,7 +103,6 @@ def test_on_postgresql_the_run_keeps_its_breakdown_and_a_reader_reads_it(pg_serv
     run_id = json.loads(r.stdout)["run_id"]
     ((stored_id, results),) = raw_rows(target, "SELECT run_id, results FROM cost_index")
     assert (stored_id, results) == (run_id, 120)
-    reader = target.url.replace("postgresql://postgres@", "postgresql://cost_ro@", 1)
     from_index = swarm("--db", reader, "cost", run_id, "--json", env=env)
     assert from_index.returncode == 0, from_index.stderr
     with psycopg.connect(target.url, autocommit=True) as admin:

@@ -141,16 +141,12 @@ async def test_on_postgresql_the_run_stores_its_timeline_and_a_reader_replays_fr
     """The executor (the roles' executor) stores the timeline on the server; a reader,
     who may not write one, opens any moment from it, and the same moments built from the
     rows (after the stored one is dropped) read alike."""
-    from swarm_tui.store.target import PgTarget
-    from tests.conftest import new_pg_database, raw_rows
+    from tests.conftest import new_pg_database, pg_login, raw_rows
 
     target = new_pg_database(pg_server)
     r = swarm("--db", target.url, "db", "init", "--roles")
     assert r.returncode == 0, r.stderr
-    with psycopg.connect(pg_server.url(), autocommit=True) as admin:
-        admin.execute("DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = "
-                      "'replay_ro') THEN CREATE ROLE replay_ro LOGIN; END IF; END $$")
-        admin.execute("GRANT swarm_tui_reader TO replay_ro")
+    reader = pg_login(pg_server, target, "replay_ro")
     r = swarm("--db", target.url, "run", "--demo", "200", "--rate", "100", "--sim-rate-503",
               "0.05", "--headless", "--quiet", "--json", env={"XDG_CONFIG_HOME": str(tmp_path)},
               timeout=120)
@@ -161,7 +157,6 @@ async def test_on_postgresql_the_run_stores_its_timeline_and_a_reader_replays_fr
     assert stored[0] == run_id and stored[1] == 200 and stored[3] > 0
     start, end = raw_rows(target, "SELECT started_at, finished_at FROM runs")[0]
     moments = [start + (end - start) * i / 6 for i in range(7)] + [start + 0.5]
-    reader = PgTarget(target.url.replace("postgresql://postgres@", "postgresql://replay_ro@", 1))
     with psycopg.connect(reader.url) as ro:  # the reader reads the stored one …
         assert ro.execute("SELECT COUNT(*) FROM replay_index").fetchone()[0] == 1
         assert not ro.execute("SELECT has_table_privilege('replay_index', 'UPDATE')"

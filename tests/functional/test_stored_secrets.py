@@ -14,16 +14,15 @@ import time
 from pathlib import Path
 
 import httpx2
-import psycopg
 import pytest
 
 from swarm_tui.store.schema import MIGRATIONS
-from swarm_tui.store.target import PgTarget
 from tests.conftest import (
     TEST_KEY,
     assert_one_line_error,
     free_port,
     new_pg_database,
+    pg_login,
     raw_rows,
     sim_gateway,
     swarm,
@@ -194,11 +193,7 @@ def test_the_reader_role_can_select_no_secret(tmp_path, gateway, receiver, pg_se
         time.sleep(0.05)
     # as the reader role reads it (every table is granted to it): nothing secret
     assert swarm("--db", target.url, "db", "init", "--roles").returncode == 0
-    with psycopg.connect(pg_server.url(), autocommit=True) as admin:
-        admin.execute("DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = "
-                      "'peeker') THEN CREATE ROLE peeker LOGIN; END IF; END $$")
-        admin.execute("GRANT swarm_tui_reader TO peeker")
-    reader = PgTarget(target.url.replace("postgresql://postgres@", "postgresql://peeker@", 1))
+    reader = pg_login(pg_server, target, "peeker")
     tables = [t for (t,) in raw_rows(reader, "SELECT tablename FROM pg_tables WHERE "
                                              "schemaname = 'public'")]
     assert {"runs", "events", "canary_actions", "control"} <= set(tables)
