@@ -188,6 +188,10 @@ async def test_a_wait_for_a_connection_is_the_clients_delay_not_the_gateways_lat
         await gw.aclose()
     assert first.error is None and second.error is None
     waited, went = sorted((first, second), key=lambda r: r.send_delay_ms)[::-1]
-    assert waited.send_delay_ms >= 150, (waited.send_delay_ms, went.send_delay_ms)
-    assert went.send_delay_ms < 100
-    assert 150 <= waited.latency_ms < waited.send_delay_ms + 150, waited.latency_ms
+    # the second waited out the first's call (the server holds each 200 ms) …
+    assert waited.send_delay_ms - went.send_delay_ms >= 150, (
+        waited.send_delay_ms, went.send_delay_ms)
+    # … and its latency is its own call's, not the wait too (~200 of ~400 ms; booked as
+    # latency, the wait made it the whole): bounds that hold at any machine's speed
+    assert 150 <= waited.latency_ms < 0.75 * (waited.latency_ms + waited.send_delay_ms), (
+        waited.latency_ms, waited.send_delay_ms)
