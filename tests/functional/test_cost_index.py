@@ -112,3 +112,47 @@ def test_on_postgresql_the_run_keeps_its_breakdown_and_a_reader_reads_it(pg_serv
     assert from_rows.stdout == from_index.stdout
     assert json.loads(from_rows.stdout)["total"]["tasks"] > 100
     assert raw_rows(target, "SELECT COUNT(*) FROM cost_index")[0][0] == 0  # kept nothing
+
+
+def test_a_run_stopped_then_resumed_reports_the_cost_of_all_it_did(tmp_path):
+    """A ^C ends a run (its breakdown kept, as a reader asks for it); `resume` adds the
+    rest: the breakdown read after it is the whole run's, as summing its rows gives."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    db = tmp_path / "runs.db"
+    env = {"SWARM_TUI_DB": str(db), "XDG_CONFIG_HOME": str(tmp_path / "x")}
+    run = subprocess.Popen([sys.executable, "-m", "swarm_tui", "run", "--demo", "400",
+                            "--rate", "50", "--headless", "--quiet"],
+                           env={**os.environ, **env}, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and run.poll() is None:
+            try:
+                with sqlite3.connect(db) as c:
+                    if c.execute("SELECT COUNT(*) FROM results").fetchone()[0] >= 40:
+                        break
+            except sqlite3.Error:
+                pass  # not created yet
+            time.sleep(0.1)
+        run.send_signal(signal.SIGINT)
+    finally:
+        run.wait(60)
+    assert run.returncode == 130, run.stderr.read()
+    before = swarm("cost", "last", "--json", env=env)
+    assert before.returncode == 0, before.stderr
+    stopped = json.loads(before.stdout)["total"]["tasks"]
+    assert 40 <= stopped < 400 and len(_rows(db)) == 1  # kept at the ^C's end
+    run_id = json.loads(before.stdout)["run_id"]
+    r = swarm("resume", run_id, "--headless", "--quiet", env=env, timeout=120)
+    assert r.returncode in (0, 3), r.stderr
+    after = swarm("cost", run_id, "--json", env=env)
+    assert after.returncode == 0, after.stderr
+    whole = json.loads(after.stdout)["total"]["tasks"]
+    assert whole > stopped and whole >= 390, (stopped, whole)
+    _sql(db, "DELETE FROM cost_index")
+    assert swarm("cost", run_id, "--json", env=env).stdout == after.stdout
