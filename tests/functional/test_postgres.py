@@ -19,6 +19,7 @@ from swarm_tui.store.target import PgTarget
 from tests.conftest import (
     assert_one_line_error,
     new_pg_database,
+    pg_login,
     raw_rows,
     swarm,
     wait_until,
@@ -37,11 +38,8 @@ def roles_db(pg_server, tmp_path) -> PgTarget:
     r = swarm("--db", target.url, "db", "init", "--roles")
     assert r.returncode == 0, r.stderr
     assert "swarm_tui_reader" in r.stdout and "GRANT swarm_tui_reader TO" in r.stdout
-    with psycopg.connect(pg_server.url(), autocommit=True) as admin:
-        for login, role in (("oncall_op", "swarm_tui_operator"), ("oncall_ro", "swarm_tui_reader")):
-            admin.execute(f"DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = "
-                          f"'{login}') THEN CREATE ROLE {login} LOGIN; END IF; END $$")
-            admin.execute(f"GRANT {role} TO {login}")
+    for login, role in (("oncall_op", "swarm_tui_operator"), ("oncall_ro", "swarm_tui_reader")):
+        pg_login(pg_server, target, login, role)
     return target
 
 
