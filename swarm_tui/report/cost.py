@@ -29,16 +29,14 @@ async def run_cost_groups(conn: StoreConnection, run: RunRecord, wall_ms: float
     """The run's succeeded tasks summed (store/cost_rows.py): once it has ended, as stored
     then (store/cost_index.py), else — or when that was summed before a resume — from its
     rows, kept for the next reader when it has ended."""
-    ended = run.status != RunStatus.RUNNING and run.finished_at is not None
-    if ended:
-        assert run.finished_at is not None
-        kept = await cost_index.read(conn, run.id, run.finished_at, wall_ms, TIMELINE_STEPS)
+    ended_at = run.finished_at if run.status != RunStatus.RUNNING else None
+    if ended_at is not None:
+        kept = await cost_index.read(conn, run.id, ended_at, wall_ms, TIMELINE_STEPS)
         if kept is not None:
             return kept
     rows = await cost_groups(conn, run.id, run.started_at, wall_ms / 1000.0, TIMELINE_STEPS)
-    if ended:
-        assert run.finished_at is not None
-        await cost_index.write(conn, run.id, run.finished_at, wall_ms, TIMELINE_STEPS, rows)
+    if ended_at is not None:
+        await cost_index.write(conn, run.id, ended_at, wall_ms, TIMELINE_STEPS, rows)
     return rows
 
 

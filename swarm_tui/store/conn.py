@@ -49,3 +49,12 @@ class StoreConnection(Protocol):
 def dialect_of(conn: StoreConnection) -> str:
     """"postgresql" for store/pg.py's connection (it names its dialect), else "sqlite"."""
     return str(getattr(conn, "dialect", "sqlite"))
+
+
+def upsert(table: str, cols: str, key: str, where: str = "") -> str:
+    """INSERT ... ON CONFLICT (key) DO UPDATE: spelled alike by SQLite and PostgreSQL."""
+    names = cols.split(", ")
+    keys = set(key.split(", "))
+    sets = ", ".join(f"{c} = excluded.{c}" for c in names if c not in keys)
+    return (f"INSERT INTO {table} ({cols}) VALUES ({', '.join('?' * len(names))}) "
+            f"ON CONFLICT ({key}) DO UPDATE SET {sets}{where}")

@@ -15,26 +15,18 @@ import json
 import sqlite3
 import time
 
-from swarm_tui.store.conn import StoreConnection
+from swarm_tui.core.plain import build, to_json
+from swarm_tui.store.conn import StoreConnection, upsert
 from swarm_tui.store.cost_rows import CostGroup
 
-_FIELDS = ("model", "gateway", "bucket", "key_fp", "usage_estimated", "cost_usd",
-           "tokens_in", "tokens_out", "cached_in", "tasks", "finished_s", "state")
+_KEEP = upsert("cost_index", "run_id, finished_at, results, wall_ms, steps, built_at, data",
+               "run_id")
 
 
 async def _results(conn: StoreConnection, run_id: str) -> int:
     async with conn.execute("SELECT COUNT(*) FROM results WHERE run_id=?", (run_id,)) as cur:
         row = await cur.fetchone()
     return int(row[0])
-
-
-def _encode(groups: list[CostGroup]) -> str:
-    return json.dumps([[getattr(g, f) for f in _FIELDS] for g in groups],
-                      separators=(",", ":"), allow_nan=False)
-
-
-def _decode(data: str) -> list[CostGroup]:
-    return [CostGroup(**dict(zip(_FIELDS, row, strict=True))) for row in json.loads(data)]
 
 
 async def read(conn: StoreConnection, run_id: str, finished_at: float, wall_ms: float,
@@ -49,8 +41,8 @@ async def read(conn: StoreConnection, run_id: str, finished_at: float, wall_ms: 
             return None
         if int(row[1]) != await _results(conn, run_id):
             return None
-        return _decode(row[4])
-    except (sqlite3.Error, ValueError, TypeError):
+        return [build(CostGroup, group) for group in json.loads(row[4])]
+    except (sqlite3.Error, ValueError, TypeError, AttributeError):
         return None  # a role that may not read it, a row of another layout: the rows are there
 
 
@@ -61,14 +53,8 @@ async def write(conn: StoreConnection, run_id: str, finished_at: float, wall_ms:
     try:
         if may_write is not None and not await may_write("cost_index"):
             return False
-        await conn.execute(
-            "INSERT INTO cost_index (run_id, finished_at, results, wall_ms, steps, built_at, "
-            "data) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO UPDATE SET "
-            "finished_at = excluded.finished_at, results = excluded.results, "
-            "wall_ms = excluded.wall_ms, steps = excluded.steps, "
-            "built_at = excluded.built_at, data = excluded.data",
-            (run_id, finished_at, await _results(conn, run_id), wall_ms, steps, time.time(),
-             _encode(groups)))
+        await conn.execute(_KEEP, (run_id, finished_at, await _results(conn, run_id),
+                                   wall_ms, steps, time.time(), to_json(groups)))
     except sqlite3.Error:
         return False
     return True

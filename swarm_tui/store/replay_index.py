@@ -12,7 +12,10 @@ from __future__ import annotations
 import sqlite3
 import time
 
-from swarm_tui.store.conn import StoreConnection
+from swarm_tui.store.conn import StoreConnection, upsert
+
+_KEEP = upsert("replay_index", "run_id, finished_at, results, attempts, events, built_at, data",
+               "run_id")
 
 
 async def _counts(conn: StoreConnection, run_id: str) -> tuple[int, int, int]:
@@ -49,13 +52,8 @@ async def write(conn: StoreConnection, run_id: str, finished_at: float, blob: by
         if may_write is not None and not await may_write("replay_index"):
             return False
         results, attempts, events = await _counts(conn, run_id)
-        await conn.execute(
-            "INSERT INTO replay_index (run_id, finished_at, results, attempts, events, "
-            "built_at, data) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO UPDATE SET "
-            "finished_at = excluded.finished_at, results = excluded.results, "
-            "attempts = excluded.attempts, events = excluded.events, "
-            "built_at = excluded.built_at, data = excluded.data",
-            (run_id, finished_at, results, attempts, events, time.time(), blob))
+        await conn.execute(_KEEP, (run_id, finished_at, results, attempts, events,
+                                   time.time(), blob))
     except sqlite3.Error:
         return False
     return True

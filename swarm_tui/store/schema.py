@@ -359,7 +359,7 @@ MIGRATIONS: list[str] = [
         wall_ms REAL NOT NULL,         -- the timeline's span and its steps
         steps INTEGER NOT NULL,
         built_at REAL NOT NULL,
-        data TEXT NOT NULL             -- store/cost_rows.py's groups, as JSON arrays
+        data TEXT NOT NULL             -- store/cost_rows.py's groups (core/plain.py's JSON)
     );
     """,
 ]

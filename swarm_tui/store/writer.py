@@ -25,23 +25,13 @@ from typing import Protocol
 
 from swarm_tui.core.states import PERMIT_HOLD
 from swarm_tui.store.claims import Claim
-from swarm_tui.store.conn import StoreConnection
+from swarm_tui.store.conn import StoreConnection, upsert
 from swarm_tui.store.fences import LeaseFence, LostClaim, RunFence
 from swarm_tui.store.lost_sends import supersede_lost
 from swarm_tui.store.notify import CONTROL, ROWS, Listener, notify
 from swarm_tui.store.runs import refresh_stats
 from swarm_tui.store.spill import SpillJournal
 from swarm_tui.store.target import DbTarget, db_error
-
-
-def upsert(table: str, cols: str, key: str, where: str = "") -> str:
-    """INSERT ... ON CONFLICT (key) DO UPDATE: spelled alike by SQLite and PostgreSQL."""
-    names = cols.split(", ")
-    keys = set(key.split(", "))
-    sets = ", ".join(f"{c} = excluded.{c}" for c in names if c not in keys)
-    return (f"INSERT INTO {table} ({cols}) VALUES ({', '.join('?' * len(names))}) "
-            f"ON CONFLICT ({key}) DO UPDATE SET {sets}{where}")
-
 
 RESULT_COLS = ("run_id, seq, state, model, gateway, bucket, key_fp, attempts, tokens_in, "
                "tokens_out, cached_in, usage_estimated, cost_usd, latency_ms, ttft_ms, queue_ms, "

@@ -34,7 +34,7 @@ def test_the_stored_breakdown_reads_as_the_rows_sum_and_a_stale_one_is_summed_ag
     db, run_id, env = demo_run(tmp_path, "300", "--sim-rate-503", "0.05")
     ((stored_id, results, steps, data),) = _rows(db)  # kept by the run's end
     assert (stored_id, results, steps) == (run_id, 300, 30)
-    assert sum(group[9] for group in json.loads(data)) > 250  # the succeeded tasks
+    assert sum(group["tasks"] for group in json.loads(data)) > 250  # the succeeded tasks
 
     def both() -> tuple[str, str]:
         cost = swarm("cost", run_id, "--json", env=env)
@@ -51,7 +51,7 @@ def test_the_stored_breakdown_reads_as_the_rows_sum_and_a_stale_one_is_summed_ag
 
     # what is read is the stored row: planted figures show …
     planted = json.loads(data)
-    planted[0][9] += 1000  # tasks of the first group
+    planted[0]["tasks"] += 1000  # tasks of the first group
     _sql(db, "UPDATE cost_index SET data=?", json.dumps(planted))
     assert json.loads(both()[0])["total"]["tasks"] == json.loads(from_index[0])["total"][
         "tasks"] + 1000
