@@ -670,7 +670,8 @@ class SwarmRunner:
             max_tokens = task.max_tokens or (DEFAULT_OUTPUT_ESTIMATE
                                              if self.policy.budget_usd is not None else None)
             res = await gw.complete(slot, rec.model, task.messages(), max_tokens,
-                                    task.temperature, rec)
+                                    task.temperature, rec,
+                                    self._still_routed(rec) if len(rec.attempts) == 1 else None)
         except asyncio.CancelledError:
             if attempt.outcome != AttemptOutcome.RUNNING:  # already reaped after a cancel
                 raise
@@ -687,6 +688,9 @@ class SwarmRunner:
             self._internal_fault(rec, attempt, gw, slot, e)
             return
         if attempt.outcome != AttemptOutcome.RUNNING:  # reaped after a cancel: too late
+            return
+        if res.held_back:  # routed before its wait for a connection, not sent
+            self._unlaunch(rec, attempt, gw, slot)
             return
         self.in_flight -= 1
         ceiling = rec.budget_est  # what this call was allowed to cost, at most
@@ -752,6 +756,11 @@ class SwarmRunner:
         self.emit(ev.CONTROL, detail=f"task {rec.id}: {why}; booked failed, not resent")
         self._failed_attempt(rec, attempt, CallError(OTHER, None, why))
         self._wake.set()
+
+    def _still_routed(self, rec: TaskRecord) -> Callable[[], bool]:
+        """A first call's gate: sent only while its route is the router's current one."""
+        router, version = self.router, rec.route_version
+        return lambda: router.version == version
 
     def _unlaunch(self, rec: TaskRecord, attempt: Attempt, gw: GatewayClient,
                   slot: KeySlot) -> None:

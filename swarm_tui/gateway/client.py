@@ -87,6 +87,9 @@ class CallResult:
     # the stream's `data: [DONE]` was read: the gateway ended it, whole (the wire path
     # sees it; the SDK's stream swallows it)
     stream_done: bool = False
+    # asked once the connection is had: may the call still go? (no: `held_back`, unsent)
+    gate: Callable[[], bool] | None = None
+    held_back: bool = False
 
     def mark_done(self) -> None:
         self.stream_done = True
@@ -258,14 +261,17 @@ class GatewayClient:
         max_tokens: int | None,
         temperature: float | None,
         sink: AttemptSink,
+        gate: Callable[[], bool] | None = None,
     ) -> CallResult:
-        """One attempt, never raising for a gateway failure (it lands in `result.error`)."""
+        """One attempt, never raising for a gateway failure (it lands in `result.error`).
+        `gate` is asked just before the request goes out (on the aiohttp transports): when
+        it says no, nothing was sent, the key is not ended and `held_back` is set."""
         kwargs: dict[str, Any] = {"model": model, "messages": messages}
         if max_tokens is not None:
             kwargs["max_tokens"] = max_tokens
         if temperature is not None:
             kwargs["temperature"] = temperature
-        res = CallResult(sent_at=time.perf_counter())
+        res = CallResult(sent_at=time.perf_counter(), gate=gate)
         sent_mono = time.monotonic()
         token = CURRENT_CALL.set(res)
         try:
@@ -284,6 +290,9 @@ class GatewayClient:
             res.error = classify(exc, self._secrets)
         finally:
             CURRENT_CALL.reset(token)
+        if res.held_back:  # (the SDK wraps our exception: the flag says what it was)
+            res.error = None
+            return res
         res.text = whole(res.text)  # a lone surrogate from the JSON: before any encode
         if not res.ended_at or res.error is not None:
             res.end_at_wire(time.perf_counter())

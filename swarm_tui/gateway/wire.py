@@ -110,11 +110,33 @@ async def on_headers_sent(_session: Any, _ctx: Any, _params: Any) -> None:
         went_out(res)
 
 
+class HeldBack(Exception):
+    """The call's route moved while it waited for a connection: nothing was sent."""
+
+
+class GatedConnector(aiohttp.TCPConnector):
+    """Asks the call, once its connection is had, whether it may still go: between the
+    engine's last look at its route and here a call may wait for a pool slot or a new
+    connection, and a canary aborted meanwhile would still get it. From here to the
+    headers being written (and the send moment noted) nothing awaits, so a call that goes
+    out was let go no earlier than its send moment."""
+
+    async def connect(self, req: Any, traces: Any, timeout: Any) -> Any:
+        conn = await super().connect(req, traces, timeout)
+        call = CURRENT_CALL.get()
+        if call is not None and call.gate is not None and not call.gate():
+            conn.release()  # unused: back to the pool
+            call.held_back = True
+            raise HeldBack("its route moved before it went out: not sent")
+        return conn
+
+
 def timed_session(pool: int, connect_timeout_s: float, keepalive_s: float = 5.0,
                   ssl: Any = True) -> aiohttp.ClientSession:
-    """A session whose connections report when headers go out and bytes come in (built
-    on the running loop: a session belongs to the loop it was made on)."""
-    connector = aiohttp.TCPConnector(limit=pool, keepalive_timeout=keepalive_s, ssl=ssl)
+    """A session whose connections report when headers go out and bytes come in, and
+    hold back a call whose route moved (built on the running loop: a session belongs to
+    the loop it was made on)."""
+    connector = GatedConnector(limit=pool, keepalive_timeout=keepalive_s, ssl=ssl)
     traces = None
     if ResponseHandler is not None and hasattr(connector, "_factory"):
         # aiohttp builds each connection's protocol from this factory

@@ -195,3 +195,54 @@ async def test_a_wait_for_a_connection_is_the_clients_delay_not_the_gateways_lat
     # latency, the wait made it the whole): bounds that hold at any machine's speed
     assert 150 <= waited.latency_ms < 0.75 * (waited.latency_ms + waited.send_delay_ms), (
         waited.latency_ms, waited.send_delay_ms)
+
+
+@pytest.mark.parametrize("transport", ["wire", "aiohttp"])
+async def test_a_call_whose_route_moved_while_it_waited_for_a_connection_is_not_sent(
+        sim_factory, transport):
+    """A canary aborted while a first call waits for a connection: the call is asked, once
+    it has one and before its headers go out, whether it may still go — and is held back
+    (nothing sent, no error, its key left to the engine to release) so the engine routes
+    it again. On the wire client and the SDK's aiohttp transport alike (one key, one
+    connection: the second call waits for the first's); the gateway never sees it."""
+    import asyncio
+
+    sim = sim_factory(profile="fixed:200")
+    gw = GatewayClient("gw", sim.base_url, [(TEST_KEY, None)], pool=2, timeout_s=10,
+                       transport=transport)  # type: ignore[arg-type]
+    if gw.wire is not None:
+        gw.wire.pool = 1
+    gw.pool_size = 1  # (the SDK's session, built at its first call)
+    moved = asyncio.Event()  # set once the first call holds the one connection
+    asked: list[bool] = []
+
+    def gate() -> bool:
+        asked.append(moved.is_set())
+        return not moved.is_set()
+
+    class Moving(Sink):
+        def on_first_token(self, at: float) -> None:
+            super().on_first_token(at)
+            moved.set()
+
+    try:
+        warm = gw.pick_key("deepseek-v3.2")  # a key's first call is its lone probe
+        assert warm is not None
+        assert (await gw.complete(warm, "deepseek-v3.2", MESSAGES, 16, None, Sink())).error \
+            is None
+        slots = [gw.pick_key("deepseek-v3.2"), gw.pick_key("deepseek-v3.2")]
+        assert slots[0] is slots[1] is not None
+        first = asyncio.create_task(gw.complete(slots[0], "deepseek-v3.2", MESSAGES, 16,
+                                                None, Moving(), gate))
+        await moved.wait()
+        second = await gw.complete(slots[1], "deepseek-v3.2", MESSAGES, 16, None, Sink(),
+                                   gate)
+        first_res = await first
+    finally:
+        await gw.aclose()
+    assert first_res.error is None and not first_res.held_back
+    assert second.held_back and second.error is None, second.error
+    assert asked == [False, True], asked  # asked at each call's send, the second said no
+    assert sim.app.stats["requests"] == 2, dict(sim.app.stats)  # the probe and the first
+    # the held-back call's key is not ended by the client (the engine releases it once)
+    assert slots[0].in_flight == 1
