@@ -97,3 +97,9 @@ def whole(text: str) -> str:
     except UnicodeEncodeError:
         return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
     return text
+
+
+def class_status(error_class: str | None, status: int | None) -> str:
+    """A failed call as the log names it: `rate_limited 429`, or the class alone when the
+    call had no status (no gap where it is absent)."""
+    return f"{error_class} {status}" if status else str(error_class)

@@ -74,6 +74,9 @@ class Attempt:
     error_class: str | None = None
     error_message: str | None = None
     retry_wait_s: float | None = None  # wait scheduled after this attempt
+    # what the engine did then, when "class status" does not say it (another key took the
+    # call, none was left, a fallback): the log line's detail
+    retry_detail: str | None = None
     tokens_in: int = 0
     tokens_out: int = 0
     cached_in: int = 0

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from swarm_tui.core import events as ev
+from swarm_tui.core.fmt import class_status
 from swarm_tui.core.records import Attempt, TaskHead, TaskRecord
 from swarm_tui.core.states import (
     CANCELLED,
@@ -824,13 +825,15 @@ class SwarmRunner:
         elif rec.attempts_on_model < self.policy.retry.max_attempts:
             wait = retry_wait_s(self.policy.retry, rec.attempts_on_model, err.retry_after_s,
                                 self.rng)
-            detail = f"{err.error_class} {err.status_code or ''}".strip()
+            detail = class_status(err.error_class, err.status_code)
         elif rec.fallbacks:
             wait, detail = 0.0, self._fall_back(rec, attempt, err.error_class)
         else:
             self._finish(rec, FAILED, ev.FAILED)
             return
         attempt.retry_wait_s = wait
+        if detail != class_status(err.error_class, err.status_code):  # else said by the row
+            attempt.retry_detail = detail
         rec.state = RETRYING
         rec.ready_at = time.perf_counter()  # the wait counts as queue time, not latency
         self.retry_waiting += 1

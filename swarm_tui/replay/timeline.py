@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from hdrh.histogram import HdrHistogram
 
+from swarm_tui.core.fmt import class_status
 from swarm_tui.core.states import TaskState
 from swarm_tui.engine.snapshot import LOG_LINES, LiveMetrics, TaskCell
 from swarm_tui.store import reads, replay_index
@@ -60,9 +61,11 @@ def event_line(kind: str, detail: str | None) -> str:
 
 
 def call_line(task_id: str, number: int, error_class: str | None, status: int | None,
-              wait: float | None, message: str | None) -> str:
-    if wait is not None:  # as the live log writes it: no gap where a status is absent
-        what = f"{error_class} {status}" if status else str(error_class)
+              wait: float | None, message: str | None, detail: str | None = None) -> str:
+    """A failed call's log line as the live log wrote it (engine/snapshot.py): a retry's
+    detail is its class and status unless the row kept what the engine did instead."""
+    if wait is not None:
+        what = detail or class_status(error_class, status)
         return f"RETRY  {task_id} #{number} {what} +{wait:.2f}s"
     return f"FAIL   {task_id} #{number} {error_class} {status or ''} {(message or '')[:60]}"
 
@@ -243,7 +246,8 @@ class Timeline:
         lines = c.lines
         async for rows in reads.call_rows(conn, run_id):
             out.add(rows)
-            for seq, n, outcome, sent_at, cls_, sc, wait, msg, *_rest, latency, _i, _o in rows:
+            for (seq, n, outcome, sent_at, cls_, sc, wait, msg, detail, *_rest, latency, _i,
+                 _o) in rows:
                 if outcome not in ("ok", "error"):
                     continue  # a cancelled call was never answered
                 end = sent_at + (latency or 0.0) / 1000.0
@@ -254,7 +258,7 @@ class Timeline:
                     i = index.get(seq)
                     lines.append((end, sent_at, call_line(
                         c.task_ids[i] if i is not None else f"#{seq}", n, cls_, sc, wait,
-                        msg)))
+                        msg, detail)))
         out.freeze()
         lines += [(at, at, event_line(kind, detail))
                   for _id, at, kind, detail in await reads.events_after(conn, run_id, 0)]
@@ -622,8 +626,8 @@ class CallsOut:
 
     def add(self, rows: list[tuple]) -> None:
         intern = sys.intern
-        for (seq, _n, outcome, sent, _c, status, wait, _msg, model, gw, fp, latency, t_in,
-             t_out) in rows:
+        for (seq, _n, outcome, sent, _c, status, wait, _msg, _detail, model, gw, fp, latency,
+             t_in, t_out) in rows:
             end = sent + (latency or 0.0) / 1000.0
             self.sent_times.append(sent)
             self.ends.append(end)

@@ -134,7 +134,7 @@ _TASK_COLS = ("seq", "task_id", "state", "model", "gateway", "bucket", "key_fp",
 _INPUT_COLS = ("user_id", "model", "max_tokens", "temperature", "metadata", "system", "prompt")
 _ATTEMPT_COLS = ("number", "model", "gateway", "key_fp", "sent_at", "queue_ms", "latency_ms",
                  "ttft_ms", "status_code", "error_class", "error_message", "retry_wait_s",
-                 "tokens_in", "tokens_out", "cached_in", "outcome", "id")
+                 "retry_detail", "tokens_in", "tokens_out", "cached_in", "outcome", "id")
 
 
 async def export_run(conn: StoreConnection, run: RunRecord, fmt: str, out: IO[str]) -> int:

@@ -106,7 +106,7 @@ class RunRecorder:
         return (f"{self.writer.claim.token}:{self._attempt_n}", self.run_id, a.seq, x.number,
                 x.model, x.gateway, x.key_fp, sent, x.queue_ms, x.latency_ms, x.ttft_ms,
                 x.status_code, x.error_class, x.error_message, x.retry_wait_s, x.tokens_in,
-                x.tokens_out, x.cached_in, x.outcome)
+                x.tokens_out, x.cached_in, x.outcome, x.retry_detail)
 
     def _now(self) -> float:
         """Wall time on the runner's clock (its attempts' sent_at), once it has started."""

@@ -223,7 +223,8 @@ class LiveSource:
                      "queue_ms": x.queue_ms, "latency_ms": x.latency_ms, "ttft_ms": x.ttft_ms,
                      "status_code": x.status_code, "error_class": x.error_class,
                      "error_message": x.error_message, "retry_wait_s": x.retry_wait_s,
-                     "outcome": x.outcome} for x in rec.attempts]
+                     "retry_detail": x.retry_detail, "outcome": x.outcome}
+                    for x in rec.attempts]
         if prompt is None or (rec.final and not r.policy.keep_answers):
             # the runner holds a prompt only while its task is sent, an answer and the
             # attempts until they are stored

@@ -366,7 +366,7 @@ class StoreSource:
         attempts = await reads.attempts_after(self.conn, self.run_id, f.attempts_at,
                                               2 * cap if cap and f.attempts_at else None,
                                               until=self.at)
-        for (id_, seq, n, outcome, sent_at, c, sc, wait, msg, model, gateway, latency,
+        for (id_, seq, n, outcome, sent_at, c, sc, wait, msg, detail, model, gateway, latency,
              ttft) in attempts:
             if obs is not None and id_ > self._observed[1]:
                 i = f.index.get(seq)
@@ -378,7 +378,7 @@ class StoreSource:
             if outcome == "error":
                 i = f.index.get(seq)
                 tid = f.task_ids[i] if i is not None else f"#{seq}"
-                lines.append((sent_at, call_line(tid, n, c, sc, wait, msg)))
+                lines.append((sent_at, call_line(tid, n, c, sc, wait, msg, detail)))
         self._more_rows |= cap is not None and bool(f.attempts_at) and len(attempts) >= 2 * cap
         if attempts:
             f.attempts_at = attempts[-1][0]

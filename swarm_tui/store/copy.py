@@ -23,7 +23,7 @@ RUN_TABLES: dict[str, tuple[str, str]] = {
     "tasks": ("run_id, seq, task_id, task_json, model, gateway, bucket", "seq"),
     "attempts": ("uid, run_id, seq, number, model, gateway, key_fp, sent_at, queue_ms, "
                  "latency_ms, ttft_ms, status_code, error_class, error_message, retry_wait_s, "
-                 "tokens_in, tokens_out, cached_in, outcome", "id"),
+                 "tokens_in, tokens_out, cached_in, outcome, retry_detail", "id"),
     "results": ("run_id, seq, state, model, gateway, bucket, key_fp, attempts, tokens_in, "
                 "tokens_out, cached_in, usage_estimated, cost_usd, latency_ms, ttft_ms, "
                 "queue_ms, status_code, error_class, error_message, response_text, "

@@ -14,7 +14,8 @@ if TYPE_CHECKING:
     from swarm_tui.core.records import KeyRow
 
 ATTEMPT_COLS = ("number", "model", "key_fp", "queue_ms", "latency_ms", "ttft_ms",
-                "status_code", "error_class", "error_message", "retry_wait_s", "outcome")
+                "status_code", "error_class", "error_message", "retry_wait_s", "retry_detail",
+                "outcome")
 
 
 async def last_pause_command(conn: StoreConnection, run_id: str) -> str | None:
@@ -165,12 +166,13 @@ async def stored_keys(conn: StoreConnection, run_id: str) -> tuple[KeyRow, ...]:
 async def call_rows(conn: StoreConnection, run_id: str, chunk: int = 5_000
                     ) -> AsyncIterator[list[tuple]]:
     """(seq, number, outcome, sent_at, error_class, status_code, retry_wait_s,
-    error_message, model, gateway, key_fp, latency_ms, tokens_in, tokens_out) of every call
-    of the run, in the order stored, a chunk at a time (a replay's timeline keeps a few
-    fields of each: replay/timeline.py)."""
+    error_message, retry_detail, model, gateway, key_fp, latency_ms, tokens_in, tokens_out)
+    of every call of the run, in the order stored, a chunk at a time (a replay's timeline
+    keeps a few fields of each: replay/timeline.py)."""
     async with conn.execute(
             "SELECT seq, number, outcome, sent_at, error_class, status_code, retry_wait_s, "
-            "error_message, model, gateway, key_fp, latency_ms, tokens_in, tokens_out "
+            "error_message, retry_detail, model, gateway, key_fp, latency_ms, tokens_in, "
+            "tokens_out "
             "FROM attempts WHERE run_id=? ORDER BY id", (run_id,)) as cur:
         while rows := await cur.fetchmany(chunk):
             yield [tuple(r) for r in rows]
@@ -315,10 +317,10 @@ async def results_after(conn: StoreConnection, run_id: str, after: int,
 async def attempts_after(conn: StoreConnection, run_id: str, after: int,
                          limit: int | None = None, until: float | None = None) -> list[tuple]:
     """(id, seq, number, outcome, sent_at, error_class, status_code, retry_wait_s,
-    error_message, model, gateway, latency_ms, ttft_ms) of attempts stored after id
+    error_message, retry_detail, model, gateway, latency_ms, ttft_ms) of attempts stored after id
     `after`, oldest first; at most `limit` of them."""
     cols = ("id, seq, number, outcome, sent_at, error_class, status_code, retry_wait_s, "
-            "error_message, model, gateway, latency_ms, ttft_ms")
+            "error_message, retry_detail, model, gateway, latency_ms, ttft_ms")
     sql = (f"SELECT {cols} FROM attempts WHERE run_id=?" if not after else
            f"SELECT {cols} FROM attempts WHERE id > ? AND +run_id=?")
     params: tuple = (run_id,) if not after else (after, run_id)

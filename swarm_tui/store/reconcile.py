@@ -22,7 +22,7 @@ from swarm_tui.store.lost_sends import supersede_lost
 from swarm_tui.store.runs import RunRecord, get_run, unsummed_wall_ms
 from swarm_tui.store.spill import find_journals, read_journal
 from swarm_tui.store.target import DbTarget
-from swarm_tui.store.writer import SQL_BY_TABLE, TABLE_ORDER
+from swarm_tui.store.writer import ATTEMPT_FIELDS, SQL_BY_TABLE, TABLE_ORDER
 
 
 async def reconcile_runs(conn: StoreConnection, path: DbTarget) -> list[str]:
@@ -91,6 +91,8 @@ async def _import(conn: StoreConnection, run: RunRecord, journal: Path) -> str |
             for table in TABLE_ORDER:
                 rows = [tuple(r) for t, r in entries if t == table]
                 if table == "attempt":  # an answer booked lost meanwhile is found after all
+                    # (a journal an older version wrote has no retry_detail)
+                    rows = [r + (None,) * (ATTEMPT_FIELDS - len(r)) for r in rows]
                     await supersede_lost(conn, rows)
                 if rows:
                     await conn.executemany(SQL_BY_TABLE[table], rows)

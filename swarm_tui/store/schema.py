@@ -362,6 +362,11 @@ MIGRATIONS: list[str] = [
         data TEXT NOT NULL             -- store/cost_rows.py's groups (core/plain.py's JSON)
     );
     """,
+    # 16 -> 17: what the engine did after a failed call when its class and status do not
+    # say it ("… on KEY: other key", a fallback): the replayed log line as it was written
+    """
+    ALTER TABLE attempts ADD COLUMN retry_detail TEXT;
+    """,
 ]
 # Python steps run with a migration, in its transaction (what SQL alone cannot rewrite)
 DATA_STEPS = {11: "scrub_configs", 12: "audit_functions"}

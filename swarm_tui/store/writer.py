@@ -44,8 +44,8 @@ INSERT_RESULT = upsert("results", RESULT_COLS, "run_id, seq",
 INSERT_ATTEMPT = """
 INSERT INTO attempts (uid, run_id, seq, number, model, gateway, key_fp, sent_at,
     queue_ms, latency_ms, ttft_ms, status_code, error_class, error_message, retry_wait_s,
-    tokens_in, tokens_out, cached_in, outcome)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+    tokens_in, tokens_out, cached_in, outcome, retry_detail)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (uid) DO NOTHING
 """
 UPSERT_KEY = upsert("key_state", "run_id, gateway, fingerprint, label, source, state, "
@@ -55,6 +55,7 @@ UPSERT_KEY = upsert("key_state", "run_id, gateway, fingerprint, label, source, s
 INSERT_KEY_CHANGE = ("INSERT INTO key_changes (run_id, at, gateway, fingerprint, worker, label, "
                      "source, state, cooling_until, reason) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
 INSERT_EVENT = "INSERT INTO events (run_id, at, kind, actor, detail_json) VALUES (?, ?, ?, ?, ?)"
+ATTEMPT_FIELDS = INSERT_ATTEMPT.count("?")  # a journal's older rows have fewer (padded)
 SQL_BY_TABLE = {"attempt": INSERT_ATTEMPT, "result": INSERT_RESULT, "event": INSERT_EVENT}
 TABLE_ORDER = ("attempt", "result", "event")  # attempts first: a result's attempts exist
 CONTROL_POLL_S = 0.5  # between_flushes at least this often (a command queued)

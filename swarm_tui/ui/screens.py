@@ -41,6 +41,8 @@ def detail_text(d: TaskDetail) -> str:
                 f"{'status':>6} {'outcome':<8} detail")
     for a in d.attempts:
         detail = a.get("error_class") or ""
+        if a.get("retry_detail"):  # what the engine did: another key, a fallback
+            detail = a["retry_detail"]
         if a.get("retry_wait_s") is not None:
             detail += f" retry in {a['retry_wait_s']:.2f}s"
         if a.get("error_message"):

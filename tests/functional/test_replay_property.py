@@ -5,11 +5,13 @@ equal, at ≥ 20 moments."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 
 from swarm_tui.core import events as ev
 from swarm_tui.core.states import TaskState
-from swarm_tui.engine.snapshot import LiveMetrics, Snapshot, live_snapshot
+from swarm_tui.engine.snapshot import LOG_LINES, LiveMetrics, Snapshot, live_snapshot
 from swarm_tui.run.stored_run import execute
 from swarm_tui.run.wiring import RunOptions
 from swarm_tui.sim.settings import SimSettings
@@ -107,3 +109,32 @@ async def test_the_replay_at_each_moment_equals_the_live_console_then(cfg, tmp_p
         assert cells(replay) == cells(live), at
         retried += live.calls > sum(live.counts.get(s, 0) for s in FINAL)
     assert retried, "no moment after a failed call: the comparison never saw a retry"
+
+
+async def test_the_replayed_log_says_what_the_engine_did_after_each_failed_call(cfg, tmp_path):
+    """A 429 another key took at once (`… on KEY: other key`), a task moved to its fallback
+    model: the live log says what the engine did, not only the class and status — and the
+    replay, read from the store, writes each of those lines as the live log did."""
+    db = tmp_path / "runs.db"
+    run_id = new_run_id()
+    # the demo's two keys and its poisoned documents (the long model fails them: fallback)
+    opts = RunOptions(sim=SimSettings(profile="fixed:20", rate_429=0.15, rate_503=0.0),
+                      concurrency=8, preflight=False, incidents=True)
+    metrics = LiveMetrics()
+    conn = await open_db(db)
+    try:
+        await execute(conn, db, cfg, opts, demo_tasks(250), run_id, show_progress=False,
+                      consumers=[metrics])
+    finally:
+        await conn.close()
+
+    def retries(log) -> Counter[str]:
+        return Counter(line.split("s ", 1)[1] for line in log if " RETRY  " in line)
+
+    live = retries(metrics.log)
+    assert sum(live.values()) < LOG_LINES // 2, "the live log dropped lines: not comparable"
+    assert any(line.endswith(": other key +0.00s") for line in live), live
+    assert any(" after " in line for line in live), live  # a fallback's retry line
+    replay = await stored_snapshot(db, run_id)
+    assert replay is not None
+    assert retries(replay.log) == live

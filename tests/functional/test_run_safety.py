@@ -176,6 +176,36 @@ async def test_full_store_holds_dispatch_journals_and_resume_sends_only_unanswer
     assert _q(path, "SELECT status FROM runs") == [("finished",)]
 
 
+async def test_a_journal_an_older_version_wrote_is_imported(sim_factory, tmp_path):
+    """A journal outlives an upgrade (a full disk, then a new swarm-tui to resume with):
+    its attempt rows have the columns of their day — before schema 17, no retry_detail —
+    and are imported as they are, not refused for their width."""
+    from swarm_tui.store.reconcile import reconcile_runs
+    from swarm_tui.store.spill import SpillJournal
+
+    path = tmp_path / "runs.db"
+    conn = await open_db(path)
+    work = tasks(2, prefix="o")
+    runner = make_runner(make_client(sim_factory(profile="fixed:30")), work)
+    claim = take_lock(path, "old")
+    await create_run(conn, "old", runner.records, work, name=None, simulated=True, config={},
+                     claim=claim)
+    claim.release()
+    journal = SpillJournal(path, "old")
+    journal.reserve()
+    older = ("tok:1", "old", 0, 1, "deepseek-v3.2", "sim", "sk-…abcd#123456", time.time(),
+             1.0, 120.0, 40.0, 503, "server", "busy", 0.5, 0, 0, 0, "error")
+    assert len(older) == 19 and journal.append([("attempt", older)])
+    try:
+        assert await reconcile_runs(conn, path) == []
+        async with conn.execute("SELECT uid, error_class, retry_wait_s, retry_detail "
+                                "FROM attempts WHERE run_id='old'") as cur:
+            assert [tuple(r) for r in await cur.fetchall()] == [("tok:1", "server", 0.5, None)]
+    finally:
+        await conn.close()
+    assert find_journals(path) == {}  # imported, then removed
+
+
 def _mount_tmpfs(where: Path, size: str) -> bool:
     where.mkdir()
     r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
