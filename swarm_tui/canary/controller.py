@@ -116,6 +116,11 @@ class CanaryController:
         # One connection, two callers (the loop and a console action): a transaction of one
         # must not interleave with the other's at an await.
         self._lock = asyncio.Lock()
+        self._wake = asyncio.Event()
+
+    def look_now(self) -> None:
+        """Read the stored canary now, not at the next poll (a notification said it moved)."""
+        self._wake.set()
 
     async def open(self) -> None:
         """Load (or create) the stored state and set the router before any task is routed."""
@@ -133,10 +138,10 @@ class CanaryController:
     async def _loop(self) -> None:
         # PostgreSQL: another process's change wakes this loop at once (every worker of a
         # split run routes the new percentage together); the poll stays as the net
-        wake = asyncio.Event()
+        wake = self._wake
         listener = await Listener.open(
             self.db_target, (CANARY,),
-            lambda _channel, name: wake.set() if name in (self.cfg.name, "*") else None)
+            lambda _channel, name: self.look_now() if name in (self.cfg.name, "*") else None)
         try:
             while True:
                 try:
@@ -147,8 +152,12 @@ class CanaryController:
                     self.error = None
                 except sqlite3.Error as e:  # keep routing as last known; show why
                     self.error = str(db_error(self.db_target, e))
+                # asyncio.timeout, not wait_for: on 3.11 a wait_for whose wait ends as the
+                # task is cancelled (a notification as the run stops) swallows the cancel,
+                # and this loop then waited forever for the lock stop() holds
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(wake.wait(), min(POLL_S, self.cfg.interval))
+                    async with asyncio.timeout(min(POLL_S, self.cfg.interval)):
+                        await wake.wait()
                 wake.clear()
         finally:
             if listener is not None:

@@ -180,8 +180,9 @@ class AlertDelivery:
         # drained too, its hook's queue new or not
         while self._outstanding and (left := deadline - loop.time()) > 0:
             drained = asyncio.gather(*(q.join() for q in self._queues.values()))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(drained, left)
+            with contextlib.suppress(TimeoutError):  # (not wait_for: see canary/controller)
+                async with asyncio.timeout(left):
+                    await drained
         self._closed = True
         abandoned = self._outstanding  # still queued, plus the one each worker retries
         for worker in self._workers:

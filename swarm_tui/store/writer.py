@@ -201,8 +201,9 @@ class StoreWriter:
         listener = await Listener.open(self.path, (CONTROL,), self._notified)
         try:
             while not self._stopping:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._kick.wait(), self.flush_interval)
+                with contextlib.suppress(TimeoutError):  # (not wait_for: see canary/controller)
+                    async with asyncio.timeout(self.flush_interval):
+                        await self._kick.wait()
                 self._kick.clear()
                 await self.flush()
                 told = listener is not None and listener.take(CONTROL, self.run_id)

@@ -109,6 +109,30 @@ async def test_a_canary_change_reaches_a_following_process_by_notification(pg, m
         await ctl.close()
 
 
+async def test_a_notification_as_the_canary_loop_stops_does_not_hang_the_stop(tmp_path,
+                                                                            monkeypatch):
+    """A canary move notified just as the run stops: the loop's wait ends and it is
+    cancelled in the same turn. With asyncio.wait_for (Python 3.11) the cancel was
+    swallowed, the loop went on to wait for the lock stop() holds, and the run's end hung
+    forever (the suite caught it on a loaded machine). Here the two meet on purpose."""
+    monkeypatch.setattr(canary_controller, "POLL_S", HOUR)
+    cfg = CanaryConfig(baseline="b", candidate="c", interval=HOUR)
+    ctl = canary_controller.CanaryController(cfg, CanaryRouter("b", "c"), tmp_path / "runs.db")
+    await ctl.open()
+    try:
+        ctl.start()
+        await until(lambda: ctl.view is not None)  # its first look done: now it waits
+        await asyncio.sleep(0.05)
+        ctl.look_now()  # the notification, and in the same turn the stop
+        async with asyncio.timeout(30) as deadline:  # (a hang's net, not a speed bound)
+            await ctl.stop()
+        # (stop() ends a cancelled wait quietly: the net firing is told by its state)
+        assert not deadline.expired(), "stop() hung until the test's deadline"
+    finally:
+        async with asyncio.timeout(10):
+            await ctl.close()
+
+
 async def test_a_watcher_of_a_quiet_run_reads_nothing_until_told(pg, sim_factory):
     conn = await open_db(pg)
     gw = make_client(sim_factory(profile="fixed:50"))
