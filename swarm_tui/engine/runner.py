@@ -672,7 +672,7 @@ class SwarmRunner:
                                              if self.policy.budget_usd is not None else None)
             res = await gw.complete(slot, rec.model, task.messages(), max_tokens,
                                     task.temperature, rec,
-                                    self._still_routed(rec) if len(rec.attempts) == 1 else None)
+                                    self._gate(rec))
         except asyncio.CancelledError:
             if attempt.outcome != AttemptOutcome.RUNNING:  # already reaped after a cancel
                 raise
@@ -690,7 +690,7 @@ class SwarmRunner:
             return
         if attempt.outcome != AttemptOutcome.RUNNING:  # reaped after a cancel: too late
             return
-        if res.held_back:  # routed before its wait for a connection, not sent
+        if res.held_back:  # its route or permit moved while it waited: not sent
             self._unlaunch(rec, attempt, gw, slot)
             return
         self.in_flight -= 1
@@ -758,16 +758,27 @@ class SwarmRunner:
         self._failed_attempt(rec, attempt, CallError(OTHER, None, why))
         self._wake.set()
 
-    def _still_routed(self, rec: TaskRecord) -> Callable[[], bool]:
-        """A first call's gate: sent only while its route is the router's current one."""
-        router, version = self.router, rec.route_version
-        return lambda: router.version == version
+    def _gate(self, rec: TaskRecord) -> Callable[[], bool] | None:
+        """Asked once the call has its connection, just before it goes on the wire (it may
+        have waited for one since its launch): a first call goes only while its route is
+        the router's current one (a canary aborted meanwhile gets nothing), and any call
+        only while the send permit holds (a worker stopped past its lease, resumed, would
+        send a task another worker has taken over — paid twice). None: nothing to ask."""
+        router, version, permit = self.router, rec.route_version, self.send_permit
+        first = len(rec.attempts) == 1
+        if permit is None:
+            return (lambda: router.version == version) if first else None
+        if not first:
+            return lambda: permit() is None
+        return lambda: router.version == version and permit() is None
 
     def _unlaunch(self, rec: TaskRecord, attempt: Attempt, gw: GatewayClient,
                   slot: KeySlot) -> None:
-        """Routing moved (a canary abort, a new stage) while this task's prompt was read:
-        nothing was sent, so it goes back to the head of the queue and is routed again at
-        its launch — a worker sends no first call to an aborted candidate once it knows."""
+        """Routing moved (a canary abort, a new stage) or the send permit lapsed while this
+        call waited (for its prompt, for a connection): nothing was sent, so it goes back to
+        the head of the queue — routed again at its launch if it was its first call, held
+        there while the permit is out — and a worker sends no first call to an aborted
+        candidate, nor any call past its lease, once it knows."""
         gw.release(slot, attempt.model)
         self.in_flight -= 1
         self._settle_estimate(rec)

@@ -14,7 +14,7 @@ from swarm_tui.settings.run_sections import RetryConfig
 from swarm_tui.settings.sections import RoutingConfig
 from swarm_tui.token_count import estimate_tokens
 from swarm_tui.workload import Task, demo_tasks
-from tests.conftest import Recorder, client_for, make_runner, tasks
+from tests.conftest import Recorder, client_for, make_runner, tasks, until
 
 
 async def test_hundred_agents_on_gateway_profile_all_succeed(sim_factory):
@@ -406,3 +406,44 @@ async def test_a_fault_of_ours_after_the_send_is_a_failed_call_on_record(sim_fac
             assert r.attempts[0].outcome == "error" and r.error_class == "other"
             assert "internal error around the call: UnicodeEncodeError" in r.error_message
     assert sum("booked failed, not resent" in (d or "") for d in details) == 4
+
+
+async def test_a_call_waiting_for_a_connection_when_the_lease_lapses_is_not_sent(sim_factory):
+    """A worker's send permit (its lease) lapses while a launched call waits for a
+    connection — a process stopped past its lease, then resumed, is that case at its
+    worst. The call is asked once it has its connection and is held back: nothing goes
+    out until the permit holds again (another worker may have taken the batch over: sent,
+    it could be paid twice), then it goes, once."""
+    from swarm_tui.core.states import PERMIT_HOLD
+    from tests.conftest import TEST_KEY, make_client
+
+    sim = sim_factory(profile="fixed:200")
+    # two keys: each one's first call is its lone probe, so two calls are launched at once
+    gw = make_client(sim, keys=[TEST_KEY, TEST_KEY.replace("0123", "9876")], pool=2)
+    assert gw.wire is not None
+    gw.wire.pool = 1  # … and one connection carries them: the second waits for it
+    lapsed = asyncio.Event()
+
+    def first_token(e: ev.Event) -> None:
+        if e.kind == ev.FIRST_TOKEN:
+            lapsed.set()  # the first call is on the wire: now the lease lapses
+
+    runner = make_runner(gw, tasks(2), concurrency=2, consumers=[first_token])
+    runner.send_permit = lambda: "lease lapsed" if lapsed.is_set() else None
+    try:
+        run = asyncio.create_task(runner.run())
+        await until(lambda: PERMIT_HOLD in runner.holds or run.done())
+        assert not run.done(), "the second call went out past the lease"
+        # the first call's answer came; the second was held at its connection, unsent
+        await until(lambda: sum(runner.counts.values()) >= 1 and runner.in_flight == 0)
+        assert sim.app.stats["requests"] == 1, dict(sim.app.stats)
+        waiting = [a for a in runner.records if a.state not in FINAL_STATES]
+        assert len(waiting) == 1 and waiting[0].attempts == []  # taken back, not booked
+        lapsed.clear()  # renewed
+        runner.release(PERMIT_HOLD, "lease renewed")
+        await asyncio.wait_for(run, 30)
+    finally:
+        await gw.aclose()
+    assert runner.counts["succeeded"] == 2
+    assert sim.app.stats["requests"] == 2  # each task sent once
+    assert sorted(len(a.attempts) for a in runner.records) == [1, 1]
