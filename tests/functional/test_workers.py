@@ -158,10 +158,15 @@ def test_kill_9_of_one_of_three_workers_pays_at_most_its_leased_batches(tmp_path
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 0, err
+    # 3: the SLA's verdict, the machine's to give (the calls the victim lost count against
+    # the call success rate, and how many it had out depends on the machine's speed: one
+    # core gave 3 once) — what this test judges is below
+    assert proc.returncode in (0, 3), err
     assert "1 of 3 workers failed" in err
     summary = json.loads(out)
     assert summary["status"] == "finished" and summary["succeeded"] == n
+    sla = summary["sla"]
+    assert proc.returncode == (0 if sla["met"] or sla["inconclusive"] else 3), sla
     assert _count(any_db, "SELECT COUNT(*) FROM results WHERE state='succeeded'") == n
     assert _count(any_db, "SELECT MAX(c) FROM (SELECT COUNT(*) c FROM attempts WHERE "
                           "outcome='ok' GROUP BY seq) per_seq") == 1
