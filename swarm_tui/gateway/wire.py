@@ -111,13 +111,14 @@ async def on_headers_sent(_session: Any, _ctx: Any, _params: Any) -> None:
 
 
 class HeldBack(Exception):
-    """The call's route moved while it waited for a connection: nothing was sent."""
+    """The call's gate said no once it had its connection (its route moved, its worker's
+    lease lapsed): nothing was sent."""
 
 
 class GatedConnector(aiohttp.TCPConnector):
     """Asks the call, once its connection is had, whether it may still go: between the
-    engine's last look at its route and here a call may wait for a pool slot or a new
-    connection, and a canary aborted meanwhile would still get it. From here to the
+    engine's last look and here a call may wait for a pool slot or a new connection, and
+    a canary aborted meanwhile (or a lease lapsed) would still see it sent. From here to the
     headers being written (and the send moment noted) nothing awaits, so a call that goes
     out was let go no earlier than its send moment."""
 
@@ -127,7 +128,7 @@ class GatedConnector(aiohttp.TCPConnector):
         if call is not None and call.gate is not None and not call.gate():
             conn.release()  # unused: back to the pool
             call.held_back = True
-            raise HeldBack("its route moved before it went out: not sent")
+            raise HeldBack("held back before it went out: not sent")
         return conn
 
 
