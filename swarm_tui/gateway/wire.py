@@ -122,8 +122,8 @@ class GatedConnector(aiohttp.TCPConnector):
     headers being written (and the send moment noted) nothing awaits, so a call that goes
     out was let go no earlier than its send moment."""
 
-    async def connect(self, req: Any, traces: Any, timeout: Any) -> Any:
-        conn = await super().connect(req, traces, timeout)
+    async def connect(self, *args: Any, **kwargs: Any) -> Any:  # (whatever aiohttp passes)
+        conn = await super().connect(*args, **kwargs)
         call = CURRENT_CALL.get()
         if call is not None and call.gate is not None and not call.gate():
             conn.release()  # unused: back to the pool
