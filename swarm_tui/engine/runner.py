@@ -817,6 +817,7 @@ class SwarmRunner:
             self._finish_cancelled(rec)
             return
         pool = self.gateways[rec.gateway].pool
+        plain = class_status(err.error_class, err.status_code)  # what the row says alone
         if err.error_class == RATE_LIMITED:
             wait, detail = self._rate_limited(rec, attempt, err, pool)
             if wait is None:
@@ -836,14 +837,14 @@ class SwarmRunner:
         elif rec.attempts_on_model < self.policy.retry.max_attempts:
             wait = retry_wait_s(self.policy.retry, rec.attempts_on_model, err.retry_after_s,
                                 self.rng)
-            detail = class_status(err.error_class, err.status_code)
+            detail = plain
         elif rec.fallbacks:
             wait, detail = 0.0, self._fall_back(rec, attempt, err.error_class)
         else:
             self._finish(rec, FAILED, ev.FAILED)
             return
         attempt.retry_wait_s = wait
-        if detail != class_status(err.error_class, err.status_code):  # else said by the row
+        if detail != plain:  # the engine did something the row alone does not say
             attempt.retry_detail = detail
         rec.state = RETRYING
         rec.ready_at = time.perf_counter()  # the wait counts as queue time, not latency

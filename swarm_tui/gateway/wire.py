@@ -135,7 +135,7 @@ class GatedConnector(aiohttp.TCPConnector):
 def timed_session(pool: int, connect_timeout_s: float, keepalive_s: float = 5.0,
                   ssl: Any = True) -> aiohttp.ClientSession:
     """A session whose connections report when headers go out and bytes come in, and
-    hold back a call whose route moved (built on the running loop: a session belongs to
+    hold back a call whose gate says no (built on the running loop: a session belongs to
     the loop it was made on)."""
     connector = GatedConnector(limit=pool, keepalive_timeout=keepalive_s, ssl=ssl)
     traces = None

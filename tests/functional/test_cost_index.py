@@ -9,7 +9,7 @@ import sqlite3
 
 import pytest
 
-from tests.conftest import demo_run, swarm
+from tests.conftest import demo_run, raw_rows, swarm, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -121,7 +121,6 @@ def test_a_run_stopped_then_resumed_reports_the_cost_of_all_it_did(tmp_path):
     import signal
     import subprocess
     import sys
-    import time
 
     db = tmp_path / "runs.db"
     env = {"SWARM_TUI_DB": str(db), "XDG_CONFIG_HOME": str(tmp_path / "x")}
@@ -129,16 +128,14 @@ def test_a_run_stopped_then_resumed_reports_the_cost_of_all_it_did(tmp_path):
                             "--rate", "50", "--headless", "--quiet"],
                            env={**os.environ, **env}, stdout=subprocess.DEVNULL,
                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    def forty_stored() -> bool:
+        try:
+            return raw_rows(db, "SELECT COUNT(*) FROM results")[0][0] >= 40
+        except sqlite3.Error:
+            return False  # not created yet
+
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and run.poll() is None:
-            try:
-                with sqlite3.connect(db) as c:
-                    if c.execute("SELECT COUNT(*) FROM results").fetchone()[0] >= 40:
-                        break
-            except sqlite3.Error:
-                pass  # not created yet
-            time.sleep(0.1)
+        wait_until(lambda: run.poll() is not None or forty_stored(), "40 results stored", 60)
         run.send_signal(signal.SIGINT)
     finally:
         run.wait(60)

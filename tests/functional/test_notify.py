@@ -121,8 +121,8 @@ async def test_a_notification_as_the_canary_loop_stops_does_not_hang_the_stop(tm
     await ctl.open()
     try:
         ctl.start()
-        await until(lambda: ctl.view is not None)  # its first look done: now it waits
-        await asyncio.sleep(0.05)
+        # its first look done: from setting the view to its wait nothing awaits, so it waits
+        await until(lambda: ctl.view is not None)
         ctl.look_now()  # the notification, and in the same turn the stop
         async with asyncio.timeout(30) as deadline:  # (a hang's net, not a speed bound)
             await ctl.stop()
