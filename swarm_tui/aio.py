@@ -1,10 +1,14 @@
 """The ways this program runs a coroutine to its end: on uvloop where it is installed, on
-plain asyncio for a few queries, and on no loop at all for a store on this thread."""
+plain asyncio for a few queries, and on no loop at all for a store on this thread; and how
+it ends a task it started."""
 
 from __future__ import annotations
 
 from collections.abc import Coroutine
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    import asyncio
 
 T = TypeVar("T")
 
@@ -46,3 +50,23 @@ def run_here(coro: Coroutine[Any, Any, T]) -> T:
         return done.value
     coro.close()
     raise NeedsLoop(f"{getattr(coro, '__qualname__', coro)} waited on {waited_on!r}")
+
+
+async def cancel_and_wait(task: asyncio.Task[Any]) -> None:
+    """Cancel a task this code started and wait until it has ended. A cancellation of the
+    waiting task itself goes on up: `suppress(CancelledError)` around the wait cannot tell
+    the child's from its own, and swallowing its own leaves whoever cancelled it — an
+    `asyncio.timeout`, a run's end — waiting on code that no longer knows it should stop.
+    Any other exception the child ended with is raised here, as `await task` would."""
+    import asyncio
+
+    me = asyncio.current_task()
+    # counted before: a cancellation of this task that was caught earlier and handled
+    # (cleanup that calls this) is not one that arrived during this wait
+    before = me.cancelling() if me is not None else 0
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        if me is not None and me.cancelling() > before:
+            raise

@@ -25,6 +25,8 @@ import gc
 import os
 from collections.abc import AsyncIterator
 
+from swarm_tui.aio import cancel_and_wait
+
 SWARM_GC_THRESHOLDS = (20_000, 20, 100)
 ENV = "SWARM_TUI_GC_THRESHOLDS"  # "700,10,10": CPython's own (bench/ui.py's baseline)
 PARK_EVERY_S = 0.25
@@ -78,8 +80,8 @@ async def collector_for_a_run() -> AsyncIterator[None]:
     try:
         yield
     finally:
-        if parking is not None:
-            parking.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await parking
-        gc.unfreeze()
+        try:
+            if parking is not None:
+                await cancel_and_wait(parking)
+        finally:
+            gc.unfreeze()

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from swarm_tui.aio import cancel_and_wait
 from swarm_tui.canary import state as st
 from swarm_tui.canary import stored
 from swarm_tui.canary.analysis import Analysis
@@ -227,9 +228,7 @@ class CanaryController:
         if self._task is None:
             return
         async with self._lock:  # the loop is between evaluations, or waiting for this
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait(self._task)
         self._task = None
 
     async def close(self) -> None:

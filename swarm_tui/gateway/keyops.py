@@ -7,11 +7,11 @@ pool needs no lock. Messages name keys by fingerprint only.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from swarm_tui.aio import cancel_and_wait
 from swarm_tui.errors import UserError
 from swarm_tui.gateway.client import GatewayClient
 from swarm_tui.gateway.keypool import ACTIVE, RETIRED, KeySlot
@@ -124,6 +124,4 @@ class KeyFileWatcher:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait(self._task)

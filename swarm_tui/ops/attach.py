@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from swarm_tui.aio import cancel_and_wait
 from swarm_tui.core import events as ev
 from swarm_tui.core.states import RunStatus
 from swarm_tui.ops.alerts import Alert, AlertWatch
@@ -110,9 +110,7 @@ class RunOps:
         end alert (not from a worker whose run goes on), deliveries drained for at most
         [alerts] drain_s, traces exported."""
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait(self._task)
             self._task = None
         if self.runner is not None and (self.metrics is not None or self.watch is not None):
             self.tick()

@@ -10,6 +10,7 @@ import signal
 import sys
 from typing import TextIO
 
+from swarm_tui.aio import cancel_and_wait
 from swarm_tui.core.states import TaskState
 from swarm_tui.engine.runner import SwarmRunner
 
@@ -99,22 +100,26 @@ async def run_with_progress(runner: SwarmRunner, show: bool = True) -> signal.Si
     try:
         await runner.run()
     finally:
-        if progress is not None:
-            progress.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await progress
-        # What follows — the writer's last flush, the summary, the replay timeline — must
-        # not die of a late signal either: until the loop closes a hang-up only detaches
-        # and a SIGINT / SIGTERM is said and let be (a worker whose terminal hung up gets
-        # its own SIGHUP and then its starter's SIGTERM: the default action of the second
-        # killed it mid-flush, exit -15). Bounded: the store's grace, then the journal.
-        for sig in STOP_SIGNALS:  # (adding a handler replaces the one before)
-            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                if sig == signal.SIGHUP:
-                    loop.add_signal_handler(sig, detach_from_terminal, ttys)
-                else:
-                    loop.add_signal_handler(sig, _ending)
+        try:
+            if progress is not None:
+                await cancel_and_wait(progress)
+        finally:
+            _swap_handlers(loop, ttys)
     return stopped_by
+
+
+def _swap_handlers(loop: asyncio.AbstractEventLoop, ttys: tuple[int, ...]) -> None:
+    """What follows the run — the writer's last flush, the summary, the replay timeline —
+    must not die of a late signal either: until the loop closes a hang-up only detaches
+    and a SIGINT / SIGTERM is said and let be (a worker whose terminal hung up gets its own
+    SIGHUP and then its starter's SIGTERM: the default action of the second killed it
+    mid-flush, exit -15). Bounded: the store's grace, then the journal."""
+    for sig in STOP_SIGNALS:  # (adding a handler replaces the one before)
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            if sig == signal.SIGHUP:
+                loop.add_signal_handler(sig, detach_from_terminal, ttys)
+            else:
+                loop.add_signal_handler(sig, _ending)
 
 
 def _ending() -> None:

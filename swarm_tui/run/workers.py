@@ -25,6 +25,7 @@ import signal
 import sys
 from collections.abc import AsyncIterator
 
+from swarm_tui.aio import cancel_and_wait
 from swarm_tui.canary.controller import CanaryController
 from swarm_tui.core.events import CONTROL
 from swarm_tui.core.states import RunStatus
@@ -197,10 +198,10 @@ async def work(conn: StoreConnection, db_target: DbTarget, cfg: LoadedConfig, op
             try:
                 yield
             finally:
-                feeder.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await feeder
-                await leases.close()
+                try:
+                    await cancel_and_wait(feeder)
+                finally:
+                    await leases.close()
 
         stopped_by = await life.execute(runner, started="worker_started",
                                         detail=f'{{"worker": "{worker}"}}', fence=fence,

@@ -14,6 +14,7 @@ import contextlib
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
+from swarm_tui.aio import cancel_and_wait
 from swarm_tui.store.conn import StoreConnection, dialect_of
 from swarm_tui.store.target import DbTarget, PgTarget
 
@@ -127,12 +128,11 @@ class Listener:
         return False
 
     async def close(self) -> None:
-        import asyncio
-
         import psycopg
 
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, psycopg.Error):
-            await self._task
-        with contextlib.suppress(psycopg.Error):
-            await self._raw.close()
+        try:
+            with contextlib.suppress(psycopg.Error):
+                await cancel_and_wait(self._task)
+        finally:
+            with contextlib.suppress(psycopg.Error):
+                await self._raw.close()
