@@ -9,6 +9,16 @@ from __future__ import annotations
 
 import dataclasses
 
+from swarm_tui.canary.actions import (
+    ABORT,
+    ACTIONS,
+    PAUSE,
+    PROMOTE,
+    PROMOTE_FULL,
+    RESUME,
+    RETRY,
+    SET,
+)
 from swarm_tui.core.canary import (
     ABORTED,
     COMPLETE,
@@ -20,10 +30,8 @@ from swarm_tui.core.canary import (
 )
 from swarm_tui.errors import UserError
 
-__all__ = ["ABORTED", "COMPLETE", "PAUSED", "PROGRESSING", "START", "CanaryState", "initial"]
-
-PROMOTE, PROMOTE_FULL, PAUSE, RESUME, ABORT, SET, RETRY = (
-    "promote", "promote-full", "pause", "resume", "abort", "set", "retry")
+__all__ = ["ABORT", "ABORTED", "ACTIONS", "COMPLETE", "PAUSE", "PAUSED", "PROGRESSING", "PROMOTE",
+           "PROMOTE_FULL", "RESUME", "RETRY", "SET", "START", "CanaryState", "initial"]
 
 ALLOWED: dict[str, frozenset[str]] = {
     PROMOTE: frozenset({PROGRESSING, PAUSED}),
@@ -35,7 +43,6 @@ ALLOWED: dict[str, frozenset[str]] = {
     SET: frozenset({PROGRESSING, PAUSED, COMPLETE}),
     RETRY: frozenset({ABORTED}),
 }
-ACTIONS = tuple(ALLOWED)
 
 
 class ActionRefused(UserError):

@@ -55,7 +55,8 @@ def cmd_db(args: argparse.Namespace) -> int:
 
 
 def add_canary(sub: argparse._SubParsersAction) -> None:
-    from swarm_tui.canary.state import ACTIONS  # here: only this command's parser needs it
+    # the names alone: the canary's state and records are its commands' to import
+    from swarm_tui.canary.actions import ACTIONS
 
     verbs = ("status", "history", *ACTIONS)
     p = sub.add_parser("canary", help="the gateway canary: status, promote, abort, history")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -37,6 +36,8 @@ def cmd_console(args: argparse.Namespace) -> int:
     opts = opts_from_args(args, preflight_default=True)
 
     def start_demo() -> LiveSource:
+        from dataclasses import replace  # not at import: `--help` builds no records
+
         demo_opts = replace(opts, max_calls_per_s=demo_pace(DEMO_CONSOLE_TASKS),
                             incidents=cfg.simulated_only)
         return LiveSource(cfg, demo_opts, Workload.demo(DEMO_CONSOLE_TASKS), db,

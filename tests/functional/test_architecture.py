@@ -210,6 +210,8 @@ def test_reading_commands_import_no_console_and_no_http_client(one_run_db, argv)
             heavy.add("tempfile")  # unless a fallback folder exists to look in
     if argv == ["--help"]:
         heavy |= {"hashlib", "socket", "shutil", "tempfile"}
+        # nor dataclasses (it brings inspect, ast and dis: ~14 ms): the grammar builds no record
+        heavy |= {"dataclasses", "inspect"}
     if argv[0] in ("report", "keys", "canary", "cost") and "--help" not in argv:
         # the validated config and stored rows: never the engine's runner, the workload's
         # models, the loop timer (hdrh) or a run's machinery (issue 33's core/ floor) —

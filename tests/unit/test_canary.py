@@ -232,3 +232,8 @@ def test_canary_config_validation():
     with pytest.raises(ValueError, match="2 values for 4 stages"):
         checked(CanaryConfig, dict(baseline="b", candidate="c", bake=["1h", "2h"]))
     assert checked(CanaryConfig, dict(baseline="b", candidate="c", bake="24h")).bake_s(0) == 86_400
+
+
+def test_every_listed_action_has_its_states_in_the_listed_order():
+    """The command line lists canary/actions.py's names; state.py says when each is allowed."""
+    assert tuple(st.ALLOWED) == st.ACTIONS
