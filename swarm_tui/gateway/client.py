@@ -26,6 +26,7 @@ from swarm_tui.gateway.errors import (
     TIMEOUT,
     CallError,
     ProtocolError,
+    certificate_refused,
     classify,
     kept_headers,
 )
@@ -173,6 +174,16 @@ def build_http_client(transport: Transport, pool: int, timeout_s: float) -> http
                                     limits.keepalive_expiry or 5.0, wire.ssl_context)
     return openai.DefaultAioHttpClient(limits=limits, timeout=timeout, transport=wire,
                                        event_hooks=hooks)
+
+
+def untrusted_line(where: str, why: str) -> str:
+    """A gateway whose certificate this host does not trust: OpenSSL's reason, and for an
+    unknown issuer (a company's own CA) where the CA's bundle goes."""
+    line = f"{where}: its TLS certificate is not trusted ({why})"
+    if "issuer" in why or "self-signed" in why or "self signed" in why:
+        line += ("; a gateway behind a private CA: point SSL_CERT_FILE at that CA's PEM "
+                 "bundle (docs/configuration.md)")
+    return line
 
 
 class GatewayClient:
@@ -392,9 +403,12 @@ class GatewayClient:
                     break
                 except Exception as exc:
                     err = classify(exc, self._secrets)
+                    refused_cert = certificate_refused(exc)
                 if err.status_code == 404:  # a gateway without /models: nothing to learn
                     working += 1
                     break
+                if refused_cert is not None:
+                    raise UserError(untrusted_line(where, refused_cert)) from None
                 if err.error_class in (CONNECTION, TIMEOUT):
                     raise UserError(f"{where}: unreachable: {err.message}") from None
                 if err.error_class == AUTH:

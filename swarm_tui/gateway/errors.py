@@ -110,6 +110,20 @@ def _causes(exc: BaseException) -> list[BaseException]:
     return out
 
 
+def certificate_refused(exc: BaseException) -> str | None:
+    """Why the gateway's TLS certificate was refused (OpenSSL's words: "unable to get local
+    issuer certificate", "certificate has expired", a host name mismatch), if that is why
+    the connection failed — on any transport, however deep the ssl error is wrapped."""
+    import ssl
+
+    for c in _causes(exc):
+        # aiohttp's own error is one too, without OpenSSL's words: they are in its cause
+        why = getattr(c, "verify_message", None)
+        if isinstance(c, ssl.SSLCertVerificationError) and why:
+            return str(why)
+    return None
+
+
 def _refused_or_reset(exc: BaseException) -> BaseException | None:
     """The aiohttp transport reports a refused connection as a connect *timeout* (after
     4 ms): look at the chain for what really happened."""
