@@ -125,12 +125,15 @@ def _followed_from_elsewhere(request: web.Request) -> bool:
 
 def same_origin(request: web.Request) -> bool:
     """A browser always sends Origin on a websocket: it must name the host the page was
-    served from (the Host header the browser used). No Origin: not a browser."""
+    served from (the Host header the browser used), and over this server's own TLS an
+    https page (a plain-http page of that host and port cannot exist: only TLS is spoken
+    there). Behind a TLS-terminating proxy either scheme. No Origin: not a browser."""
     origin = request.headers.get("Origin")
     if origin is None:
         return True
     parts = urlsplit(origin)
-    return parts.scheme in ("http", "https") and parts.netloc == request.host
+    schemes = ("https",) if request.secure else ("http", "https")
+    return parts.scheme in schemes and parts.netloc == request.host
 
 
 def _log(line: str) -> None:

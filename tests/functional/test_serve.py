@@ -338,6 +338,63 @@ async def test_serve_on_a_socket_only_its_owner_may_open(served_db, tmp_path):
         proc.wait(10)
 
 
+@pytest.mark.slow
+async def test_serve_off_loopback_over_tls_keeps_its_session_to_https(served_db, tmp_path):
+    """`--host 0.0.0.0` with a certificate (a company CA's; here trustme's): the console
+    answers over TLS only, the login's cookie is Secure (a browser never sends it over
+    plain http), and the console's socket opens for this origin alone."""
+    import ssl
+
+    import trustme
+
+    env, token = served_db
+    ca = trustme.CA()
+    issued = ca.issue_cert("127.0.0.1", "localhost")
+    cert, key = tmp_path / "console.pem", tmp_path / "console.key"
+    issued.cert_chain_pems[0].write_to_path(str(cert))
+    issued.private_key_pem.write_to_path(str(key))
+    key.chmod(0o600)
+    trusted = ssl.create_default_context()
+    ca.configure_trust(trusted)
+    port = free_port()
+    proc = _serve(env, "--host", "0.0.0.0", "--port", str(port), "--certfile", str(cert),
+                  "--keyfile", str(key), "--token-file", str(token))
+    base = f"https://127.0.0.1:{port}"
+    try:
+        tls = aiohttp.TCPConnector(ssl=trusted)
+        try:
+            await _until_listening(base + "/", tls)
+            async with aiohttp.ClientSession(
+                    connector=tls, connector_owner=False,
+                    cookie_jar=aiohttp.CookieJar(unsafe=True)) as https:
+                async with https.get(base + "/") as r:
+                    assert r.status == 401
+                async with https.get(base + "/?token=" + TOKEN, allow_redirects=False) as r:
+                    assert r.status == 302
+                    cookie = r.headers["Set-Cookie"]
+                    assert "Secure" in cookie and "HttpOnly" in cookie, cookie
+                async with https.get(base + "/") as r:
+                    assert r.status == 200 and "swarm-tui" in await r.text()
+                ws = await https.ws_connect(f"wss://127.0.0.1:{port}/ws",
+                                            headers={"Origin": base})
+                await ws.close()
+                with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+                    await https.ws_connect(f"wss://127.0.0.1:{port}/ws",
+                                           headers={"Origin": f"http://127.0.0.1:{port}"})
+                assert refused.value.status == 403
+        finally:
+            await tls.close()
+        # the same port in plain http: no console (the TLS handshake is all it speaks)
+        async with aiohttp.ClientSession() as http:
+            with pytest.raises(aiohttp.ClientError):
+                async with http.get(f"http://127.0.0.1:{port}/?token=" + TOKEN) as r:
+                    assert r.status != 200
+    finally:
+        proc.terminate()
+        _out, err = proc.communicate(timeout=10)
+    assert TOKEN not in err
+
+
 # -- from a page to the moment (issue 35) ------------------------------------------------------
 
 
