@@ -74,10 +74,11 @@ def pg_server() -> Iterator[ThrowawayPostgres]:
     yield from throwaway_pg()
 
 
-def throwaway_pg(durable: bool = False) -> Iterator[ThrowawayPostgres]:
+def throwaway_pg(durable: bool = False,
+                 tls: tuple[bytes, bytes] | None = None) -> Iterator[ThrowawayPostgres]:
     """A started throwaway server for a fixture (skipped without PostgreSQL, but in CI)."""
     try:
-        server = ThrowawayPostgres(durable=durable)
+        server = ThrowawayPostgres(durable=durable, tls=tls)
     except FileNotFoundError as e:
         if os.environ.get("CI"):
             raise

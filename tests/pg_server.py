@@ -37,11 +37,13 @@ def _free_port() -> int:
 
 
 class ThrowawayPostgres:
-    def __init__(self, durable: bool = False) -> None:
+    def __init__(self, durable: bool = False,
+                 tls: tuple[bytes, bytes] | None = None) -> None:
         # durable: commits acknowledged only once in the WAL (PostgreSQL's default). The
         # suite's server skips that for speed; a server crashed on purpose must not (an
         # asynchronous commit's last ~0.6 s is lost by `stop -m immediate`)
         self.durable = durable
+        self.tls = tls  # (certificate chain, key) in PEM: the server also speaks TLS
         initdb, pg_ctl = pg_tool("initdb"), pg_tool("pg_ctl")
         if not initdb or not pg_ctl:
             raise FileNotFoundError("initdb/pg_ctl not found (apt-get install postgresql)")
@@ -64,13 +66,22 @@ class ThrowawayPostgres:
     def start(self) -> None:
         self._run(self.initdb, "-D", str(self.data), "-U", self.superuser, "-A", "trust",
                   "-E", "UTF8", "--no-sync")
+        if self.tls is not None:  # the server's own files: its account's, mode 0600
+            for name, pem in zip(("server.crt", "server.key"), self.tls, strict=True):
+                path = self.data / name
+                path.write_bytes(pem)
+                path.chmod(0o600)
+                if self._as:
+                    user = pwd.getpwnam("postgres")
+                    os.chown(path, user.pw_uid, user.pw_gid)
         self.start_again()
 
     def start_again(self) -> None:
         """Start the server on its data (after `crash`): same port, same databases."""
         opts = (f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c fsync=off "
                 f"-c synchronous_commit={'on' if self.durable else 'off'} "
-                "-c full_page_writes=off -c max_connections=200")
+                "-c full_page_writes=off -c max_connections=200"
+                + (" -c ssl=on" if self.tls is not None else ""))
         self._run(self.pg_ctl, "-D", str(self.data), "-o", opts, "-l",
                   str(self.dir / "server.log"), "-w", "-t", "60", "start")
 

@@ -22,6 +22,7 @@ from tests.conftest import (
     pg_login,
     raw_rows,
     swarm,
+    throwaway_pg,
     wait_until,
 )
 from tests.pty_harness import PtyApp
@@ -168,6 +169,45 @@ def test_a_password_never_goes_on_the_command_line(tmp_path):
 def test_an_unreachable_server_is_one_line(tmp_path):
     r = swarm("--db", "postgresql://nobody@127.0.0.1:9/none", "runs")
     assert_one_line_error(r, 2, "database postgresql://nobody@127.0.0.1:9/none")
+
+
+@pytest.mark.slow
+def test_a_server_over_tls_is_verified_as_psql_verifies_it(tmp_path, no_user_config,
+                                                          monkeypatch):
+    """`sslmode=verify-full` and the team's CA in `sslrootcert`, passed through to libpq as
+    written (docs/postgres-and-workers.md): a run and its reading commands go through;
+    another CA, or none given, is one line and exit 2 naming the database."""
+    import trustme
+
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.postgresql/root.crt of this machine's
+    for name in ("PGSSLROOTCERT", "PGSSLMODE", "PGSSLCERT", "PGSSLKEY"):
+        monkeypatch.delenv(name, raising=False)
+    ca = trustme.CA()
+    issued = ca.issue_cert("127.0.0.1", "localhost")
+    chain = b"".join(pem.bytes() for pem in issued.cert_chain_pems)
+    good, other = tmp_path / "team-ca.pem", tmp_path / "other-ca.pem"
+    ca.cert_pem.write_to_path(str(good))
+    trustme.CA().cert_pem.write_to_path(str(other))
+    gen = throwaway_pg(tls=(chain, issued.private_key_pem.bytes()))
+    server = next(gen)
+    try:
+        base = new_pg_database(server).url + "?sslmode=verify-full&sslrootcert="
+        r = swarm("--db", base + str(good), "run", "--demo", "5", "--headless", "--quiet",
+                  "--json")
+        assert r.returncode in (0, 3), r.stderr
+        run_id = json.loads(r.stdout)["run_id"]
+        r = swarm("--db", base + str(good), "runs", "--json")
+        assert r.returncode == 0 and [x["id"] for x in json.loads(r.stdout)] == [run_id]
+        assert_one_line_error(swarm("--db", base + str(other), "runs"), 2, "database ",
+                              "certificate verify failed")
+        no_root = base.split("&sslrootcert=")[0]
+        assert_one_line_error(swarm("--db", no_root, "runs"), 2, "database ", "root.crt")
+        # the server says the connection is TLS (not a plain one it also accepts)
+        with psycopg.connect(base + str(good)) as c:
+            assert c.execute("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()"
+                             ).fetchone() == (True,)
+    finally:
+        gen.close()
 
 
 @pytest.mark.slow
