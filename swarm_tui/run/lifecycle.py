@@ -85,7 +85,8 @@ class RunLifecycle:
         self.sidecars = Sidecars(self.setup, self.db_target, self.run_id,
                                      self.show_progress)
         self.setup.open()
-        self._warnings = await self.setup.preflight()
+        self._warnings = [*self.setup.cfg.settings.alerts.unreachable_receivers(),
+                          *await self.setup.preflight()]
         if self.show_progress:
             for w in self._warnings:
                 print(f"swarm-tui: warning: {w}", file=sys.stderr)

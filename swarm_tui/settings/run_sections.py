@@ -104,6 +104,16 @@ class WebhookConfig(Section):
             return self.routing_key
         return os.environ.get(self.routing_key_env or "", "")
 
+    def unset_variable(self) -> str | None:
+        """The environment variable this receiver's URL or PagerDuty key is named in but
+        not set (or empty) in this process; None when it has what it needs."""
+        if self.url_env is not None and not os.environ.get(self.url_env):
+            return self.url_env
+        if (self.format == "pagerduty" and self.routing_key_env is not None
+                and not os.environ.get(self.routing_key_env)):
+            return self.routing_key_env
+        return None
+
 
 def _console_url(v: str) -> str:
     parts = urlsplit(v)
@@ -128,6 +138,12 @@ class AlertsConfig(Section):
     timeout_s: PosFloat = 5.0       # per HTTP request
     # at the end of a run, how long its last alerts may hold the exit
     drain_s: Annotated[float, Limits(ge=0, le=120)] = 10.0
+
+    def unreachable_receivers(self) -> list[str]:
+        """A line for each receiver that could not be paged from this process: said when
+        the run starts, not first noticed by the alert it fails to deliver."""
+        return [f"alerts: webhook '{hook.name}': ${var} is not set; its alerts will not be "
+                "delivered" for hook in self.webhooks if (var := hook.unset_variable())]
     # where the engineers open `swarm-tui serve` (their tunnel's address, or --public-url):
     # every alert then links to its moment there, `<console_url>/at/RUN/TIME`
     console_url: Annotated[str, After(_console_url)] | None = None

@@ -293,6 +293,33 @@ def test_one_alert_per_budget_stop_delivered_and_recorded(tmp_path, env, receive
 
 
 @pytest.mark.slow
+def test_a_receiver_named_in_an_unset_variable_is_said_when_the_run_starts(tmp_path, env):
+    """`url_env` / `routing_key_env` naming a variable this shell lacks: paging is off for
+    that receiver, said at the start (stderr and the run's log), not at the 3 a.m. alert
+    it would have failed to deliver. The run itself goes on."""
+    cfg = tmp_path / "pager.toml"
+    cfg.write_text('[[alerts.webhooks]]\nname = "pager"\nurl_env = "NO_SUCH_HOOK_URL"\n'
+                   '[[alerts.webhooks]]\nname = "pd"\nformat = "pagerduty"\n'
+                   'url = "http://127.0.0.1:9/enqueue"\nrouting_key_env = "NO_SUCH_PD_KEY"\n'
+                   "[alerts]\nattempts = 1\ndrain_s = 1\n")
+    r = swarm("run", "--demo", "5", "--headless", "--json", "--config", str(cfg), env=env)
+    assert r.returncode == 0, r.stderr
+    warned = [ln for ln in r.stderr.splitlines() if "is not set" in ln]
+    assert warned == [
+        "swarm-tui: warning: alerts: webhook 'pager': $NO_SUCH_HOOK_URL is not set; its "
+        "alerts will not be delivered",
+        "swarm-tui: warning: alerts: webhook 'pd': $NO_SUCH_PD_KEY is not set; its alerts "
+        "will not be delivered"], r.stderr
+    events = _events(env, json.loads(r.stdout)["run_id"])
+    assert "preflight: alerts: webhook 'pager': $NO_SUCH_HOOK_URL is not set; its alerts " \
+           "will not be delivered" in events
+    r = swarm("run", "--demo", "5", "--headless", "--json", "--config", str(cfg),
+              env={**env, "NO_SUCH_HOOK_URL": "http://127.0.0.1:9/hook",
+                   "NO_SUCH_PD_KEY": "pd-key-0123456789"})
+    assert r.returncode == 0 and "is not set" not in r.stderr, r.stderr
+
+
+@pytest.mark.slow
 def test_a_receiver_that_is_down_never_fails_or_holds_the_run(tmp_path, env):
     dead = free_port()  # nothing listens there
     cfg = _alert_config(tmp_path, f"http://127.0.0.1:{dead}")
