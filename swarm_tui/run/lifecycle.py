@@ -87,7 +87,9 @@ class RunLifecycle:
         self.setup.open()
         self._warnings = [*self.setup.cfg.settings.alerts.unreachable_receivers(),
                           *await self.setup.preflight()]
-        if self.show_progress:
+        # --quiet silences progress, not warnings; a worker under `run --workers` (quiet,
+        # not the whole run) leaves them to its starter and the run's log
+        if self.show_progress or self.whole_run:
             for w in self._warnings:
                 print(f"swarm-tui: warning: {w}", file=sys.stderr)
         await self.sidecars.open_canary()

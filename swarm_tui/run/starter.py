@@ -39,6 +39,8 @@ async def run_with_workers(conn: StoreConnection, path: DbTarget, cfg: LoadedCon
                            flags: list[str], *, show_progress: bool) -> Outcome:
     """Store the run split into batches, start `workers` processes of `swarm-tui worker
     RUN_ID FLAGS…` on this host, wait for them, and read the run back."""
+    for warning in cfg.settings.alerts.unreachable_receivers():  # once, not per worker
+        print(f"swarm-tui: warning: {warning}", file=sys.stderr)
     batches = await prepare(conn, path, cfg, opts, tasks, run_id, workers)
     if show_progress:
         print(f"swarm-tui: run {run_id}: {len(tasks)} tasks in {batches} batches, "

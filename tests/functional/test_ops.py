@@ -293,26 +293,33 @@ def test_one_alert_per_budget_stop_delivered_and_recorded(tmp_path, env, receive
 
 
 @pytest.mark.slow
-def test_a_receiver_named_in_an_unset_variable_is_said_when_the_run_starts(tmp_path, env):
+def test_a_receiver_named_in_an_unset_variable_is_said_when_the_run_starts(tmp_path, env,
+                                                                          sim_proc):
     """`url_env` / `routing_key_env` naming a variable this shell lacks: paging is off for
     that receiver, said at the start (stderr and the run's log), not at the 3 a.m. alert
     it would have failed to deliver. The run itself goes on."""
+    _port, gateway = sim_proc  # a gateway in its own process: workers too can reach it
+    env = {**env, "GW_KEY": TEST_KEY}
     cfg = tmp_path / "pager.toml"
-    cfg.write_text('[[alerts.webhooks]]\nname = "pager"\nurl_env = "NO_SUCH_HOOK_URL"\n'
+    cfg.write_text(gateway.read_text() +
+                   '[[alerts.webhooks]]\nname = "pager"\nurl_env = "NO_SUCH_HOOK_URL"\n'
                    '[[alerts.webhooks]]\nname = "pd"\nformat = "pagerduty"\n'
                    'url = "http://127.0.0.1:9/enqueue"\nrouting_key_env = "NO_SUCH_PD_KEY"\n'
                    "[alerts]\nattempts = 1\ndrain_s = 1\n")
-    r = swarm("run", "--demo", "5", "--headless", "--json", "--config", str(cfg), env=env)
-    assert r.returncode == 0, r.stderr
-    warned = [ln for ln in r.stderr.splitlines() if "is not set" in ln]
-    assert warned == [
+    said = [
         "swarm-tui: warning: alerts: webhook 'pager': $NO_SUCH_HOOK_URL is not set; its "
         "alerts will not be delivered",
         "swarm-tui: warning: alerts: webhook 'pd': $NO_SUCH_PD_KEY is not set; its alerts "
-        "will not be delivered"], r.stderr
-    events = _events(env, json.loads(r.stdout)["run_id"])
-    assert "preflight: alerts: webhook 'pager': $NO_SUCH_HOOK_URL is not set; its alerts " \
-           "will not be delivered" in events
+        "will not be delivered"]
+    # --quiet silences progress, not this; with workers, said once by their starter
+    for flags in ([], ["--quiet"], ["--quiet", "--workers", "2"]):
+        r = swarm("run", "--demo", "5", "--headless", "--json", "--config", str(cfg),
+                  *flags, env=env)
+        assert r.returncode == 0, r.stderr
+        assert [ln for ln in r.stderr.splitlines() if "is not set" in ln] == said, flags
+        events = _events(env, json.loads(r.stdout)["run_id"])
+        assert "preflight: alerts: webhook 'pager': $NO_SUCH_HOOK_URL is not set; its " \
+               "alerts will not be delivered" in events, flags
     r = swarm("run", "--demo", "5", "--headless", "--json", "--config", str(cfg),
               env={**env, "NO_SUCH_HOOK_URL": "http://127.0.0.1:9/hook",
                    "NO_SUCH_PD_KEY": "pd-key-0123456789"})
