@@ -25,7 +25,12 @@ from aiohttp import web
 from textual_serve.app_service import AppService
 from textual_serve.server import Server, log, to_int
 
-from swarm_tui.commands.serve_login import Login, private_socket, read_token_file
+from swarm_tui.commands.serve_login import (
+    Login,
+    private_key_file,
+    private_socket,
+    read_token_file,
+)
 from swarm_tui.core.moments import AT, RUN_ID
 from swarm_tui.errors import UserError
 from swarm_tui.store.target import DbTarget
@@ -94,6 +99,7 @@ def serve(command: str, host: str, port: int, write: bool, *,
                         "tunnel")
     context = None
     if tls:
+        private_key_file(str(keyfile))
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         try:
             context.load_cert_chain(str(certfile), str(keyfile))

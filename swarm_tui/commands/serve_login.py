@@ -45,6 +45,19 @@ def read_token_file(path: str) -> str:
     return text
 
 
+def private_key_file(path: str) -> None:
+    """The console's TLS key, refused when every user of this host may read it (whoever
+    holds it can pose as the console and collect the token). A group may, as PostgreSQL
+    allows its key to root's group: Debian's ssl-cert keys are 0640."""
+    try:
+        mode = stat.S_IMODE(Path(path).stat().st_mode)
+    except OSError as e:
+        raise UserError(f"serve: key file {path}: {e.strerror or e}") from None
+    if mode & stat.S_IRWXO:
+        raise UserError(f"serve: key file {path}: readable by every user of this host (mode "
+                        f"{mode:o}); chmod 600 it (640 for a group such as ssl-cert)")
+
+
 class Login:
     """Token → cookie, checked on every request (middleware)."""
 

@@ -316,6 +316,18 @@ def test_serve_refuses_what_would_open_the_door(served_db, tmp_path):
     token.chmod(0o644)
     assert_one_line_error(refused("last", "--token-file", str(token)), 2, "readable by others")
     assert_one_line_error(refused("last", "--certfile", str(token)), 2, "go together")
+    # a TLS key every local user may read: anyone could pose as the console
+    import trustme
+
+    issued = trustme.CA().issue_cert("127.0.0.1")
+    cert, key = tmp_path / "c.pem", tmp_path / "c.key"
+    issued.cert_chain_pems[0].write_to_path(str(cert))
+    issued.private_key_pem.write_to_path(str(key))
+    token.chmod(0o600)
+    key.chmod(0o644)
+    assert_one_line_error(refused("last", "--token-file", str(token), "--certfile", str(cert),
+                                  "--keyfile", str(key)), 2,
+                          f"key file {key}: readable by every user of this host (mode 644)")
 
 
 @pytest.mark.slow
