@@ -34,7 +34,7 @@ from swarm_tui.run.recorder import RunRecorder
 from swarm_tui.run.sidecars import Sidecars
 from swarm_tui.run.wiring import RunOptions, RunSetup
 from swarm_tui.runtime import collector_for_a_run
-from swarm_tui.settings.loader import LoadedConfig
+from swarm_tui.settings.loader import LoadedConfig, refuse_shared_secrets
 from swarm_tui.store.claims import Claim
 from swarm_tui.store.conn import StoreConnection
 from swarm_tui.store.fences import LeaseFence
@@ -82,6 +82,7 @@ class RunLifecycle:
         """Sidecars first (a busy metrics port is one line, before any call), then the
         clients, the preflight, the canary (before the runner: every task is routed at the
         stored percentage), and the runner."""
+        refuse_shared_secrets(self.setup.cfg)  # before anything is sent with them
         self.sidecars = Sidecars(self.setup, self.db_target, self.run_id,
                                      self.show_progress)
         self.setup.open()

@@ -153,6 +153,7 @@ class LoadedConfig(BaseModel):
     prices: PriceTable
     prices_file: Path | None = None  # the price file it read, if the config names one
     file_digest: str | None = None   # SHA-256 of the config file's bytes as read
+    file_secrets: list[str] = Field(default_factory=list)  # written in the file itself
 
     @property
     def simulated_only(self) -> bool:
@@ -211,4 +212,33 @@ def load_config(cli_path: str | None = None, flags: dict[str, Any] | None = None
         settings.tokenizers, place, base_dir,
         routing.short_model if routing.enabled else settings.default_model))
     return LoadedConfig(settings=settings, path=path, prices=prices, prices_file=prices_file,
-                        file_digest=digest)
+                        file_digest=digest, file_secrets=_secrets_written_in(data))
+
+
+def _secrets_written_in(data: dict[str, Any]) -> list[str]:
+    """The credentials the file itself holds: a webhook's URL, PagerDuty's key."""
+    alerts = data.get("alerts")
+    hooks = alerts.get("webhooks") if isinstance(alerts, dict) else None
+    found = []
+    for i, hook in enumerate(hooks if isinstance(hooks, list) else []):
+        if isinstance(hook, dict):
+            name = hook.get("name", f"#{i + 1}")
+            found += [f"webhook '{name}' {k}" for k in ("url", "routing_key") if k in hook]
+    return found
+
+
+def refuse_shared_secrets(cfg: LoadedConfig) -> None:
+    """Before a run sends with them: a config file that holds a credential is its owner's
+    alone, as a key file is (any user of the bastion could post to the team's pager)."""
+    import stat
+
+    if cfg.path is None or not cfg.file_secrets:
+        return
+    try:
+        mode = stat.S_IMODE(cfg.path.stat().st_mode)
+    except OSError:
+        return  # read a moment ago; gone now: nothing more is read from it
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise UserError(f"config {cfg.path}: holds a secret ({', '.join(cfg.file_secrets)}) "
+                        f"and is readable by group/others (mode {mode:o}); chmod 600 it, or "
+                        "give the secret in the environment (url_env / routing_key_env)")

@@ -48,6 +48,7 @@ window = "1m"
 cost_tolerance = 0.25
 {extra}
 """)
+    path.chmod(0o600)  # `extra` may hold a webhook's URL
     return str(path)
 
 

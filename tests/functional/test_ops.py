@@ -258,6 +258,7 @@ attempts = 2
 drain_s = 3
 {extra}
 """)
+    path.chmod(0o600)  # it holds the webhooks' URLs
     return str(path)
 
 
@@ -306,6 +307,7 @@ def test_a_receiver_named_in_an_unset_variable_is_said_when_the_run_starts(tmp_p
                    '[[alerts.webhooks]]\nname = "pd"\nformat = "pagerduty"\n'
                    'url = "http://127.0.0.1:9/enqueue"\nrouting_key_env = "NO_SUCH_PD_KEY"\n'
                    "[alerts]\nattempts = 1\ndrain_s = 1\n")
+    cfg.chmod(0o600)  # it holds a webhook's URL
     said = [
         "swarm-tui: warning: alerts: webhook 'pager': $NO_SUCH_HOOK_URL is not set; its "
         "alerts will not be delivered",

@@ -81,6 +81,7 @@ def test_a_breach_pages_and_resolves_in_pagerduty_and_alertmanager(tmp_path, rec
                    'events = ["sla_breach", "run_finished"]\n'
                    f'[[alerts.webhooks]]\nname = "am"\nformat = "alertmanager"\n'
                    f'url = "{hook}/am"\nevents = ["sla_breach", "run_finished"]\n')
+    cfg.chmod(0o600)  # it holds the receivers' URLs
     try:
         r = swarm("run", "--demo", "600", "--headless", "--quiet", "--rate", "150",
                   "--config", str(cfg), env={"GW_KEY": TEST_KEY, "PD_KEY": "R" * 32})

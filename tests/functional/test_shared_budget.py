@@ -99,6 +99,7 @@ url = "http://127.0.0.1:{receiver.port}/hook"
 [alerts]
 drain_s = 3
 """)
+    cfg.chmod(0o600)  # it holds a webhook's URL
     n = 600
     one = PriceTable(shipped_prices()).cost(
         "deepseek-v3.2", Task(id="x", prompt="task 100").prompt_tokens_estimate(), 16)

@@ -46,6 +46,7 @@ def _config(tmp_path: Path, port: int, receiver_port: int) -> Path:
                    f'[[alerts.webhooks]]\nname = "oncall"\n'
                    f'url = "http://127.0.0.1:{receiver_port}/{HOOK_SECRET}"\n'
                    'events = ["run_finished"]\n')
+    cfg.chmod(0o600)  # it holds a webhook's URL
     return cfg
 
 
@@ -59,6 +60,27 @@ def test_a_gateway_url_with_a_password_is_refused_in_one_line(tmp_path, no_user_
     r = swarm("run", "--demo", "3", "--headless", "--config", str(cfg))
     assert_one_line_error(r, 2, "gateways.g.base_url", "user:password@")
     _assert_no_secret("the refusal", r.stderr)
+
+
+@pytest.mark.slow
+def test_a_config_that_holds_a_webhook_secret_is_its_owners_alone(tmp_path, gateway, receiver,
+                                                                  no_user_config):
+    """A webhook URL or PagerDuty key written in the config file: a run refuses to send
+    with it while every user of the bastion can read the file (as a key file), and names
+    the secret by its webhook, never its value. Reading commands still read the runs."""
+    port, _cfg = gateway
+    cfg = _config(tmp_path, port, receiver.port)
+    env = {"GW_KEY": TEST_KEY}
+    r = swarm("run", "--demo", "3", "--headless", "--config", str(cfg), env=env)
+    assert r.returncode in (0, 3), r.stderr  # 0600: as _config leaves it
+    for mode in (0o644, 0o640):
+        cfg.chmod(mode)
+        r = swarm("run", "--demo", "3", "--headless", "--config", str(cfg), env=env)
+        assert_one_line_error(r, 2, f"config {cfg}: holds a secret (webhook 'oncall' url)",
+                              f"(mode {mode:o}); chmod 600 it", "url_env")
+        _assert_no_secret("the refusal", r.stderr)
+        r = swarm("runs", "--config", str(cfg))
+        assert r.returncode == 0 and "finished" in r.stdout, r.stderr
 
 
 def _assert_no_secret(where: str, blob: bytes | str) -> None:
