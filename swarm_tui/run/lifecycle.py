@@ -49,11 +49,12 @@ OnStart = Callable[[SwarmRunner, RunSetup, CanaryController | None], None]
 class RunLifecycle:
     def __init__(self, conn: StoreConnection, db_target: DbTarget, cfg: LoadedConfig,
                  opts: RunOptions, run_id: str, *, show_progress: bool,
-                 whole_run: bool = True) -> None:
+                 whole_run: bool = True, warn_on_stderr: bool = True) -> None:
         # every result goes to the store: the runner need not keep the answers in memory
         self.setup = RunSetup(cfg, dataclasses.replace(opts, keep_answers=False))
         self.conn, self.db_target, self.run_id = conn, db_target, run_id
         self.show_progress, self.whole_run = show_progress, whole_run
+        self.warn_on_stderr = warn_on_stderr  # not under a console: its screen is the terminal
         self.bodies = StoredBodies(db_target, run_id, cfg.settings.store.unwritable_grace_s)
         self.sidecars: Sidecars | None = None
         self.claim: Claim | None = None
@@ -89,8 +90,9 @@ class RunLifecycle:
         self._warnings = [*self.setup.cfg.settings.alerts.unreachable_receivers(),
                           *await self.setup.preflight()]
         # --quiet silences progress, not warnings; a worker under `run --workers` (quiet,
-        # not the whole run) leaves them to its starter and the run's log
-        if self.show_progress or self.whole_run:
+        # not the whole run) leaves them to its starter and the run's log, a console to
+        # its own screen (which shows the run's log)
+        if self.warn_on_stderr and (self.show_progress or self.whole_run):
             for w in self._warnings:
                 print(f"swarm-tui: warning: {w}", file=sys.stderr)
         await self.sidecars.open_canary()

@@ -87,7 +87,7 @@ async def execute(
     tasks: Workload | Sequence[Task], run_id: str, *, show_progress: bool,
     seqs: list[int] | None = None, prior_attempts: list[int] | None = None,
     claim: Claim | None = None, consumers: Iterable[Consumer] = (),
-    on_start: OnStart | None = None,
+    on_start: OnStart | None = None, warn_on_stderr: bool = True,
 ) -> Outcome:
     """Build the setup, store the run, run it, and return the summary read back from
     the store, so `run` and `report` print the same figures for the same run.
@@ -101,7 +101,7 @@ async def execute(
     outcome = await _execute(conn, db_target, cfg, opts, tasks, run_id,
                              show_progress=show_progress, seqs=seqs,
                              prior_attempts=prior_attempts, claim=claim, consumers=consumers,
-                             on_start=on_start)
+                             on_start=on_start, warn_on_stderr=warn_on_stderr)
     # the run's engine is gone with _execute's frame (its task records and the runner
     # point at each other: a collection frees them), so the timeline is built in the
     # memory they held — the run's peak RSS is not raised by it
@@ -115,11 +115,11 @@ async def _execute(
     conn: StoreConnection, db_target: DbTarget, cfg: LoadedConfig, opts: RunOptions,
     tasks: Workload | Sequence[Task], run_id: str, *, show_progress: bool,
     seqs: list[int] | None, prior_attempts: list[int] | None, claim: Claim | None,
-    consumers: Iterable[Consumer], on_start: OnStart | None,
+    consumers: Iterable[Consumer], on_start: OnStart | None, warn_on_stderr: bool,
 ) -> Outcome:
     workload = tasks if isinstance(tasks, Workload) else Workload.of(tasks)
-    async with RunLifecycle(conn, db_target, cfg, opts, run_id,
-                            show_progress=show_progress) as life:
+    async with RunLifecycle(conn, db_target, cfg, opts, run_id, show_progress=show_progress,
+                            warn_on_stderr=warn_on_stderr) as life:
         if claim is not None:  # a resume's, taken before it read what to re-send
             life.holds(claim)
         runner = await life.prepare(workload.heads, consumers, seqs=seqs,

@@ -115,7 +115,8 @@ class LiveSource:
                 r = self.resume
                 self.outcome = await execute(
                     conn, self.db_target, self.cfg, self.opts, self.tasks, self.run_id,
-                    show_progress=False, consumers=[self.metrics], on_start=attach,
+                    show_progress=False, warn_on_stderr=False, consumers=[self.metrics],
+                    on_start=attach,
                     seqs=r.seqs if r else None, prior_attempts=r.prior_attempts if r else None,
                     claim=r.claim if r else None)
             finally:
