@@ -153,7 +153,8 @@ def _bounded_body(httpx2: Any) -> Callable[[Any], Awaitable[None]]:
     return hook
 
 
-def build_http_client(transport: Transport, pool: int, timeout_s: float) -> httpx2.AsyncClient:
+def build_http_client(transport: Transport, pool: int, timeout_s: float,
+                      base_url: str) -> httpx2.AsyncClient:
     import httpx2
     import openai
 
@@ -171,7 +172,8 @@ def build_http_client(transport: Transport, pool: int, timeout_s: float) -> http
         return openai.DefaultAioHttpClient(limits=limits, timeout=timeout, event_hooks=hooks)
     wire = AiohttpTransport(limits=limits)
     wire.client = functools.partial(timed_session, pool, min(10.0, timeout_s),
-                                    limits.keepalive_expiry or 5.0, wire.ssl_context)
+                                    limits.keepalive_expiry or 5.0, wire.ssl_context,
+                                    base_url)  # a custom transport: httpx2 adds no proxy
     return openai.DefaultAioHttpClient(limits=limits, timeout=timeout, transport=wire,
                                        event_hooks=hooks)
 
@@ -239,7 +241,8 @@ class GatewayClient:
             slot.client = openai.AsyncOpenAI(
                 api_key=slot.secret, base_url=self.base_url, max_retries=0,
                 timeout=self.timeout_s + 5,
-                http_client=build_http_client(sdk, self.pool_size, self.timeout_s + 5))
+                http_client=build_http_client(sdk, self.pool_size, self.timeout_s + 5,
+                                              self.base_url))
         return slot.client
 
     @property

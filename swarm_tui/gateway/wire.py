@@ -132,11 +132,28 @@ class GatedConnector(aiohttp.TCPConnector):
         return conn
 
 
+def env_proxy(url: str) -> tuple[str | None, aiohttp.BasicAuth | None]:
+    """The proxy this environment names for `url` (HTTPS_PROXY / HTTP_PROXY, NO_PROXY; its
+    credentials from the proxy URL or ~/.netrc), as curl, httpx2 and aiohttp's own
+    `trust_env` read it — but once per session: `trust_env` asks on a thread at every
+    request, and reads ~/.netrc for the gateway too (a Bearer key beside it fails)."""
+    from aiohttp.helpers import get_env_proxy_for_url
+    from yarl import URL
+
+    try:
+        proxy, auth = get_env_proxy_for_url(URL(url))
+    except LookupError:  # none named, or NO_PROXY covers the host
+        return None, None
+    return str(proxy), auth
+
+
 def timed_session(pool: int, connect_timeout_s: float, keepalive_s: float = 5.0,
-                  ssl: Any = True) -> aiohttp.ClientSession:
+                  ssl: Any = True, proxy_for: str | None = None) -> aiohttp.ClientSession:
     """A session whose connections report when headers go out and bytes come in, and
     hold back a call whose gate says no (built on the running loop: a session belongs to
-    the loop it was made on)."""
+    the loop it was made on). `proxy_for`: the gateway's URL, whose proxy it goes through
+    (a bastion's egress often has no other way out)."""
+    proxy, proxy_auth = env_proxy(proxy_for) if proxy_for else (None, None)
     connector = GatedConnector(limit=pool, keepalive_timeout=keepalive_s, ssl=ssl)
     traces = None
     if ResponseHandler is not None and hasattr(connector, "_factory"):
@@ -148,7 +165,8 @@ def timed_session(pool: int, connect_timeout_s: float, keepalive_s: float = 5.0,
         trace.on_request_headers_sent.append(on_headers_sent)
         traces = [trace]
     return aiohttp.ClientSession(
-        connector=connector, trace_configs=traces, auto_decompress=True,
+        connector=connector, trace_configs=traces, auto_decompress=True, proxy=proxy,
+        proxy_auth=proxy_auth,
         timeout=aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout_s))
 
 
@@ -177,7 +195,8 @@ class WireClient:
     def session(self) -> aiohttp.ClientSession:
         s = self._session
         if s is None or s.closed:
-            s = self._session = timed_session(self.pool, self.connect_timeout_s)
+            s = self._session = timed_session(self.pool, self.connect_timeout_s,
+                                              proxy_for=self.url)
         return s
 
     def post(self, secret: str, body: dict[str, Any]) -> Any:

@@ -21,6 +21,7 @@ from typing import Any
 import aiohttp
 
 from swarm_tui.core.moments import moment_iso as _iso  # the page's time is its replay's
+from swarm_tui.gateway.wire import env_proxy
 from swarm_tui.ops.alerts import Alert
 from swarm_tui.settings.run_sections import AlertsConfig, WebhookConfig
 
@@ -139,12 +140,14 @@ class AlertDelivery:
             self._session = aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=self.cfg.timeout_s))
         body = json.dumps(payload(hook, alert, self.cfg.console_url)).encode()
+        proxy, proxy_auth = env_proxy(url)  # a pager outside the bastion: through its proxy
         why = ""
         for attempt in range(1, self.cfg.attempts + 1):
             wait = BACKOFF_S[min(attempt - 1, len(BACKOFF_S) - 1)]
             try:
                 async with self._session.post(
-                        url, data=body, headers={"Content-Type": "application/json"}) as resp:
+                        url, data=body, headers={"Content-Type": "application/json"},
+                        proxy=proxy, proxy_auth=proxy_auth) as resp:
                     if 200 <= resp.status < 300:
                         self._outcome(hook, alert, True,
                                       f"HTTP {resp.status}, attempt {attempt}")

@@ -1,7 +1,12 @@
-"""A gateway over https: its certificate checked the way OpenSSL checks it, on every
-transport. The real binary against the simulator behind a TLS front (its own process)
-whose certificate a test CA (trustme) issued: untrusted, it is one line and exit 2 at the
-preflight, before any call; trusted through SSL_CERT_FILE, the run goes through."""
+"""How a run reaches its gateway from a bastion, on every transport: over https, its
+certificate checked the way OpenSSL checks it; through the proxy the environment names.
+
+The real binary against the simulator behind a TLS front (its own process) whose
+certificate a test CA (trustme) issued: untrusted, it is one line and exit 2 at the
+preflight, before any call; trusted through SSL_CERT_FILE, the run goes through. And a
+forward proxy in its own process that logs what it relays: HTTP_PROXY / HTTPS_PROXY are
+followed (the wire path ignored them: aiohttp reads no environment by default), NO_PROXY
+too, and an alert's webhook goes the same way."""
 
 from __future__ import annotations
 
@@ -35,6 +40,46 @@ async def link(r, w):
     await asyncio.gather(pipe(r, up_w), pipe(up_r, w))
 async def main():
     server = await asyncio.start_server(link, "127.0.0.1", int(sys.argv[1]), ssl=ctx)
+    await server.serve_forever()
+asyncio.run(main())
+"""
+
+
+# a forward proxy (argv[1]: its port) that appends each request line or CONNECT to a log
+PROXY = """
+import asyncio, sys
+from urllib.parse import urlsplit
+async def pipe(r, w):
+    try:
+        while data := await r.read(65536):
+            w.write(data)
+            await w.drain()
+    except OSError:
+        pass
+    finally:
+        w.close()
+async def handle(r, w):
+    first = await r.readline()
+    if not first:
+        return w.close()
+    method, target, version = first.decode().split()
+    head = []
+    while (h := await r.readline()) not in (b"\\r\\n", b""):
+        head.append(h)
+    with open({log!r}, "a") as f:
+        f.write(f"{{method}} {{target}}\\n")
+    if method == "CONNECT":
+        host, port = target.rsplit(":", 1)
+        up_r, up_w = await asyncio.open_connection(host, int(port))
+        w.write(b"HTTP/1.1 200 Connection established\\r\\n\\r\\n")
+    else:
+        u = urlsplit(target)
+        up_r, up_w = await asyncio.open_connection(u.hostname, u.port or 80)
+        up_w.write(f"{{method}} {{u.path}} {{version}}\\r\\n".encode() + b"".join(head)
+                   + b"\\r\\n")
+    await asyncio.gather(pipe(r, up_w), pipe(up_r, w))
+async def main():
+    server = await asyncio.start_server(handle, "127.0.0.1", int(sys.argv[1]))
     await server.serve_forever()
 asyncio.run(main())
 """
@@ -121,3 +166,57 @@ def test_a_certificate_for_another_host_is_refused_as_such(tls, tmp_path, no_tru
     assert_one_line_error(r, 2, "its TLS certificate is not trusted",
                           "certificate is not valid for 'localhost'")
     assert "SSL_CERT_FILE" not in r.stderr
+
+
+@pytest.fixture
+def proxy(tmp_path):
+    """A forward proxy in its own process; yields its URL and its log's lines."""
+    log = tmp_path / "proxy.log"
+    log.touch()
+    proc, port = script_server(PROXY.format(log=str(log)))
+    try:
+        yield f"http://127.0.0.1:{port}", lambda: log.read_text().splitlines()
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_the_environments_proxy_carries_every_call(tls, tmp_path, transport, proxy,
+                                                  no_trust_settings):
+    """HTTP_PROXY for a gateway over http, HTTPS_PROXY (a CONNECT tunnel) for one over
+    https: every request of the run goes through it, and NO_PROXY exempts a host."""
+    url, relayed = proxy
+    sim = tls["sim_port"]
+    cfg = tmp_path / "plain.toml"
+    cfg.write_text(f'[gateways.corp]\nbase_url = "http://127.0.0.1:{sim}/v1"\n'
+                   'key_env = ["CORP_KEY"]\n')
+    before = _requests(sim)
+    r = _run(tmp_path, cfg, transport, HTTP_PROXY=url, NO_PROXY="")
+    assert r.returncode in (0, 3), r.stderr
+    assert _requests(sim) - before == 5
+    lines = relayed()
+    assert lines and all(f"http://127.0.0.1:{sim}/v1/" in ln for ln in lines), lines
+    r = _run(tmp_path, _config(tmp_path, tls["here"]), transport, HTTPS_PROXY=url,
+             NO_PROXY="", SSL_CERT_FILE=str(tls["bundle"]))
+    assert r.returncode in (0, 3), r.stderr
+    tunnels = relayed()[len(lines):]
+    assert tunnels and all(ln == f"CONNECT localhost:{tls['here']}" for ln in tunnels), tunnels
+    r = _run(tmp_path, cfg, transport, HTTP_PROXY=url, NO_PROXY="127.0.0.1")
+    assert r.returncode in (0, 3), r.stderr
+    assert len(relayed()) == len(lines) + len(tunnels)  # exempt: straight to the gateway
+
+
+def test_an_alert_goes_out_through_the_proxy_too(tls, tmp_path, proxy, receiver,
+                                                 no_trust_settings):
+    url, relayed = proxy
+    cfg = tmp_path / "hook.toml"
+    cfg.write_text(f'[gateways.corp]\nbase_url = "http://127.0.0.1:{tls["sim_port"]}/v1"\n'
+                   'key_env = ["CORP_KEY"]\n[[alerts.webhooks]]\nname = "pager"\n'
+                   f'url = "http://127.0.0.1:{receiver.port}/hook"\n'
+                   'events = ["run_finished"]\n[alerts]\ndrain_s = 5\n')
+    cfg.chmod(0o600)
+    r = _run(tmp_path, cfg, "wire", HTTP_PROXY=url, NO_PROXY="")
+    assert r.returncode in (0, 3), r.stderr
+    assert [a["kind"] for a in receiver.json()] == ["run_finished"]
+    assert f"POST http://127.0.0.1:{receiver.port}/hook" in relayed()
