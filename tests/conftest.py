@@ -64,6 +64,12 @@ def _never_the_users_own_dirs(tmp_path_factory, monkeypatch) -> None:
     monkeypatch.setenv("XDG_STATE_HOME", str(home / "state"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(home / "cache"))
     monkeypatch.delenv("SWARM_TUI_CONFIG", raising=False)
+    # a machine behind a proxy (HTTP_PROXY set): the suite's servers are on this host's
+    # loopback, which a proxy elsewhere cannot reach; runs follow the environment's proxy
+    # (tests/functional/test_gateway_egress.py sets its own)
+    for name in ("NO_PROXY", "no_proxy"):
+        kept = os.environ.get(name, "")
+        monkeypatch.setenv(name, ",".join(filter(None, (kept, "127.0.0.1,localhost,::1"))))
 
 
 @pytest.fixture(scope="session")

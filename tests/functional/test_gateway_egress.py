@@ -117,6 +117,8 @@ def _config(tmp_path: Path, port: int) -> Path:
 
 
 def _run(tmp_path: Path, cfg: Path, transport: str, **env: str):
+    if "NO_PROXY" in env:  # both spellings: the lower-case one wins where both are set
+        env["no_proxy"] = env["NO_PROXY"]
     return swarm("--config", str(cfg), "run", "--demo", "5", "--headless", "--quiet",
                  "--json", "--transport", transport, timeout=120,
                  env={"CORP_KEY": "sk-corp-0123456789abcdefghijklmn",
