@@ -166,16 +166,18 @@ def build_http_client(transport: Transport, pool: int, timeout_s: float,
     limits = httpx2.Limits(max_connections=pool, max_keepalive_connections=pool)
     timeout = httpx2.Timeout(timeout_s, connect=min(10.0, timeout_s))
     hooks = {"response": [_bounded_body(httpx2)]}
+    # redirects not followed, as on the wire path (wire.redirected says why)
+    kw: dict[str, Any] = {"limits": limits, "timeout": timeout, "event_hooks": hooks,
+                          "follow_redirects": False}
     if transport == "httpx2":
-        return openai.DefaultAsyncHttpxClient(limits=limits, timeout=timeout, event_hooks=hooks)
+        return openai.DefaultAsyncHttpxClient(**kw)
     if AiohttpTransport is None:  # pragma: no cover
-        return openai.DefaultAioHttpClient(limits=limits, timeout=timeout, event_hooks=hooks)
+        return openai.DefaultAioHttpClient(**kw)
     wire = AiohttpTransport(limits=limits)
     wire.client = functools.partial(timed_session, pool, min(10.0, timeout_s),
                                     limits.keepalive_expiry or 5.0, wire.ssl_context,
                                     base_url)  # a custom transport: httpx2 adds no proxy
-    return openai.DefaultAioHttpClient(limits=limits, timeout=timeout, transport=wire,
-                                       event_hooks=hooks)
+    return openai.DefaultAioHttpClient(transport=wire, **kw)
 
 
 def untrusted_line(where: str, why: str) -> str:

@@ -164,7 +164,12 @@ def classify(exc: BaseException, keys: tuple[str, ...] = ()) -> CallError:
     never keep a key."""
     import aiohttp
 
-    from swarm_tui.gateway.wire import AnswerTooLarge, InStreamError, WireStatusError
+    from swarm_tui.gateway.wire import (
+        AnswerTooLarge,
+        InStreamError,
+        WireStatusError,
+        redirected,
+    )
 
     if isinstance(exc.__cause__, AnswerTooLarge):  # the SDK wraps what its client raised
         exc = exc.__cause__
@@ -191,6 +196,8 @@ def classify(exc: BaseException, keys: tuple[str, ...] = ()) -> CallError:
     if openai is not None and isinstance(exc, openai.APIStatusError):
         headers = kept_headers(exc.response.headers)
         msg = exc.message
+        if 300 <= exc.status_code < 400:  # not followed, as on the wire path
+            msg = redirected(exc.response.headers.get("location", ""))
         body = exc.body
         if isinstance(body, dict):
             inner = body.get("error", body)

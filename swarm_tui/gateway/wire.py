@@ -20,6 +20,7 @@ import json
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 
@@ -147,6 +148,17 @@ def env_proxy(url: str) -> tuple[str | None, aiohttp.BasicAuth | None]:
     return str(proxy), auth
 
 
+def redirected(location: str) -> str:
+    """A gateway's API answers; it does not send a call elsewhere. Followed, a redirect to
+    another origin drops the key (the client strips Authorization there: the gateway
+    answered 401, read as a rejected key) and turns a POST into a GET — so no transport
+    follows one, and this says where it pointed (no user, no query)."""
+    where = urlsplit(location)
+    shown = urlunsplit((where.scheme, where.netloc.rsplit("@", 1)[-1], where.path, "", ""))
+    return (f"redirected to {shown or '?'}; redirects are not followed (the key would not "
+            "go with them): set base_url to the address it names")
+
+
 def timed_session(pool: int, connect_timeout_s: float, keepalive_s: float = 5.0,
                   ssl: Any = True, proxy_for: str | None = None) -> aiohttp.ClientSession:
     """A session whose connections report when headers go out and bytes come in, and
@@ -202,13 +214,15 @@ class WireClient:
     def post(self, secret: str, body: dict[str, Any]) -> Any:
         """The POST as an async context manager (the response)."""
         data = encode_body(body)
-        return self.session().post(self.url, data=data, headers=self._headers_for(secret))
+        return self.session().post(self.url, data=data, headers=self._headers_for(secret),
+                                   allow_redirects=False)
 
     async def list_models(self, secret: str) -> None:
         """GET /models with the key (preflight): a non-2xx raises WireStatusError, as a
         call's would; what it lists is not needed, only that the key is let in."""
         url = self.url.removesuffix("/chat/completions") + "/models"
-        async with self.session().get(url, headers=self._headers_for(secret)) as resp:
+        async with self.session().get(url, headers=self._headers_for(secret),
+                                      allow_redirects=False) as resp:
             await raise_for_status(resp, lower_headers(resp))
             # the list is not read: one a gateway never ends would be read into memory
             # (leaving unread closes this one connection, once per run)
@@ -259,8 +273,11 @@ async def read_answer(resp: aiohttp.ClientResponse) -> bytes:
 
 
 async def raise_for_status(resp: aiohttp.ClientResponse, headers: dict[str, str]) -> None:
-    if resp.status < 400:
+    if resp.status < 300:
         return
+    if resp.status < 400:  # not followed (the session's requests say so)
+        raise WireStatusError(resp.status, headers, None,
+                              redirected(resp.headers.get("Location", "")))
     raw = await resp.content.read(ERROR_BODY_MAX)
     text = raw.decode("utf-8", "replace")
     try:

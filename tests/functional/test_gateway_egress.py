@@ -6,7 +6,8 @@ certificate a test CA (trustme) issued: untrusted, it is one line and exit 2 at 
 preflight, before any call; trusted through SSL_CERT_FILE, the run goes through. And a
 forward proxy in its own process that logs what it relays: HTTP_PROXY / HTTPS_PROXY are
 followed (the wire path ignored them: aiohttp reads no environment by default), NO_PROXY
-too, and an alert's webhook goes the same way."""
+too, and an alert's webhook goes the same way. And a gateway that redirects: not followed
+(followed, the key was dropped on the way and the key reported rejected)."""
 
 from __future__ import annotations
 
@@ -222,3 +223,43 @@ def test_an_alert_goes_out_through_the_proxy_too(tls, tmp_path, proxy, receiver,
     assert r.returncode in (0, 3), r.stderr
     assert [a["kind"] for a in receiver.json()] == ["run_finished"]
     assert f"POST http://127.0.0.1:{receiver.port}/hook" in relayed()
+
+
+# a server that sends every request elsewhere (argv[1]: its port)
+MOVED = """
+import sys
+from aiohttp import web
+async def moved(request):
+    raise web.HTTPMovedPermanently("http://ops:pw@127.0.0.1:{target}" + request.path_qs)
+app = web.Application()
+app.router.add_route("*", "/{{tail:.*}}", moved)
+web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None)
+"""
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_gateway_that_redirects_is_one_line_and_never_followed(tls, tmp_path, transport,
+                                                                 no_trust_settings):
+    sim = tls["sim_port"]
+    proc, port = script_server(MOVED.format(target=sim))
+    try:
+        cfg = tmp_path / "moved.toml"
+        cfg.write_text(f'[gateways.corp]\nbase_url = "http://127.0.0.1:{port}/v1"\n'
+                       'key_env = ["CORP_KEY"]\n')
+        before = _requests(sim)
+        r = _run(tmp_path, cfg, transport)
+        assert_one_line_error(r, 2, "preflight failed (301): redirected to "
+                              f"http://127.0.0.1:{sim}/v1/models; redirects are not followed",
+                              "set base_url to the address it names")
+        assert "pw" not in r.stderr and "rejected" not in r.stderr
+        # without the preflight each call fails on its own, never sent on
+        r = swarm("--config", str(cfg), "run", "--demo", "2", "--headless", "--quiet",
+                  "--json", "--transport", transport, "--no-preflight", timeout=120,
+                  env={"CORP_KEY": "sk-corp-0123456789abcdefghijklmn",
+                       "SWARM_TUI_DB": str(tmp_path / "calls.db")})
+        out = json.loads(r.stdout)
+        assert (out["succeeded"], out["failed"]) == (0, 2), out
+        assert _requests(sim) == before  # nothing reached the address it pointed to
+    finally:
+        proc.terminate()
+        proc.wait(10)
