@@ -29,6 +29,7 @@ from swarm_tui.gateway.errors import (
     certificate_refused,
     classify,
     kept_headers,
+    proxy_refusal,
 )
 from swarm_tui.gateway.keypool import KeyPool, KeySlot, QuotaScope, Strategy
 from swarm_tui.gateway.tokens import TokenEstimator
@@ -188,6 +189,24 @@ def untrusted_line(where: str, why: str) -> str:
         line += ("; a gateway behind a private CA: point SSL_CERT_FILE at that CA's PEM "
                  "bundle (docs/configuration.md)")
     return line
+
+
+def proxy_line(where: str, base_url: str, status: int, reason: str) -> str:
+    """The proxy the environment names for this gateway refused the preflight: which proxy
+    (never its user or password), which variable named it, and what it wants."""
+    from swarm_tui.gateway.wire import env_proxy
+
+    proxy, auth = env_proxy(base_url)
+    var = "HTTPS_PROXY" if base_url.startswith("https:") else "HTTP_PROXY"
+    named = f"its proxy {without_userinfo(proxy)} ({var})" if proxy else "its proxy"
+    said = f"{status} {reason}".strip()
+    if status == 407 and auth is not None:
+        return (f"{where}: {named} refused the user and password it was given ({said}); "
+                f"check them in {var} or ~/.netrc")
+    if status == 407:
+        return (f"{where}: {named} asks for a user and password ({said}); give them in "
+                f"{var} (http://USER:PASSWORD@host:port) or in ~/.netrc for the proxy's host")
+    return f"{where}: {named} did not put the call through ({said})"
 
 
 class GatewayClient:
@@ -409,11 +428,14 @@ class GatewayClient:
                 except Exception as exc:
                     err = classify(exc, self._secrets)
                     refused_cert = certificate_refused(exc)
+                    proxied = proxy_refusal(exc)
                 if err.status_code == 404:  # a gateway without /models: nothing to learn
                     working += 1
                     break
                 if refused_cert is not None:
                     raise UserError(untrusted_line(where, refused_cert)) from None
+                if proxied is not None:
+                    raise UserError(proxy_line(where, self.base_url, *proxied)) from None
                 if err.error_class in (CONNECTION, TIMEOUT):
                     raise UserError(f"{where}: unreachable: {err.message}") from None
                 if err.error_class == AUTH:

@@ -124,6 +124,31 @@ def certificate_refused(exc: BaseException) -> str | None:
     return None
 
 
+def proxy_refusal(exc: BaseException) -> tuple[int, str] | None:
+    """(status, reason) when the proxy between us and the gateway refused the call — its
+    answer to a CONNECT (a gateway over https), or a 407 in place of the gateway's answer
+    (over http: only a proxy asks for credentials with 407) — on any transport."""
+    import re
+
+    import aiohttp
+
+    from swarm_tui.gateway.wire import WireStatusError
+
+    openai, httpx2 = sys.modules.get("openai"), sys.modules.get("httpx2")
+    for c in _causes(exc):
+        if isinstance(c, aiohttp.ClientHttpProxyError):
+            return c.status, str(c.message or "")
+        if httpx2 is not None and isinstance(c, httpx2.ProxyError):
+            m = re.search(r"\b([1-5]\d\d)\b,?\s*(?:message=)?'?([A-Za-z][A-Za-z -]*)?", str(c))
+            return (int(m[1]), (m[2] or "").strip()) if m else (0, str(c))
+        if isinstance(c, WireStatusError) and c.status == 407:
+            return 407, "Proxy Authentication Required"
+        if (openai is not None and isinstance(c, openai.APIStatusError)
+                and c.status_code == 407):
+            return 407, "Proxy Authentication Required"
+    return None
+
+
 def _refused_or_reset(exc: BaseException) -> BaseException | None:
     """The aiohttp transport reports a refused connection as a connect *timeout* (after
     4 ms): look at the chain for what really happened."""
@@ -173,6 +198,11 @@ def classify(exc: BaseException, keys: tuple[str, ...] = ()) -> CallError:
 
     if isinstance(exc.__cause__, AnswerTooLarge):  # the SDK wraps what its client raised
         exc = exc.__cause__
+    proxied = proxy_refusal(exc)
+    if proxied is not None:  # not the gateway's word: no key rejected, no server error
+        status, reason = proxied
+        return CallError(CONNECTION if status >= 500 else OTHER, None,
+                         _clean(f"the proxy refused it: {status} {reason}".strip(), keys))
 
     if isinstance(exc, WireStatusError):  # the wire path's non-2xx: as the SDK's below
         headers = kept_headers(exc.headers)

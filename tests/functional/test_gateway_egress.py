@@ -12,6 +12,7 @@ too, and an alert's webhook goes the same way. And a gateway that redirects: not
 from __future__ import annotations
 
 import json
+import sqlite3
 import urllib.request
 from pathlib import Path
 
@@ -46,10 +47,13 @@ asyncio.run(main())
 """
 
 
-# a forward proxy (argv[1]: its port) that appends each request line or CONNECT to a log
+# a forward proxy (argv[1]: its port) that appends each request line or CONNECT to a log;
+# with `creds` ("user:password") it answers 407 to a request without them, as a company's
+# proxy does
 PROXY = """
-import asyncio, sys
+import asyncio, base64, sys
 from urllib.parse import urlsplit
+CREDS = {creds!r}
 async def pipe(r, w):
     try:
         while data := await r.read(65536):
@@ -69,6 +73,16 @@ async def handle(r, w):
         head.append(h)
     with open({log!r}, "a") as f:
         f.write(f"{{method}} {{target}}\\n")
+    if CREDS is not None:
+        wanted = b"basic " + base64.b64encode(CREDS.encode())
+        given = [h.split(b":", 1)[1].strip() for h in head
+                 if h.lower().startswith(b"proxy-authorization:")]
+        if not given or given[0][:6].lower() + given[0][6:] != wanted:
+            w.write(b"HTTP/1.1 407 Proxy Authentication Required\\r\\n"
+                    b"Proxy-Authenticate: Basic realm=corp\\r\\nContent-Length: 0\\r\\n"
+                    b"Connection: close\\r\\n\\r\\n")
+            await w.drain()
+            return w.close()
     if method == "CONNECT":
         host, port = target.rsplit(":", 1)
         up_r, up_w = await asyncio.open_connection(host, int(port))
@@ -171,17 +185,30 @@ def test_a_certificate_for_another_host_is_refused_as_such(tls, tmp_path, no_tru
     assert "SSL_CERT_FILE" not in r.stderr
 
 
-@pytest.fixture
-def proxy(tmp_path):
+def _proxy(tmp_path: Path, creds: str | None = None):
     """A forward proxy in its own process; yields its URL and its log's lines."""
     log = tmp_path / "proxy.log"
     log.touch()
-    proc, port = script_server(PROXY.format(log=str(log)))
+    proc, port = script_server(PROXY.format(log=str(log), creds=creds))
     try:
         yield f"http://127.0.0.1:{port}", lambda: log.read_text().splitlines()
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+@pytest.fixture
+def proxy(tmp_path):
+    yield from _proxy(tmp_path)
+
+
+PROXY_PASSWORD = "s3cret-proxy-pw"
+
+
+@pytest.fixture
+def locked_proxy(tmp_path):
+    """One that lets through only `ops` with PROXY_PASSWORD."""
+    yield from _proxy(tmp_path, f"ops:{PROXY_PASSWORD}")
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
@@ -223,6 +250,47 @@ def test_an_alert_goes_out_through_the_proxy_too(tls, tmp_path, proxy, receiver,
     assert r.returncode in (0, 3), r.stderr
     assert [a["kind"] for a in receiver.json()] == ["run_finished"]
     assert f"POST http://127.0.0.1:{receiver.port}/hook" in relayed()
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_proxy_that_wants_a_password_is_named_and_the_password_never_shown(
+        tls, tmp_path, transport, locked_proxy, no_trust_settings):
+    """A company proxy answers 407 without its user and password: the line names the proxy
+    and the variable it came from, not a rejected key or a raw transport error (six
+    different lines before, over http and https on three transports); with the password in
+    the variable's URL the run goes through, and the password is in no output or file."""
+    url, relayed = locked_proxy
+    sim = tls["sim_port"]
+    plain = tmp_path / "plain.toml"
+    plain.write_text(f'[gateways.corp]\nbase_url = "http://127.0.0.1:{sim}/v1"\n'
+                     'key_env = ["CORP_KEY"]\n')
+    over_tls = {"NO_PROXY": "", "SSL_CERT_FILE": str(tls["bundle"])}
+    before = _requests(sim)
+    r = _run(tmp_path, plain, transport, HTTP_PROXY=url, NO_PROXY="")
+    assert_one_line_error(r, 2, f"its proxy {url} (HTTP_PROXY) asks for a user and password "
+                          "(407 Proxy Authentication Required)", "~/.netrc")
+    assert "rejected" not in r.stderr
+    # without the preflight each call says so (not retried: a retry brings no password)
+    r = swarm("--config", str(plain), "run", "--demo", "2", "--headless", "--quiet",
+              "--json", "--transport", transport, "--no-preflight", timeout=120,
+              env={"CORP_KEY": "sk-corp-0123456789abcdefghijklmn", "HTTP_PROXY": url,
+                   "NO_PROXY": "", "no_proxy": "", "SWARM_TUI_DB": str(tmp_path / "calls.db")})
+    assert json.loads(r.stdout)["failed"] == 2, r.stdout
+    with sqlite3.connect(tmp_path / "calls.db") as db:
+        said = db.execute("SELECT error_class, error_message FROM attempts").fetchall()
+    assert said == [("other", "the proxy refused it: 407 Proxy Authentication Required")] * 2
+    wrong = url.replace("http://", "http://ops:wrong-pw-4711@")
+    r = _run(tmp_path, _config(tmp_path, tls["here"]), transport, HTTPS_PROXY=wrong, **over_tls)
+    assert_one_line_error(r, 2, f"its proxy {url} (HTTPS_PROXY) refused the user and password "
+                          "it was given (407")
+    assert "wrong-pw-4711" not in r.stderr
+    assert _requests(sim) == before and len(relayed()) == 4  # refused at the proxy
+    right = url.replace("http://", f"http://ops:{PROXY_PASSWORD}@")
+    r = _run(tmp_path, _config(tmp_path, tls["here"]), transport, HTTPS_PROXY=right, **over_tls)
+    assert r.returncode in (0, 3), r.stderr
+    assert _requests(sim) - before == 5
+    kept = b"".join(f.read_bytes() for f in tmp_path.glob("runs.db*") if f.is_file())
+    assert PROXY_PASSWORD not in r.stdout + r.stderr and PROXY_PASSWORD.encode() not in kept
 
 
 # a server that sends every request elsewhere (argv[1]: its port)
