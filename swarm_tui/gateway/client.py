@@ -191,16 +191,32 @@ def untrusted_line(where: str, why: str) -> str:
     return line
 
 
-def proxy_line(where: str, base_url: str, status: int, reason: str) -> str:
-    """The proxy the environment names for this gateway refused the preflight: which proxy
-    (never its user or password), which variable named it, and what it wants."""
+def _its_proxy(base_url: str) -> tuple[str | None, bool, str]:
+    """The proxy the environment names for this gateway, as shown (never its user or
+    password: `its proxy http://proxy.corp:3128 (HTTPS_PROXY)`), whether credentials go with
+    it, and the variable."""
     from swarm_tui.gateway.wire import env_proxy
 
     proxy, auth = env_proxy(base_url)
     var = "HTTPS_PROXY" if base_url.startswith("https:") else "HTTP_PROXY"
-    named = f"its proxy {without_userinfo(proxy)} ({var})" if proxy else "its proxy"
+    shown = f"its proxy {without_userinfo(proxy)} ({var})" if proxy else None
+    return shown, auth is not None, var
+
+
+def unreachable_line(where: str, base_url: str, why: str) -> str:
+    """Through a proxy, "unreachable" names it: the proxy down or stalled is the usual
+    cause, and one transport's error names no host at all (`ConnectionRefusedError`)."""
+    shown, _, _ = _its_proxy(base_url)
+    return f"{where}: unreachable{' through ' + shown if shown else ''}: {why}"
+
+
+def proxy_line(where: str, base_url: str, status: int, reason: str) -> str:
+    """The proxy the environment names for this gateway refused the preflight: which proxy,
+    which variable named it, and what it wants."""
+    shown, auth, var = _its_proxy(base_url)
+    named = shown or "its proxy"
     said = f"{status} {reason}".strip()
-    if status == 407 and auth is not None:
+    if status == 407 and auth:
         return (f"{where}: {named} refused the user and password it was given ({said}); "
                 f"check them in {var} or ~/.netrc")
     if status == 407:
@@ -437,7 +453,8 @@ class GatewayClient:
                 if proxied is not None:
                     raise UserError(proxy_line(where, self.base_url, *proxied)) from None
                 if err.error_class in (CONNECTION, TIMEOUT):
-                    raise UserError(f"{where}: unreachable: {err.message}") from None
+                    raise UserError(unreachable_line(where, self.base_url, err.message)
+                                    ) from None
                 if err.error_class == AUTH:
                     self.pool.disable(slot, f"{err.status_code} {err.message}"[:120])
                     rejected.append(f"{slot.fingerprint} ({err.status_code})")

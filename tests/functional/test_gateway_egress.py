@@ -19,7 +19,13 @@ from pathlib import Path
 import pytest
 import trustme
 
-from tests.conftest import assert_one_line_error, script_server, start_sim_process, swarm
+from tests.conftest import (
+    assert_one_line_error,
+    free_port,
+    script_server,
+    start_sim_process,
+    swarm,
+)
 
 TRANSPORTS = ["wire", "aiohttp", "httpx2"]
 
@@ -291,6 +297,12 @@ def test_a_proxy_that_wants_a_password_is_named_and_the_password_never_shown(
     assert _requests(sim) - before == 5
     kept = b"".join(f.read_bytes() for f in tmp_path.glob("runs.db*") if f.is_file())
     assert PROXY_PASSWORD not in r.stdout + r.stderr and PROXY_PASSWORD.encode() not in kept
+    # the proxy down: "unreachable" names it (one transport's error names no host at all)
+    dead = f"http://127.0.0.1:{free_port()}"
+    r = _run(tmp_path, plain, transport, HTTP_PROXY=dead.replace("//", f"//ops:{PROXY_PASSWORD}@"),
+             NO_PROXY="")
+    assert_one_line_error(r, 2, f"unreachable through its proxy {dead} (HTTP_PROXY): ")
+    assert PROXY_PASSWORD not in r.stderr
 
 
 # a server that sends every request elsewhere (argv[1]: its port)
