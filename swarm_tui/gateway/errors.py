@@ -200,9 +200,9 @@ def classify(exc: BaseException, keys: tuple[str, ...] = ()) -> CallError:
         exc = exc.__cause__
     proxied = proxy_refusal(exc)
     if proxied is not None:  # not the gateway's word: no key rejected, no server error
-        status, reason = proxied
-        return CallError(CONNECTION if status >= 500 else OTHER, None,
-                         _clean(f"the proxy refused it: {status} {reason}".strip(), keys))
+        said, reason = proxied
+        return CallError(CONNECTION if said >= 500 else OTHER, None,
+                         _clean(f"the proxy refused it: {said} {reason}".strip(), keys))
 
     if isinstance(exc, WireStatusError):  # the wire path's non-2xx: as the SDK's below
         headers = kept_headers(exc.headers)
