@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from swarm_tui.cli.exits import exit_code
 from swarm_tui.cli.streams import say
+from swarm_tui.core.terminal import draws
 from swarm_tui.errors import EXIT_BUDGET_STOPPED, EXIT_INTERNAL, EXIT_OK, UserError
 
 if TYPE_CHECKING:
@@ -154,7 +155,7 @@ def finish(outcome: Outcome, as_json: bool, json_text: str | None = None) -> int
 
 
 def interactive() -> bool:
-    return sys.stdin.isatty() and sys.stdout.isatty() and not os.environ.get("CI")
+    return sys.stdin.isatty() and draws(sys.stdout) and not os.environ.get("CI")
 
 
 def open_console(args: argparse.Namespace, cfg: LoadedConfig, **kw: Any) -> int:

@@ -12,6 +12,7 @@ from typing import TextIO
 
 from swarm_tui.aio import cancel_and_wait
 from swarm_tui.core.states import TaskState
+from swarm_tui.core.terminal import draws
 from swarm_tui.engine.runner import SwarmRunner
 
 
@@ -22,7 +23,7 @@ class Progress:
                  label: str = "") -> None:
         self.runner = runner
         self.out = getattr(out, "raw", out)  # its own control sequences: the bare stream
-        self.tty = out.isatty()
+        self.tty = draws(out)  # a bar redrawn in place; else a plain line now and then
         self.interval = interval or (0.25 if self.tty else 2.0)
         self.label = label
 

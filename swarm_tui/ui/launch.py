@@ -28,6 +28,7 @@ def run_console(cfg: LoadedConfig, *, gateway: str | None, readonly: bool,
                 canary: CanaryConfig | None, **kw: Any) -> ConsoleEnd:
     """`canary`: what the canary panel shows; `kw`: the app's run source or how to start
     one (`source`, `start_source`, `db_target`)."""
+    from swarm_tui.core.terminal import console_refusal
     from swarm_tui.runtime import tune_gc
     from swarm_tui.ui.app import SwarmApp
     from swarm_tui.ui.themes import load_themes_reporting
@@ -42,6 +43,9 @@ def run_console(cfg: LoadedConfig, *, gateway: str | None, readonly: bool,
         print(f"swarm-tui: warning: {line}", file=sys.stderr)
     if theme is not None and theme not in known:
         raise UserError(f"theme {theme}: unknown (known: {', '.join(sorted(known))})")
+    refusal = console_refusal()
+    if refusal is not None:
+        raise UserError(refusal)
     tune_gc()  # the console's key presses wait on the collector's walks otherwise
     app = SwarmApp(refresh_s=ui.refresh_s, theme=theme, keymap=ui.keys, view=ui.view,
                    readonly=readonly, canary=canary, **kw)

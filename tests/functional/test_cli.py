@@ -267,3 +267,16 @@ def test_shell_completion_from_the_parser(tmp_path):
     assert complete("swarm-tui ru") == {"run", "runs"}
     assert "--sim-profile" in complete("swarm-tui run --sim-pr")
     assert complete("swarm-tui completion ") >= {"bash", "zsh", "fish"}
+
+
+@pytest.mark.usefixtures("no_user_config")
+def test_a_console_without_a_terminal_is_one_line_not_a_hang(tmp_path):
+    """`watch` / `replay` under nohup, cron or a pipe: the console once filled the log
+    with its screen's control sequences and waited for keys until killed."""
+    db = tmp_path / "t.db"
+    swarm("run", "--demo", "2", "--headless", "--quiet", "--db", str(db))
+    for argv in (["replay", "last"], ["watch", "last"]):
+        r = swarm(*argv, "--db", str(db), timeout=60)
+        assert_one_line_error(r, 2, "the console needs a terminal (standard input and "
+                              "output here are not one)", "report RUN")
+        assert "\x1b" not in r.stdout + r.stderr

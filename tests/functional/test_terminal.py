@@ -435,3 +435,25 @@ def test_a_key_typed_fast_into_the_add_form_lands_in_its_fields(env):
         _quit_live_run(app)
     finally:
         app.kill()
+
+
+def test_a_dumb_terminal_gets_plain_lines_and_no_console(env):
+    """TERM=dumb (Emacs' shell, some CI consoles) draws nothing: a run there prints plain
+    progress lines and its summary, with no control sequence at all; a console command is
+    one line and exit 2 instead of a screen of escapes waiting for keys."""
+    app = PtyApp("run", "--demo", "600", "--concurrency", "20", env=env, term="dumb")
+    try:
+        app.wait_for("SLA ", timeout=60, what="the run's summary")
+        assert app.wait(60) in (0, 3)
+        assert b"\x1b" not in app.raw, bytes(app.raw[:300])
+        assert b"in-flight" in app.raw  # its progress, as lines
+    finally:
+        app.kill()
+    app = PtyApp("replay", "last", env=env, term="dumb")
+    try:
+        assert app.wait(30) == 2
+        assert b"\x1b" not in app.raw
+        assert re.search(rb"error: the console needs a terminal \(TERM=dumb here draws nothing\)"
+                         rb".*`run --headless`", app.raw, re.S), bytes(app.raw)
+    finally:
+        app.kill()
