@@ -155,7 +155,9 @@ def _bounded_body(httpx2: Any) -> Callable[[Any], Awaitable[None]]:
 
 
 def build_http_client(transport: Transport, pool: int, timeout_s: float,
-                      base_url: str) -> httpx2.AsyncClient:
+                      base_url: str, direct: bool = False) -> httpx2.AsyncClient:
+    """`direct`: never through the environment's proxy (the built-in simulator: this
+    process's own child on loopback, which a proxy elsewhere cannot reach)."""
     import httpx2
     import openai
 
@@ -171,13 +173,15 @@ def build_http_client(transport: Transport, pool: int, timeout_s: float,
     kw: dict[str, Any] = {"limits": limits, "timeout": timeout, "event_hooks": hooks,
                           "follow_redirects": False}
     if transport == "httpx2":
+        if direct:  # (plain http: nothing else it reads from the environment is needed)
+            kw["trust_env"] = False
         return openai.DefaultAsyncHttpxClient(**kw)
     if AiohttpTransport is None:  # pragma: no cover
         return openai.DefaultAioHttpClient(**kw)
     wire = AiohttpTransport(limits=limits)
     wire.client = functools.partial(timed_session, pool, min(10.0, timeout_s),
                                     limits.keepalive_expiry or 5.0, wire.ssl_context,
-                                    base_url)  # a custom transport: httpx2 adds no proxy
+                                    None if direct else base_url)  # httpx2 adds no proxy
     return openai.DefaultAioHttpClient(transport=wire, **kw)
 
 
@@ -254,7 +258,8 @@ class GatewayClient:
         self.pool_size = pool
         self.pool = KeyPool(strategy, retry_after_cap_s, quota_scope)
         self.tokens = TokenEstimator()  # for calls the gateway reports no usage for
-        self.wire = WireClient(base_url, pool, timeout_s) if transport == "wire" else None
+        self.wire = (WireClient(base_url, pool, timeout_s, direct=simulated)
+                     if transport == "wire" else None)
         for entry in keys:
             self.add_key(*entry)
 
@@ -279,7 +284,7 @@ class GatewayClient:
                 api_key=slot.secret, base_url=self.base_url, max_retries=0,
                 timeout=self.timeout_s + 5,
                 http_client=build_http_client(sdk, self.pool_size, self.timeout_s + 5,
-                                              self.base_url))
+                                              self.base_url, direct=self.simulated))
         return slot.client
 
     @property

@@ -186,8 +186,10 @@ class WireClient:
     """One gateway's chat-completions endpoint: one session, one URL, a header dict per
     key — built once, used by every call."""
 
-    def __init__(self, base_url: str, pool: int, timeout_s: float) -> None:
+    def __init__(self, base_url: str, pool: int, timeout_s: float,
+                 direct: bool = False) -> None:
         self.url = base_url.rstrip("/") + "/chat/completions"
+        self.direct = direct  # never through the environment's proxy (the simulator)
         self.pool = pool
         self.connect_timeout_s = min(10.0, timeout_s)
         self._session: aiohttp.ClientSession | None = None
@@ -207,8 +209,8 @@ class WireClient:
     def session(self) -> aiohttp.ClientSession:
         s = self._session
         if s is None or s.closed:
-            s = self._session = timed_session(self.pool, self.connect_timeout_s,
-                                              proxy_for=self.url)
+            s = self._session = timed_session(
+                self.pool, self.connect_timeout_s, proxy_for=None if self.direct else self.url)
         return s
 
     def post(self, secret: str, body: dict[str, Any]) -> Any:

@@ -152,11 +152,16 @@ class AlertDelivery:
                         self._outcome(hook, alert, True,
                                       f"HTTP {resp.status}, attempt {attempt}")
                         return
-                    why = f"HTTP {resp.status}"
+                    why = (f"the proxy refused it: HTTP {resp.status}" if resp.status == 407
+                           else f"HTTP {resp.status}")
                     if resp.status < 500 and resp.status not in (408, 429):
                         break  # the receiver refuses this payload: retrying will not help
                     with contextlib.suppress(ValueError, TypeError):
                         wait = min(RETRY_AFTER_CAP_S, float(resp.headers["Retry-After"]))
+            except aiohttp.ClientHttpProxyError as e:  # its CONNECT (an https receiver)
+                why = f"the proxy refused it: HTTP {e.status} {e.message}".rstrip()
+                if e.status < 500:
+                    break  # a password it wants, a host it forbids: no retry brings them
             except (aiohttp.ClientError, TimeoutError, OSError) as e:
                 why = _reason(e)
             if attempt < self.cfg.attempts:

@@ -305,6 +305,45 @@ def test_a_proxy_that_wants_a_password_is_named_and_the_password_never_shown(
     assert PROXY_PASSWORD not in r.stderr
 
 
+@pytest.mark.parametrize("scheme", ["http", "https"])
+def test_an_alert_the_proxy_refuses_says_so_and_is_not_retried(tls, tmp_path, scheme,
+                                                               locked_proxy, receiver,
+                                                               no_trust_settings):
+    """The pager behind a proxy that wants a password: the run's log says the proxy
+    refused it (its 407, over http as the answer, over https to the CONNECT), after one
+    attempt — not a bare `ClientHttpProxyError` retried until the drain gave up on it."""
+    url, relayed = locked_proxy
+    cfg = tmp_path / "hook.toml"
+    # the gateway by another name for the same host, exempt: only the pager is proxied
+    cfg.write_text(f'[gateways.corp]\nbase_url = "http://localhost:{tls["sim_port"]}/v1"\n'
+                   'key_env = ["CORP_KEY"]\n[[alerts.webhooks]]\nname = "pager"\n'
+                   f'url = "{scheme}://127.0.0.1:{receiver.port}/hook"\n'
+                   'events = ["run_finished"]\n[alerts]\ndrain_s = 20\n')
+    cfg.chmod(0o600)
+    r = _run(tmp_path, cfg, "wire", **{f"{scheme.upper()}_PROXY": url, "NO_PROXY": "localhost"})
+    assert r.returncode in (0, 3), r.stderr
+    with sqlite3.connect(tmp_path / "runs.db") as db:
+        said = [d for (d,) in db.execute(
+            "SELECT detail_json FROM events WHERE detail_json LIKE '%pager%'")]
+    assert len(said) == 1 and "NOT delivered (the proxy refused it: HTTP 407" in said[0], said
+    assert "after 1 attempt;" in said[0], said
+    assert receiver.json() == [] and len(relayed()) == 1
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_the_built_in_simulator_never_goes_through_the_proxy(tmp_path, transport,
+                                                             no_user_config):
+    """The demo's simulator is this process's own child on loopback: with HTTP_PROXY set
+    on the bastion (and no NO_PROXY) every call went to the proxy, which cannot reach it."""
+    dead = f"http://127.0.0.1:{free_port()}"
+    r = swarm("run", "--demo", "5", "--headless", "--quiet", "--json", "--transport",
+              transport, timeout=120, env={"HTTP_PROXY": dead, "HTTPS_PROXY": dead,
+                                           "http_proxy": dead, "NO_PROXY": "", "no_proxy": "",
+                                           "SWARM_TUI_DB": str(tmp_path / "runs.db")})
+    assert r.returncode in (0, 3), r.stderr
+    assert json.loads(r.stdout)["succeeded"] == 5
+
+
 # a server that sends every request elsewhere (argv[1]: its port)
 MOVED = """
 import sys
