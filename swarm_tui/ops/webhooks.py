@@ -98,6 +98,8 @@ class AlertDelivery:
         self.record = record      # one line into the run's events per delivery outcome
         self.counted = counted    # the metrics' delivery counter
         self._session: aiohttp.ClientSession | None = None
+        # each receiver's proxy, looked up once (the lookup reads ~/.netrc)
+        self._proxies: dict[str, tuple[str | None, aiohttp.BasicAuth | None]] = {}
         self._queues: dict[str, asyncio.Queue[Alert]] = {}
         self._workers: list[asyncio.Task[None]] = []
         self._outstanding = 0  # queued or being delivered
@@ -140,7 +142,9 @@ class AlertDelivery:
             self._session = aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=self.cfg.timeout_s))
         body = json.dumps(payload(hook, alert, self.cfg.console_url)).encode()
-        proxy, proxy_auth = env_proxy(url)  # a pager outside the bastion: through its proxy
+        if url not in self._proxies:  # a pager outside the bastion: through its proxy
+            self._proxies[url] = env_proxy(url)
+        proxy, proxy_auth = self._proxies[url]
         why = ""
         for attempt in range(1, self.cfg.attempts + 1):
             wait = BACKOFF_S[min(attempt - 1, len(BACKOFF_S) - 1)]
