@@ -19,8 +19,12 @@ def console_refusal() -> str | None:
 
     if os.environ.get("TEXTUAL_DRIVER"):  # a driver of its own: `serve`'s browser tab
         return None
-    if not (sys.stdin.isatty() and sys.stdout.isatty()):
-        why = "standard input and output here are not one"
+    # Textual draws on standard error and reads keys from standard input (standard output
+    # may go to a file: the summary a console run prints at its end)
+    if not (sys.__stdin__ is not None and sys.__stdin__.isatty()
+            and sys.__stderr__ is not None and sys.__stderr__.isatty()):
+        why = "its keys come from standard input and it draws on standard error: here one "\
+              "of them is not a terminal"
     elif os.environ.get("TERM") == "dumb":
         why = "TERM=dumb here draws nothing"
     else:

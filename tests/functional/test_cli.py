@@ -277,6 +277,7 @@ def test_a_console_without_a_terminal_is_one_line_not_a_hang(tmp_path):
     swarm("run", "--demo", "2", "--headless", "--quiet", "--db", str(db))
     for argv in (["replay", "last"], ["watch", "last"]):
         r = swarm(*argv, "--db", str(db), timeout=60)
-        assert_one_line_error(r, 2, "the console needs a terminal (standard input and "
-                              "output here are not one)", "report RUN")
+        assert_one_line_error(r, 2, "the console needs a terminal (its keys come from "
+                              "standard input and it draws on standard error: here one of "
+                              "them is not a terminal)", "report RUN")
         assert "\x1b" not in r.stdout + r.stderr
