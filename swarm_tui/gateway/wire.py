@@ -141,11 +141,34 @@ def env_proxy(url: str) -> tuple[str | None, aiohttp.BasicAuth | None]:
     from aiohttp.helpers import get_env_proxy_for_url
     from yarl import URL
 
+    where = URL(url)
     try:
-        proxy, auth = get_env_proxy_for_url(URL(url))
+        proxy, auth = get_env_proxy_for_url(where)
     except LookupError:  # none named, or NO_PROXY covers the host
         return None, None
+    if _in_no_proxy_block(where.host or ""):
+        return None, None
     return str(proxy), auth
+
+
+def _in_no_proxy_block(host: str) -> bool:
+    """An address inside one of NO_PROXY's blocks (`10.0.0.0/8`, as curl and httpx2 read
+    it; aiohttp's lookup matches names and single addresses only): a gateway there went
+    through the proxy on two transports of three."""
+    import ipaddress
+    import urllib.request
+
+    try:
+        address = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False  # a name: matched by the lookup above (suffixes, `*`)
+    for entry in urllib.request.getproxies_environment().get("no", "").split(","):
+        try:
+            if "/" in entry and address in ipaddress.ip_network(entry.strip(), strict=False):
+                return True
+        except ValueError:
+            continue
+    return False
 
 
 def redirected(location: str) -> str:

@@ -241,6 +241,10 @@ def test_the_environments_proxy_carries_every_call(tls, tmp_path, transport, pro
     r = _run(tmp_path, cfg, transport, HTTP_PROXY=url, NO_PROXY="127.0.0.1")
     assert r.returncode in (0, 3), r.stderr
     assert len(relayed()) == len(lines) + len(tunnels)  # exempt: straight to the gateway
+    # an address block, as curl reads it (the wire and aiohttp paths once ignored it)
+    r = _run(tmp_path, cfg, transport, HTTP_PROXY=url, NO_PROXY="10.0.0.0/8, 127.0.0.0/8")
+    assert r.returncode in (0, 3), r.stderr
+    assert len(relayed()) == len(lines) + len(tunnels)
 
 
 def test_an_alert_goes_out_through_the_proxy_too(tls, tmp_path, proxy, receiver,
