@@ -207,10 +207,11 @@ async def test_watch_follows_another_process_and_obeys_write(cfg, tmp_path):
     db = tmp_path / "runs.db"
     env = {**os.environ, "SWARM_TUI_DB": str(db), "XDG_CONFIG_HOME": str(tmp_path / "xdg")}
     proc = subprocess.Popen(
-        # calls of 400 ms: the run lasts ≥ 15 s however fast the machine (at 150 ms, one
-        # core shared with three test workers finished it before the pause was pressed)
+        # calls of 800 ms: the run lasts ≥ 60 s at 20 in flight however fast the machine
+        # (at 150 ms, one core shared with three test workers finished it before the pause
+        # was pressed; at 400 ms, before the second console's concurrency step, once)
         [sys.executable, "-m", "swarm_tui", "run", "--demo", "1500", "--headless", "--quiet",
-         "--concurrency", "20", "--sim-profile", "fixed:400", "--sim-rate-429", "0",
+         "--concurrency", "20", "--sim-profile", "fixed:800", "--sim-rate-429", "0",
          "--sim-rate-503", "0"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         stdin=subprocess.DEVNULL)
     try:
@@ -250,7 +251,8 @@ async def test_watch_follows_another_process_and_obeys_write(cfg, tmp_path):
         async with app.run_test() as pilot:
             await wait_for(lambda: app.snapshot is not None and app.snapshot.done > 0)
             await pilot.press("plus", "plus")  # two fast steps from 20, through the store
-            await wait_for(lambda: app.snapshot.concurrency == 40)
+            await wait_for(lambda: app.snapshot.concurrency == 40, seen=lambda: (
+                app.snapshot.status, app.snapshot.concurrency, app.snapshot.done))
             await pilot.press("p")  # queued for the runner through the control table
             raw = sqlite3.connect(db)
 
