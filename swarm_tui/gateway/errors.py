@@ -135,12 +135,15 @@ def proxy_refusal(exc: BaseException) -> tuple[int, str] | None:
     from swarm_tui.gateway.wire import WireStatusError
 
     openai, httpx2 = sys.modules.get("openai"), sys.modules.get("httpx2")
-    for c in _causes(exc):
+    causes = _causes(exc)
+    for c in causes:  # aiohttp's own (the SDK's aiohttp transport raises it as its cause)
         if isinstance(c, aiohttp.ClientHttpProxyError):
             return c.status, str(c.message or "")
-        if httpx2 is not None and isinstance(c, httpx2.ProxyError):
-            m = re.search(r"\b([1-5]\d\d)\b,?\s*(?:message=)?'?([A-Za-z][A-Za-z -]*)?", str(c))
-            return (int(m[1]), (m[2] or "").strip()) if m else (0, str(c))
+    for c in causes:
+        # httpx2's own refused CONNECT: "407 Proxy Authentication Required"
+        if (httpx2 is not None and isinstance(c, httpx2.ProxyError)
+                and (m := re.match(r"([1-5]\d\d)\b\s*(.*)", str(c)))):
+            return int(m[1]), m[2].strip()
         if isinstance(c, WireStatusError) and c.status == 407:
             return 407, "Proxy Authentication Required"
         if (openai is not None and isinstance(c, openai.APIStatusError)

@@ -138,15 +138,15 @@ class AlertsConfig(Section):
     timeout_s: PosFloat = 5.0       # per HTTP request
     # at the end of a run, how long its last alerts may hold the exit
     drain_s: Annotated[float, Limits(ge=0, le=120)] = 10.0
+    # where the engineers open `swarm-tui serve` (their tunnel's address, or --public-url):
+    # every alert then links to its moment there, `<console_url>/at/RUN/TIME`
+    console_url: Annotated[str, After(_console_url)] | None = None
 
     def unreachable_receivers(self) -> list[str]:
         """A line for each receiver that could not be paged from this process: said when
         the run starts, not first noticed by the alert it fails to deliver."""
         return [f"alerts: webhook '{hook.name}': ${var} is not set; its alerts will not be "
                 "delivered" for hook in self.webhooks if (var := hook.unset_variable())]
-    # where the engineers open `swarm-tui serve` (their tunnel's address, or --public-url):
-    # every alert then links to its moment there, `<console_url>/at/RUN/TIME`
-    console_url: Annotated[str, After(_console_url)] | None = None
 
 
 @dataclass(kw_only=True)
