@@ -130,8 +130,7 @@ def proxy_refusal(exc: BaseException) -> tuple[int, str] | None:
     (over http: only a proxy asks for credentials with 407) — on any transport."""
     import re
 
-    import aiohttp
-
+    from swarm_tui.gateway.tls import aiohttp
     from swarm_tui.gateway.wire import WireStatusError
 
     openai, httpx2 = sys.modules.get("openai"), sys.modules.get("httpx2")
@@ -155,7 +154,7 @@ def proxy_refusal(exc: BaseException) -> tuple[int, str] | None:
 def _refused_or_reset(exc: BaseException) -> BaseException | None:
     """The aiohttp transport reports a refused connection as a connect *timeout* (after
     4 ms): look at the chain for what really happened."""
-    import aiohttp
+    from swarm_tui.gateway.tls import aiohttp
 
     for c in _causes(exc):
         if isinstance(c, ConnectionError | aiohttp.ClientConnectorError
@@ -190,8 +189,7 @@ def _body_class(body: object) -> tuple[str, int | None] | None:
 def classify(exc: BaseException, keys: tuple[str, ...] = ()) -> CallError:
     """Map an exception from the wire client, the SDK or its transport to a CallError;
     never keep a key."""
-    import aiohttp
-
+    from swarm_tui.gateway.tls import aiohttp
     from swarm_tui.gateway.wire import (
         AnswerTooLarge,
         InStreamError,

@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-import aiohttp
+from swarm_tui.gateway.tls import aiohttp, load_deferred
 
 try:  # the connection protocol whose data_received sees bytes as the loop reads them
     from aiohttp.client_proto import ResponseHandler
@@ -217,6 +217,8 @@ class WireClient:
         self.connect_timeout_s = min(10.0, timeout_s)
         self._session: aiohttp.ClientSession | None = None
         self._headers: dict[str, dict[str, str]] = {}
+        if self.url.startswith("https:"):
+            load_deferred()  # now, not on the loop at the first call (gateway/tls.py)
 
     def _headers_for(self, secret: str) -> dict[str, str]:
         h = self._headers.get(secret)

@@ -18,9 +18,8 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
-import aiohttp
-
 from swarm_tui.core.moments import moment_iso as _iso  # the page's time is its replay's
+from swarm_tui.gateway.tls import aiohttp, load_deferred
 from swarm_tui.gateway.wire import env_proxy
 from swarm_tui.ops.alerts import Alert
 from swarm_tui.settings.run_sections import AlertsConfig, WebhookConfig
@@ -106,6 +105,8 @@ class AlertDelivery:
         self._closed = False
         self.delivered = 0
         self.failed = 0
+        if any((h.resolved_url() or "").startswith("https:") for h in cfg.webhooks):
+            load_deferred()  # now, not on the engine's loop at the first alert (tls.py)
 
     def hooks_for(self, alert: Alert) -> list[WebhookConfig]:
         return [h for h in self.cfg.webhooks if alert.kind in h.events]
