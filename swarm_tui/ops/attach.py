@@ -105,10 +105,10 @@ class RunOps:
         if self.watch is not None:
             self.watch.tick(self.runner)
 
-    async def finish(self, status: str, *, end_alert: bool = True) -> None:
+    async def finish(self, status: str, *, end_alert: bool = True) -> list[str]:
         """The run has ended (its writer still takes events): the last sample, the run's
         end alert (not from a worker whose run goes on), deliveries drained for at most
-        [alerts] drain_s, traces exported."""
+        [alerts] drain_s, traces exported. Returns the warnings it logged (spans lost)."""
         if self._task is not None:
             await cancel_and_wait(self._task)
             self._task = None
@@ -125,8 +125,12 @@ class RunOps:
                                             len(r.records), r.spent_usd))
         if self.delivery is not None:
             await self.delivery.close()
+        lost = None
         if self.tracer is not None:
-            await asyncio.to_thread(self.tracer.close)
+            lost = await asyncio.to_thread(self.tracer.close)
+            if lost is not None and self.runner is not None:
+                self.runner.emit(ev.CONTROL, detail=lost)
+        return [] if lost is None else [lost]
 
     async def linger(self, seconds: float) -> None:
         if self.server is not None and self.metrics is not None and seconds > 0:

@@ -22,11 +22,12 @@ if TYPE_CHECKING:
 class AttemptTracer:
     def __init__(self, cfg: TelemetryConfig, run_id: str, runner: SwarmRunner) -> None:
         try:
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
             from opentelemetry.sdk.resources import Resource
             from opentelemetry.sdk.trace import TracerProvider
             from opentelemetry.sdk.trace.export import BatchSpanProcessor
             from opentelemetry.trace import SpanKind, Status, StatusCode
+
+            from swarm_tui.ops.otlp_delivery import Tally, exporter
         except ImportError:
             raise UserError("[telemetry] otlp_endpoint: traces need the otel extra "
                             "(pip install 'swarm-tui[otel]')") from None
@@ -37,8 +38,9 @@ class AttemptTracer:
         self._provider = TracerProvider(resource=Resource.create(
             {"service.name": cfg.service_name, "swarm_tui.run_id": run_id}))
         # bounded: an unreachable collector costs the end of the run at most ~5 s
+        self.tally = Tally(endpoint)
         self._provider.add_span_processor(BatchSpanProcessor(
-            OTLPSpanExporter(endpoint, timeout=5), export_timeout_millis=5000))
+            exporter(endpoint, self.tally), export_timeout_millis=5000))
         self._tracer = self._provider.get_tracer("swarm_tui")
         self._kind, self._status, self._error = SpanKind.CLIENT, Status, StatusCode.ERROR
         self._runner = runner
@@ -96,7 +98,10 @@ class AttemptTracer:
             span.set_attribute("error.type", x.error_class or str(x.outcome))
             span.set_status(self._status(self._error, x.error_class or str(x.outcome)))
         span.end(end_time=end)
+        self.tally.made += 1
 
-    def close(self) -> None:
-        """Export what is batched (bounded by the SDK's own timeout), then stop."""
+    def close(self) -> str | None:
+        """Export what is batched (bounded by the SDK's own timeout), then stop. Returns
+        the line for spans the collector never got (None: every one arrived)."""
         self._provider.shutdown()
+        return self.tally.line()

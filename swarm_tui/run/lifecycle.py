@@ -132,7 +132,9 @@ class RunLifecycle:
                 status = (RunStatus.UNSAVED if writer.failure else RunStatus.CANCELLED
                           if runner.cancelled else runner.stop_reason or RunStatus.FINISHED)
                 # its end alert (a whole run's only) and deliveries: in the run's events
-                await self.sidecars.stop(status, end_alert=self.whole_run)
+                for w in await self.sidecars.stop(status, end_alert=self.whole_run):
+                    if self.warn_on_stderr and (self.show_progress or self.whole_run):
+                        print(f"swarm-tui: warning: {w}", file=sys.stderr)
                 # a worker's writer leaves the run running: the last worker out ends it
                 ended = runner.stop_reason if self.whole_run else None
                 await writer.close(RunStatus.CANCELLED if runner.cancelled

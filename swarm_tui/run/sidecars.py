@@ -61,14 +61,15 @@ class Sidecars:
             watcher.start()
         self.ops.attach(runner, canary, run_alerts=run_alerts)
 
-    async def stop(self, status: str, *, end_alert: bool = True) -> None:
-        """The run has ended here (its writer still takes events)."""
+    async def stop(self, status: str, *, end_alert: bool = True) -> list[str]:
+        """The run has ended here (its writer still takes events). Returns the warnings
+        logged on the way (spans a collector never got)."""
         for watcher in self._watchers:
             await watcher.stop()
         self._watchers = []
         if self.canary is not None:  # its last move is paged before the run's end
             await self.canary.stop()
-        await self.ops.finish(status, end_alert=end_alert)
+        return await self.ops.finish(status, end_alert=end_alert)
 
     async def close(self) -> None:
         self.ops.close()
