@@ -49,13 +49,11 @@ def private_key_file(path: str) -> None:
     """The console's TLS key, refused when every user of this host may read it (whoever
     holds it can pose as the console and collect the token). A group may, as PostgreSQL
     allows its key to root's group: Debian's ssl-cert keys are 0640."""
-    try:
-        mode = stat.S_IMODE(Path(path).stat().st_mode)
-    except OSError as e:
-        raise UserError(f"serve: key file {path}: {e.strerror or e}") from None
-    if mode & stat.S_IRWXO:
-        raise UserError(f"serve: key file {path}: readable by every user of this host (mode "
-                        f"{mode:o}); chmod 600 it (640 for a group such as ssl-cert)")
+    from swarm_tui.gateway.client_cert import world_readable_key
+
+    problem = world_readable_key(Path(path))
+    if problem is not None:
+        raise UserError(f"serve: key file {path}: {problem}")
 
 
 class Login:

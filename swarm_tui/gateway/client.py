@@ -15,11 +15,14 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:  # the SDK is imported where a call goes through it (issue 34: the wire
     # path and a worker start without its ~0.35 s of imports)
+    import ssl
+
     import httpx2
     import openai
 
 from swarm_tui.core.fmt import whole
 from swarm_tui.errors import UserError
+from swarm_tui.gateway.client_cert import client_cert_refused
 from swarm_tui.gateway.errors import (
     AUTH,
     CONNECTION,
@@ -155,9 +158,11 @@ def _bounded_body(httpx2: Any) -> Callable[[Any], Awaitable[None]]:
 
 
 def build_http_client(transport: Transport, pool: int, timeout_s: float,
-                      base_url: str, direct: bool = False) -> httpx2.AsyncClient:
+                      base_url: str, direct: bool = False,
+                      tls: ssl.SSLContext | None = None) -> httpx2.AsyncClient:
     """`direct`: never through the environment's proxy (the built-in simulator: this
-    process's own child on loopback, which a proxy elsewhere cannot reach)."""
+    process's own child on loopback, which a proxy elsewhere cannot reach). `tls`: a
+    context with a client certificate, in place of the transport's default."""
     import httpx2
     import openai
 
@@ -175,12 +180,14 @@ def build_http_client(transport: Transport, pool: int, timeout_s: float,
     if transport == "httpx2":
         if direct:  # (plain http: nothing else it reads from the environment is needed)
             kw["trust_env"] = False
+        if tls is not None:
+            kw["verify"] = tls
         return openai.DefaultAsyncHttpxClient(**kw)
     if AiohttpTransport is None:  # pragma: no cover
         return openai.DefaultAioHttpClient(**kw)
     wire = AiohttpTransport(limits=limits)
     wire.client = functools.partial(timed_session, pool, min(10.0, timeout_s),
-                                    limits.keepalive_expiry or 5.0, wire.ssl_context,
+                                    limits.keepalive_expiry or 5.0, tls or wire.ssl_context,
                                     None if direct else base_url)  # httpx2 adds no proxy
     return openai.DefaultAioHttpClient(transport=wire, **kw)
 
@@ -193,6 +200,16 @@ def untrusted_line(where: str, why: str) -> str:
         line += ("; a gateway behind a private CA: point SSL_CERT_FILE at that CA's PEM "
                  "bundle (docs/configuration.md)")
     return line
+
+
+def client_cert_line(where: str, name: str, gave: bool, alert: str) -> str:
+    """The gateway's TLS refused us at the handshake: it wants a client certificate, or
+    not the one it was shown."""
+    if gave:
+        return (f"{where}: refused the client certificate it was shown ({alert}); check "
+                f"client_cert / client_key in [gateways.{name}] against the CA it trusts")
+    return (f"{where}: asks for a client certificate ({alert}); give it in "
+            f"[gateways.{name}] client_cert (and client_key), PEM")
 
 
 def _its_proxy(base_url: str) -> tuple[str | None, bool, str]:
@@ -245,9 +262,13 @@ class GatewayClient:
         strategy: Strategy = "least-in-flight",
         retry_after_cap_s: float = 30.0,
         quota_scope: QuotaScope = "auto",
+        tls: ssl.SSLContext | None = None,
     ) -> None:
+        """`tls`: the context with the client certificate a gateway asks for
+        (gateway/client_cert.py); None: the transport's default."""
         if not keys:
             raise UserError(f"gateway '{name}': no API key configured")
+        self.tls = tls
         self.name = name
         self.base_url = base_url
         self.timeout_s = timeout_s
@@ -258,7 +279,7 @@ class GatewayClient:
         self.pool_size = pool
         self.pool = KeyPool(strategy, retry_after_cap_s, quota_scope)
         self.tokens = TokenEstimator()  # for calls the gateway reports no usage for
-        self.wire = (WireClient(base_url, pool, timeout_s, direct=simulated)
+        self.wire = (WireClient(base_url, pool, timeout_s, direct=simulated, tls=tls)
                      if transport == "wire" else None)
         for entry in keys:
             self.add_key(*entry)
@@ -284,7 +305,8 @@ class GatewayClient:
                 api_key=slot.secret, base_url=self.base_url, max_retries=0,
                 timeout=self.timeout_s + 5,
                 http_client=build_http_client(sdk, self.pool_size, self.timeout_s + 5,
-                                              self.base_url, direct=self.simulated))
+                                              self.base_url, direct=self.simulated,
+                                              tls=self.tls))
         return slot.client
 
     @property
@@ -449,12 +471,16 @@ class GatewayClient:
                 except Exception as exc:
                     err = classify(exc, self._secrets)
                     refused_cert = certificate_refused(exc)
+                    refused_ours = client_cert_refused(exc)
                     proxied = proxy_refusal(exc)
                 if err.status_code == 404:  # a gateway without /models: nothing to learn
                     working += 1
                     break
                 if refused_cert is not None:
                     raise UserError(untrusted_line(where, refused_cert)) from None
+                if refused_ours is not None:
+                    raise UserError(client_cert_line(where, self.name, self.tls is not None,
+                                                     refused_ours)) from None
                 if proxied is not None:
                     raise UserError(proxy_line(where, self.base_url, *proxied)) from None
                 if err.error_class in (CONNECTION, TIMEOUT):

@@ -204,6 +204,11 @@ def classify(exc: BaseException, keys: tuple[str, ...] = ()) -> CallError:
         said, reason = proxied
         return CallError(CONNECTION if said >= 500 else OTHER, None,
                          _clean(f"the proxy refused it: {said} {reason}".strip(), keys))
+    from swarm_tui.gateway.client_cert import client_cert_refused
+
+    alert = client_cert_refused(exc)
+    if alert is not None:  # its TLS said no to our certificate: a retry shows the same one
+        return CallError(OTHER, None, f"the gateway refused the client certificate ({alert})")
 
     if isinstance(exc, WireStatusError):  # the wire path's non-2xx: as the SDK's below
         headers = kept_headers(exc.headers)

@@ -210,14 +210,15 @@ class WireClient:
     key — built once, used by every call."""
 
     def __init__(self, base_url: str, pool: int, timeout_s: float,
-                 direct: bool = False) -> None:
+                 direct: bool = False, tls: Any = None) -> None:
         self.url = base_url.rstrip("/") + "/chat/completions"
         self.direct = direct  # never through the environment's proxy (the simulator)
         self.pool = pool
         self.connect_timeout_s = min(10.0, timeout_s)
         self._session: aiohttp.ClientSession | None = None
         self._headers: dict[str, dict[str, str]] = {}
-        if self.url.startswith("https:"):
+        self.tls = True if tls is None else tls  # a client certificate's context, or aiohttp's
+        if self.url.startswith("https:") and tls is None:
             load_deferred()  # now, not on the loop at the first call (gateway/tls.py)
 
     def _headers_for(self, secret: str) -> dict[str, str]:
@@ -235,7 +236,8 @@ class WireClient:
         s = self._session
         if s is None or s.closed:
             s = self._session = timed_session(
-                self.pool, self.connect_timeout_s, proxy_for=None if self.direct else self.url)
+                self.pool, self.connect_timeout_s, ssl=self.tls,
+                proxy_for=None if self.direct else self.url)
         return s
 
     def post(self, secret: str, body: dict[str, Any]) -> Any:

@@ -20,6 +20,7 @@ from swarm_tui.engine.routing import CanaryRouter, Router, SingleGateway
 from swarm_tui.engine.runner import RunPolicy, SwarmRunner
 from swarm_tui.errors import UserError
 from swarm_tui.gateway.client import GatewayClient, Transport
+from swarm_tui.gateway.client_cert import client_tls
 from swarm_tui.gateway.keyops import KeyFileWatcher
 from swarm_tui.gateway.keys import fingerprint, keys_from_env, read_key_file
 from swarm_tui.settings.loader import LoadedConfig
@@ -173,13 +174,15 @@ class RunSetup:
                  else [self.gateway_name])
         for name in names:
             gw = s.gateways[name]
+            tls = (None if gw.client_cert is None else client_tls(
+                f"gateway '{name}'", gw.client_cert, gw.client_key))
             self.gateways[name] = GatewayClient(
                 name, gw.base_url, gateway_keys(name, gw, self.opts.insecure_key_file),
                 pool=max(self.concurrency, gw.max_concurrency), timeout_s=gw.timeout_s,
                 stream=gw.stream if self.opts.stream is None else self.opts.stream,
                 pinned_model=gw.model, transport=self.opts.transport,
                 strategy=gw.key_strategy, retry_after_cap_s=s.retry.retry_after_cap_s,
-                quota_scope=gw.quota_scope,
+                quota_scope=gw.quota_scope, tls=tls,
             )
 
     def _start_sim(self, settings: SimSettings) -> SimProcess:

@@ -52,6 +52,10 @@ class GatewayConfig(Section):
     # env vars holding keys (each may be comma-separated)
     key_env: list[str] = field(default_factory=list)
     key_file: Path | None = None
+    # mutual TLS: the certificate (PEM, its chain after it; the key too, or in client_key)
+    # a gateway that asks for one is shown (gateway/client_cert.py)
+    client_cert: Path | None = None
+    client_key: Path | None = None
     timeout_s: PosFloat = 30.0
     max_concurrency: Annotated[int, Limits(ge=1, le=10_000)] = 140
     stream: bool = True
@@ -64,6 +68,12 @@ class GatewayConfig(Section):
     # LiteLLM), the key's across its models (a LiteLLM virtual key's tpm/rpm limit,
     # llmock), or auto: per model until answers show the key's models spend one quota
     quota_scope: Literal["auto", "model", "key"] = "auto"
+
+    def __post_init__(self) -> None:  # pydantic runs it too: its ValueError is one error line
+        if self.client_key is not None and self.client_cert is None:
+            raise ValueError("client_key without client_cert (the certificate it goes with)")
+        if self.client_cert is not None and not self.base_url.startswith("https://"):
+            raise ValueError("client_cert is shown over TLS only: base_url must be https://")
 
 
 @dataclass(kw_only=True)
