@@ -33,6 +33,7 @@ from swarm_tui.gateway.errors import (
     classify,
     kept_headers,
     proxy_refusal,
+    proxy_schemes,
 )
 from swarm_tui.gateway.keypool import KeyPool, KeySlot, QuotaScope, Strategy
 from swarm_tui.gateway.tokens import TokenEstimator
@@ -231,12 +232,20 @@ def unreachable_line(where: str, base_url: str, why: str) -> str:
     return f"{where}: unreachable{' through ' + shown if shown else ''}: {why}"
 
 
-def proxy_line(where: str, base_url: str, status: int, reason: str) -> str:
+def proxy_line(where: str, base_url: str, status: int, reason: str,
+               schemes: list[str] | None = None) -> str:
     """The proxy the environment names for this gateway refused the preflight: which proxy,
-    which variable named it, and what it wants."""
+    which variable named it, and what it wants. `schemes`: the sign-ins it offers, when
+    the transport kept them."""
     shown, auth, var = _its_proxy(base_url)
     named = shown or "its proxy"
     said = f"{status} {reason}".strip()
+    if status == 407 and schemes and not any(s.lower() == "basic" for s in schemes):
+        # a Windows shop's proxy: a user and password in the URL go as Basic, refused
+        return (f"{where}: {named} asks for a sign-in swarm-tui cannot give "
+                f"({', '.join(schemes)}; {said}): it sends a user and password as Basic "
+                f"only; run a local relay that signs in for this host (cntlm, px) and point "
+                f"{var} at it")
     if status == 407 and auth:
         return (f"{where}: {named} refused the user and password it was given ({said}); "
                 f"check them in {var} or ~/.netrc")
@@ -473,6 +482,7 @@ class GatewayClient:
                     refused_cert = certificate_refused(exc)
                     refused_ours = client_cert_refused(exc)
                     proxied = proxy_refusal(exc)
+                    offered = proxy_schemes(exc) if proxied is not None else None
                 if err.status_code == 404:  # a gateway without /models: nothing to learn
                     working += 1
                     break
@@ -482,7 +492,8 @@ class GatewayClient:
                     raise UserError(client_cert_line(where, self.name, self.tls is not None,
                                                      refused_ours)) from None
                 if proxied is not None:
-                    raise UserError(proxy_line(where, self.base_url, *proxied)) from None
+                    raise UserError(proxy_line(where, self.base_url, *proxied,
+                                               schemes=offered)) from None
                 if err.error_class in (CONNECTION, TIMEOUT):
                     raise UserError(unreachable_line(where, self.base_url, err.message)
                                     ) from None

@@ -151,6 +151,32 @@ def proxy_refusal(exc: BaseException) -> tuple[int, str] | None:
     return None
 
 
+def proxy_schemes(exc: BaseException) -> list[str] | None:
+    """The ways a proxy that answered 407 offers to sign in (`Proxy-Authenticate`: Basic,
+    NTLM, Negotiate …), when the transport kept its headers (httpx2's refused CONNECT does
+    not); None when unknown."""
+    import re
+
+    from swarm_tui.gateway.tls import aiohttp
+    from swarm_tui.gateway.wire import WireStatusError
+
+    openai = sys.modules.get("openai")
+    for c in _causes(exc):
+        values: list[str] | None = None
+        if isinstance(c, aiohttp.ClientHttpProxyError) and c.headers is not None:
+            values = list(c.headers.getall("Proxy-Authenticate", []))
+        elif isinstance(c, WireStatusError) and c.status == 407:
+            values = [c.headers.get("proxy-authenticate", "")]
+        elif (openai is not None and isinstance(c, openai.APIStatusError)
+              and c.status_code == 407):
+            values = c.response.headers.get_list("proxy-authenticate", split_commas=False)
+        if values is not None:
+            # each challenge starts with its scheme: "Basic realm=corp, NTLM, Negotiate"
+            found = re.findall(r"(?:^|,)\s*([A-Za-z][\w.-]*)(?=\s|,|$)", ", ".join(values))
+            return [s for s in dict.fromkeys(found) if "=" not in s] or None
+    return None
+
+
 def _refused_or_reset(exc: BaseException) -> BaseException | None:
     """The aiohttp transport reports a refused connection as a connect *timeout* (after
     4 ms): look at the chain for what really happened."""

@@ -313,6 +313,9 @@ async def raise_for_status(resp: aiohttp.ClientResponse, headers: dict[str, str]
         body: object = json.loads(text)
     except ValueError:
         body = None
+    if resp.status == 407:  # a proxy may offer several ways to sign in, one header each
+        headers = {**headers, "proxy-authenticate": ", ".join(
+            resp.headers.getall("Proxy-Authenticate", []))}
     raise WireStatusError(resp.status, headers, body, text)
 
 

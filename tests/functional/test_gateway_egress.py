@@ -60,6 +60,7 @@ PROXY = """
 import asyncio, base64, sys
 from urllib.parse import urlsplit
 CREDS = {creds!r}
+CHALLENGES = {challenges!r}
 async def pipe(r, w):
     try:
         while data := await r.read(65536):
@@ -85,8 +86,9 @@ async def handle(r, w):
                  if h.lower().startswith(b"proxy-authorization:")]
         if not given or given[0][:6].lower() + given[0][6:] != wanted:
             w.write(b"HTTP/1.1 407 Proxy Authentication Required\\r\\n"
-                    b"Proxy-Authenticate: Basic realm=corp\\r\\nContent-Length: 0\\r\\n"
-                    b"Connection: close\\r\\n\\r\\n")
+                    + b"".join(b"Proxy-Authenticate: " + c.encode() + b"\\r\\n"
+                               for c in CHALLENGES)
+                    + b"Content-Length: 0\\r\\nConnection: close\\r\\n\\r\\n")
             await w.drain()
             return w.close()
     if method == "CONNECT":
@@ -191,11 +193,13 @@ def test_a_certificate_for_another_host_is_refused_as_such(tls, tmp_path, no_tru
     assert "SSL_CERT_FILE" not in r.stderr
 
 
-def _proxy(tmp_path: Path, creds: str | None = None):
+def _proxy(tmp_path: Path, creds: str | None = None,
+           challenges: tuple[str, ...] = ("Basic realm=corp",)):
     """A forward proxy in its own process; yields its URL and its log's lines."""
     log = tmp_path / "proxy.log"
     log.touch()
-    proc, port = script_server(PROXY.format(log=str(log), creds=creds))
+    proc, port = script_server(PROXY.format(log=str(log), creds=creds,
+                                            challenges=challenges))
     try:
         yield f"http://127.0.0.1:{port}", lambda: log.read_text().splitlines()
     finally:
@@ -386,3 +390,30 @@ def test_a_gateway_that_redirects_is_one_line_and_never_followed(tls, tmp_path, 
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+@pytest.mark.parametrize(("transport", "scheme"), [
+    ("wire", "http"), ("wire", "https"), ("aiohttp", "https"), ("httpx2", "http")])
+def test_a_proxy_that_wants_a_windows_sign_in_says_which_and_what_to_run(
+        tls, tmp_path, transport, scheme, no_trust_settings):
+    """A Windows shop's proxy offers NTLM and Negotiate only: a user and password in the
+    URL (sent as Basic) would be refused too, so the line says what it offers and what to
+    run instead. (httpx2's refused CONNECT keeps no headers: over https it says the
+    general 407 line.)"""
+    gen = _proxy(tmp_path, "ops:irrelevant", ("NTLM", "Negotiate"))
+    url, relayed = next(gen)
+    try:
+        port = tls["here"] if scheme == "https" else tls["sim_port"]
+        host = "localhost" if scheme == "https" else "127.0.0.1"
+        cfg = tmp_path / "c.toml"
+        cfg.write_text(f'[gateways.corp]\nbase_url = "{scheme}://{host}:{port}/v1"\n'
+                       'key_env = ["CORP_KEY"]\n')
+        var = f"{scheme.upper()}_PROXY"
+        r = _run(tmp_path, cfg, transport, **{var: url, "NO_PROXY": "",
+                                               "SSL_CERT_FILE": str(tls["bundle"])})
+        assert_one_line_error(
+            r, 2, f"its proxy {url} ({var}) asks for a sign-in swarm-tui cannot give (NTLM, "
+            "Negotiate; 407 Proxy Authentication Required)", "(cntlm, px)", f"point {var}")
+        assert relayed(), "the proxy was not asked"
+    finally:
+        gen.close()
