@@ -21,9 +21,9 @@ TRANSPORTS = ["wire", "aiohttp", "httpx2"]
 KEY = "sk-corp-0123456789abcdefghijklmn"
 
 # TLS in front of a plain HTTP server that asks every client for a certificate its CA
-# (argv: the port) issued, bytes relayed both ways. Blocking sockets, as an ingress does
-# it: a failed handshake sends its alert to the client ("certificate required", "unknown
-# ca") before the connection closes
+# (argv: the port) issued, bytes relayed both ways. Blocking sockets: a failed handshake
+# sends its alert to the client ("certificate required", "unknown ca") before the
+# connection closes
 MTLS_FRONT = """
 import socket, ssl, sys, threading
 ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -43,10 +43,23 @@ def pipe(a, b):
             except OSError:
                 pass
 def serve(raw):
+    tls = ctx.wrap_socket(raw, server_side=True, do_handshake_on_connect=False)
     try:
-        tls = ctx.wrap_socket(raw, server_side=True)
+        tls.do_handshake()
     except (OSError, ssl.SSLError):
-        raw.close()
+        # closed as an ingress closes (nginx's lingering close): the alert is out, what the
+        # client already wrote is read and dropped, then the socket closes. Closed at
+        # once, the request still unread makes the kernel reset the connection, and the
+        # reset can overtake the alert at the client: it sees "connection reset" only
+        plain = socket.socket(fileno=tls.detach())
+        try:
+            plain.shutdown(socket.SHUT_WR)
+            plain.settimeout(5)
+            while plain.recv(65536):
+                pass
+        except OSError:
+            pass
+        plain.close()
         return
     up = socket.create_connection(("127.0.0.1", {target}))
     threading.Thread(target=pipe, args=(tls, up), daemon=True).start()
