@@ -33,6 +33,10 @@ def collector_trust() -> str | None:
     if any(os.environ.get(v) for v in OTEL_CA_VARIABLES):
         return None
     paths = ssl.get_default_verify_paths()  # SSL_CERT_FILE when it names a file
+    if os.environ.get("SSL_CERT_DIR") and not os.environ.get("SSL_CERT_FILE"):
+        # a CA given as a hashed folder only (c_rehash): requests takes a file or a
+        # folder, not both, and the folder is what was named
+        return paths.capath
     return paths.cafile or paths.capath
 
 

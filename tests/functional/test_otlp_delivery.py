@@ -51,7 +51,8 @@ def _spans(posts: list[tuple[str, bytes]]) -> int:
     return n
 
 
-def _run(tmp_path, endpoint: str, **env: str):
+def _run(tmp_path, endpoint: str, **env: str | None):
+    """None: the variable unset (the caller deletes it from this process's environment)."""
     cfg = tmp_path / "otel.toml"
     cfg.write_text(f'[telemetry]\notlp_endpoint = "{endpoint}"\n')
     cfg.chmod(0o600)
@@ -61,9 +62,10 @@ def _run(tmp_path, endpoint: str, **env: str):
             "REQUESTS_CA_BUNDLE": SYSTEM_BUNDLE, "CURL_CA_BUNDLE": SYSTEM_BUNDLE,
             "SSL_CERT_FILE": "", "OTEL_EXPORTER_OTLP_CERTIFICATE": "",
             "OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE": ""}
+    given = {k: v for k, v in {**base, **env}.items() if v is not None}
     return swarm("run", "--demo", "12", "--headless", "--json", "--quiet", "--config", str(cfg),
                  "--sim-profile", "fixed:20", "--sim-rate-429", "0", "--sim-rate-503", "0",
-                 env={**base, **env}, timeout=120)
+                 env=given, timeout=120)
 
 
 def _logged(tmp_path) -> list[str]:
@@ -121,3 +123,21 @@ def test_a_collector_down_or_refusing_is_said_and_its_password_is_not(tmp_path, 
     assert "hunter2pw" not in r.stderr + r.stdout
     for stored in (p for p in tmp_path.glob("runs.db*") if p.is_file()):
         assert b"hunter2pw" not in stored.read_bytes(), stored
+
+
+def test_a_company_ca_given_as_a_hashed_folder_is_honoured_too(tmp_path, company_ca,
+                                                               tls_collector, monkeypatch):
+    """SSL_CERT_DIR alone (a c_rehash'd folder, as some hosts keep their CAs): SSL_CERT_FILE
+    unset, so the system's bundle file is there too — and is not what was named."""
+    import subprocess
+
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    folder = tmp_path / "certs"
+    folder.mkdir()
+    digest = subprocess.run(["openssl", "x509", "-hash", "-noout", "-in", str(company_ca[0])],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    (folder / f"{digest}.0").write_bytes(company_ca[0].read_bytes())
+    r = _run(tmp_path, f"https://localhost:{tls_collector.port}", SSL_CERT_DIR=str(folder),
+             SSL_CERT_FILE=None)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    assert _spans(tls_collector.posts) == 12
