@@ -101,6 +101,11 @@ def _reason(e: BaseException) -> str:
     if any(isinstance(c, requests.Timeout | TimeoutError) for c in seen):
         return "timed out"
     inner = seen[-1]
+    if any(isinstance(c, requests.exceptions.ProxyError) for c in seen):
+        # the environment's proxy said no to the CONNECT (`OSError: 407 Proxy …`)
+        said = str(inner.args[-1] if inner.args else inner).split(": ", 1)[-1]
+        how = "the proxy refused it" if said[:3].isdigit() else "its proxy is unreachable"
+        return f"{how}: {said}"[:160]
     text = str(inner.args[-1] if isinstance(inner, OSError) and inner.args else inner)
     return f"{type(inner).__name__}: {text.split(': ', 1)[-1]}"[:160]
 

@@ -144,3 +144,31 @@ def test_a_company_ca_given_as_a_hashed_folder_is_honoured_too(tmp_path, company
              SSL_CERT_FILE=None)
     assert r.returncode == 0 and r.stderr == "", r.stderr
     assert _spans(tls_collector.posts) == 12
+
+
+def test_a_proxy_that_refuses_the_collector_is_said_as_such(tmp_path, company_ca,
+                                                            tls_collector):
+    """A collector outside the bastion, through its proxy: carried (the proxy logs the
+    CONNECT), and a proxy that wants a password is named as what refused the spans."""
+    from tests.functional.test_gateway_egress import _proxy
+
+    for creds, delivered in ((None, 12), ("ops:pw", 0)):
+        gen = _proxy(tmp_path, creds)
+        url, relayed = next(gen)
+        try:
+            n = len(tls_collector.posts)
+            r = _run(tmp_path, f"https://localhost:{tls_collector.port}",
+                     SSL_CERT_FILE=str(company_ca[0]), HTTPS_PROXY=url, NO_PROXY="",
+                     no_proxy="")
+            assert r.returncode == 0, r.stderr
+            assert _spans(tls_collector.posts[n:]) == delivered
+            assert relayed() and relayed()[-1] == f"CONNECT localhost:{tls_collector.port}"
+            if delivered:
+                assert r.stderr == ""
+            else:
+                assert r.stderr.splitlines() == [
+                    f"swarm-tui: warning: telemetry: 12 of 12 spans NOT delivered to https://"
+                    f"localhost:{tls_collector.port}/v1/traces (the proxy refused it: 407 "
+                    "Proxy Authentication Required)"], r.stderr
+        finally:
+            gen.close()
