@@ -245,3 +245,29 @@ def test_a_client_certificate_that_cannot_be_used_is_a_config_error(tmp_path, ba
     r = swarm("--config", str(cfg), "run", "--demo", "1", "--headless", "--quiet",
               env={"CORP_KEY": KEY, "SWARM_TUI_DB": str(tmp_path / "runs.db")})
     assert_one_line_error(r, 2, f"config {cfg}", said)
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_the_certificate_is_shown_through_the_bastions_proxy_too(tmp_path, ingress,
+                                                                 transport):
+    """HTTPS_PROXY's CONNECT tunnel, then the client certificate inside it."""
+    from tests.functional.test_gateway_egress import _proxy
+
+    gen = _proxy(tmp_path)
+    url, relayed = next(gen)
+    try:
+        before = _requests(ingress["sim_port"])
+        cfg = tmp_path / "c.toml"
+        cfg.write_text(f'[gateways.corp]\nbase_url = "https://localhost:{ingress["port"]}/v1"\n'
+                       f'key_env = ["CORP_KEY"]\nclient_cert = "{ingress["cert"]}"\n'
+                       f'client_key = "{ingress["key"]}"\n')
+        r = swarm("--config", str(cfg), "run", "--demo", "5", "--headless", "--quiet",
+                  "--json", "--transport", transport, timeout=120,
+                  env={"CORP_KEY": KEY, "SWARM_TUI_DB": str(tmp_path / "runs.db"),
+                       "SSL_CERT_FILE": str(ingress["bundle"]), "HTTPS_PROXY": url,
+                       "NO_PROXY": "", "no_proxy": ""})
+        assert r.returncode == 0, r.stderr
+        assert _requests(ingress["sim_port"]) - before == 5
+        assert f"CONNECT localhost:{ingress['port']}" in relayed()
+    finally:
+        gen.close()
