@@ -22,7 +22,6 @@ if TYPE_CHECKING:  # the SDK is imported where a call goes through it (issue 34:
 
 from swarm_tui.core.fmt import whole
 from swarm_tui.errors import UserError
-from swarm_tui.gateway.client_cert import client_cert_refused
 from swarm_tui.gateway.errors import (
     AUTH,
     CONNECTION,
@@ -31,6 +30,7 @@ from swarm_tui.gateway.errors import (
     ProtocolError,
     certificate_refused,
     classify,
+    client_cert_refused,
     kept_headers,
     proxy_refusal,
     proxy_schemes,

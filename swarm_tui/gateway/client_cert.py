@@ -11,7 +11,6 @@ and neither file's contents ever reach a line we print.
 
 from __future__ import annotations
 
-import re
 import ssl
 import stat
 from pathlib import Path
@@ -69,30 +68,3 @@ def client_tls(where: str, cert: Path, key: Path | None) -> ssl.SSLContext:
     except OSError as e:
         raise UserError(f"{where}: client certificate {cert}: {e.strerror or e}") from None
     return context
-
-
-# the alerts a server sends when it wanted a client certificate, or did not accept ours
-_REFUSALS = ("certificate required", "bad certificate", "unknown ca", "certificate unknown",
-             "handshake failure", "certificate expired", "certificate revoked",
-             "access denied")
-
-
-def client_cert_refused(exc: BaseException) -> str | None:
-    """The server's TLS alert when it refused the client's certificate (or wanted one):
-    `tlsv13 alert certificate required`; None for anything else."""
-    seen: list[BaseException] = []
-    cur: BaseException | None = exc
-    while cur is not None and cur not in seen:
-        seen.append(cur)
-        cur = cur.__cause__ or cur.__context__
-    for c in seen:
-        if isinstance(c, ssl.SSLCertVerificationError):
-            return None  # ours refusing theirs: gateway/errors.certificate_refused
-        # an SSLError's reason, or its text inside a transport's own error
-        # (`ClientOSError: [Errno 1] [SSL: TLSV13_ALERT_CERTIFICATE_REQUIRED] …`)
-        reason = c.reason if isinstance(c, ssl.SSLError) else None
-        m = re.search(r"\[SSL: ([A-Z0-9_]+)\]", str(c))
-        why = (reason or (m[1] if m else "")).lower().replace("_", " ")
-        if "alert" in why and any(r in why for r in _REFUSALS):
-            return why
-    return None

@@ -124,6 +124,31 @@ def certificate_refused(exc: BaseException) -> str | None:
     return None
 
 
+# the alerts a server sends when it wanted a client certificate, or did not accept ours
+_CLIENT_CERT_REFUSALS = ("certificate required", "bad certificate", "unknown ca",
+                         "certificate unknown", "handshake failure", "certificate expired",
+                         "certificate revoked", "access denied")
+
+
+def client_cert_refused(exc: BaseException) -> str | None:
+    """The gateway's TLS alert when it refused our client certificate (or wanted one):
+    `tlsv13 alert certificate required`; None for anything else."""
+    import re
+    import ssl
+
+    for c in _causes(exc):
+        if isinstance(c, ssl.SSLCertVerificationError):
+            return None  # ours refusing theirs: certificate_refused
+        # an SSLError's reason, or its text inside a transport's own error
+        # (`ClientOSError: [Errno 1] [SSL: TLSV13_ALERT_CERTIFICATE_REQUIRED] …`)
+        reason = c.reason if isinstance(c, ssl.SSLError) else None
+        m = re.search(r"\[SSL: ([A-Z0-9_]+)\]", str(c))
+        why = (reason or (m[1] if m else "")).lower().replace("_", " ")
+        if "alert" in why and any(r in why for r in _CLIENT_CERT_REFUSALS):
+            return why
+    return None
+
+
 def proxy_refusal(exc: BaseException) -> tuple[int, str] | None:
     """(status, reason) when the proxy between us and the gateway refused the call — its
     answer to a CONNECT (a gateway over https), or a 407 in place of the gateway's answer
@@ -230,8 +255,6 @@ def classify(exc: BaseException, keys: tuple[str, ...] = ()) -> CallError:
         said, reason = proxied
         return CallError(CONNECTION if said >= 500 else OTHER, None,
                          _clean(f"the proxy refused it: {said} {reason}".strip(), keys))
-    from swarm_tui.gateway.client_cert import client_cert_refused
-
     alert = client_cert_refused(exc)
     if alert is not None:  # its TLS said no to our certificate: a retry shows the same one
         return CallError(OTHER, None, f"the gateway refused the client certificate ({alert})")
