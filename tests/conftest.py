@@ -90,8 +90,10 @@ def throwaway_pg(durable: bool = False,
             raise
         pytest.skip(str(e))
     server.start()
-    yield server
-    server.stop()
+    try:
+        yield server
+    finally:  # also when a test closes the generator itself (gen.close() skips the rest)
+        server.stop()
 
 
 _databases = itertools.count()
