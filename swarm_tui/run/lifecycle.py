@@ -99,6 +99,15 @@ class RunLifecycle:
         return self.setup.make_runner(heads, consumers, seqs=seqs,
                                       prior_attempts=prior_attempts, bodies=self.bodies)
 
+    def _store_say(self) -> Callable[[str], None] | None:
+        """A store that holds the run, said on stderr where no progress line shows it (a
+        quiet headless run; a worker, named, whose starter's stderr it shares)."""
+        if self.show_progress or not self.warn_on_stderr:
+            return None  # the progress line says HELD; a console shows the run's log
+        claim = self.claim
+        who = "" if self.whole_run or claim is None else f"worker {claim.host}:{claim.pid}: "
+        return lambda line: print(f"swarm-tui: {who}{line}", file=sys.stderr, flush=True)
+
     async def execute(self, runner: SwarmRunner, *, started: str, detail: str | None = None,
                       fence: LeaseFence | None = None, beside: Beside | None = None,
                       on_start: OnStart | None = None) -> signal.Signals | None:
@@ -110,7 +119,8 @@ class RunLifecycle:
         grace = self.setup.cfg.settings.store.unwritable_grace_s
         async with collector_for_a_run():
             writer = self.writer = StoreWriter(self.conn, self.db_target, self.run_id, runner,
-                                               claim=self.claim, fence=fence, grace_s=grace)
+                                               claim=self.claim, fence=fence, grace_s=grace,
+                                               say=self._store_say())
             # the engine's events into the writer's rows, and the commands queued for the
             # run applied between its flushes
             ControlPoll(RunRecorder(writer, runner))

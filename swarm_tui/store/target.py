@@ -77,6 +77,11 @@ def db_error(path: DbTarget, exc: BaseException) -> UserError:
     if isinstance(path, PgTarget):
         return UserError(f"database {path}: {exc}")
     if "locked" in msg or "busy" in msg:
+        from swarm_tui.store.lock_holder import write_lock_holder
+
+        holder = write_lock_holder(path)
+        if holder is not None:
+            return UserError(f"database {path}: locked by another process: {holder.said()}")
         return UserError(f"database {path}: locked by another process (try again, or check "
                          "for a stuck swarm-tui)")
     if "not a database" in msg or "malformed" in msg or "corrupt" in msg:

@@ -102,7 +102,8 @@ class StoreWriter:
     def __init__(self, conn: StoreConnection, path: DbTarget, run_id: str, runner: Dispatch,
                  *, claim: Claim, flush_interval: float = 0.25, max_rows: int = 5000,
                  heartbeat_s: float = 1.0, grace_s: float = 60.0,
-                 fence: RunFence | LeaseFence | None = None) -> None:
+                 fence: RunFence | LeaseFence | None = None,
+                 say: Callable[[str], None] | None = None) -> None:
         self.conn = conn
         self.path = path
         self.run_id = run_id
@@ -113,6 +114,9 @@ class StoreWriter:
         self.max_rows = max_rows
         self.heartbeat_s = heartbeat_s
         self.grace_s = grace_s
+        # where a run that shows no progress says that its store holds it, and when that
+        # ends (a quiet headless run or a worker went silent for as long as a lock lasted)
+        self.say = say
         self.stats = WriterStats()
         self.error: str | None = None      # the last flush's failure, while it lasts
         self.failure: str | None = None    # why the run could not be stored (exit 2)
@@ -347,14 +351,22 @@ class StoreWriter:
         now = time.monotonic()
         if self.failing_since is None:
             self.failing_since = now
-            self.runner.hold(STORE_HOLD, f"store: cannot write ({self.error}); dispatch paused "
-                                         f"with {self.unsaved} results kept"
-                                         + (f" (journal {self.journal.path})"
-                                            if self.journal.path else ""))
+            held = (f"store: cannot write ({self.error}); dispatch paused with {self.unsaved} "
+                    "results kept" + (f" (journal {self.journal.path})"
+                                      if self.journal.path else ""))
+            self.runner.hold(STORE_HOLD, held)
+            self._say(held)
         elif (now - self.failing_since >= self.grace_s and self.failure is None):
             self.failure = STORE_STOPPED
-            self.runner.stop(STORE_STOPPED, f"store: still unwritable after {self.grace_s:.0f} "
-                                            "s; no more sends, waiting for the calls in flight")
+            stopped = (f"store: still unwritable after {self.grace_s:.0f} s; no more sends, "
+                       "waiting for the calls in flight")
+            self.runner.stop(STORE_STOPPED, stopped)
+            self._say(stopped)
+
+    def _say(self, line: str) -> None:
+        if self.say is not None:
+            with contextlib.suppress(OSError):  # a terminal gone (hang-up): the run goes on
+                self.say(line)
 
     def _recovered(self) -> None:
         self.error = None
@@ -364,6 +376,7 @@ class StoreWriter:
         if self.failing_since is not None:
             self.failing_since = None
             self.runner.release(STORE_HOLD, "store: writable again; dispatch resumed")
+            self._say("store: writable again; dispatch resumed")
         if BACKLOG_HOLD in self.runner.holds:
             self.runner.release(BACKLOG_HOLD, "store: caught up; dispatch resumed")
 

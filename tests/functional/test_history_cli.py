@@ -253,8 +253,47 @@ def test_locked_database_is_one_line_exit_2():
     finally:
         holder.execute("ROLLBACK")
         holder.close()
-    assert_one_line_error(r, 2, "locked by another process")
+    # the holder named (this test's own process, not stopped)
+    assert_one_line_error(r, 2, f"locked by another process: pid {os.getpid()} (",
+                          "; try again once it is done")
     assert read.returncode == 0 and "SLA" in read.stdout, read.stderr
+
+
+@pytest.mark.usefixtures("no_user_config")
+@pytest.mark.slow
+def test_a_database_locked_by_a_stopped_process_names_it_and_how_to_continue_it():
+    """A process stopped inside a write (Ctrl-Z, SIGSTOP, a debugger) holds SQLite's one
+    write lock until it continues: the line says which process, that it is stopped, and
+    the command that lets it finish."""
+    r = swarm("run", "--demo", "2", "--headless", "--quiet")
+    assert r.returncode in (0, 3)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import os, signal, sqlite3, sys\n"
+         "c = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+         "c.execute('BEGIN IMMEDIATE')\n"
+         "c.execute('DELETE FROM events')\n"
+         "print('held', flush=True)\n"
+         "os.kill(os.getpid(), signal.SIGSTOP)\n", os.environ["SWARM_TUI_DB"]],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        stat = Path(f"/proc/{holder.pid}/stat")
+        deadline = time.monotonic() + 30
+        while stat.read_text().rsplit(")", 1)[1].split()[0] != "T":
+            assert time.monotonic() < deadline, "the holder never stopped"
+            time.sleep(0.01)
+        r = swarm("run", "--demo", "2", "--headless", "--quiet")
+        name = Path(sys.executable).name[:15]  # the kernel's name for it (comm)
+        assert_one_line_error(
+            r, 2, f"database {os.environ['SWARM_TUI_DB']}: locked by another process: pid "
+                  f"{holder.pid} ({name}), which is stopped; nothing can be written until it "
+                  f"continues (kill -CONT {holder.pid})")
+    finally:
+        holder.kill()
+        holder.wait(10)
+    # the stopped writer's change never landed: the database is as the first run left it
+    with sqlite3.connect(os.environ["SWARM_TUI_DB"]) as c:
+        assert c.execute("SELECT COUNT(*) FROM events").fetchone()[0] > 0
 
 
 def test_compare_shows_a_rate_change_in_percentage_points_and_calls_per_s_counts_calls():
