@@ -100,13 +100,15 @@ class RunLifecycle:
                                       prior_attempts=prior_attempts, bodies=self.bodies)
 
     def _store_say(self) -> Callable[[str], None] | None:
-        """A store that holds the run, said on stderr where no progress line shows it (a
-        quiet headless run; a worker, named, whose starter's stderr it shares)."""
-        if self.show_progress or not self.warn_on_stderr:
-            return None  # the progress line says HELD; a console shows the run's log
+        """A worker's store that holds it, said on stderr (the worker named): a worker shows
+        no progress, nor does its starter, which shares that stderr. (A whole run says it
+        in its progress line, as HELD, or — quiet — in its one line if it ends of it; a
+        console in the run's log.)"""
         claim = self.claim
-        who = "" if self.whole_run or claim is None else f"worker {claim.host}:{claim.pid}: "
-        return lambda line: print(f"swarm-tui: {who}{line}", file=sys.stderr, flush=True)
+        if self.whole_run or self.show_progress or not self.warn_on_stderr or claim is None:
+            return None
+        who = f"worker {claim.host}:{claim.pid}"
+        return lambda line: print(f"swarm-tui: {who}: {line}", file=sys.stderr, flush=True)
 
     async def execute(self, runner: SwarmRunner, *, started: str, detail: str | None = None,
                       fence: LeaseFence | None = None, beside: Beside | None = None,
