@@ -71,9 +71,11 @@ async def run_with_workers(conn: StoreConnection, path: DbTarget, cfg: LoadedCon
     failed = [c for c in codes
               if c not in (EXIT_OK, EXIT_SLA_BREACHED, EXIT_BUDGET_STOPPED, *stopped)]
     if failed:
+        # (the others may have finished the run: then there is nothing left to finish)
+        then = ("the others finished the run" if summary.status == RunStatus.FINISHED
+                else f"`swarm-tui worker {run_id}` finishes the run")
         print(f"swarm-tui: {len(failed)} of {workers} workers failed (exit "
-              f"{', '.join(map(str, failed))}); `swarm-tui worker {run_id}` finishes the run",
-              file=sys.stderr)
+              f"{', '.join(map(str, failed))}); {then}", file=sys.stderr)
     # a worker that died is no failure of a run the others finished (its batches were
     # leased again): exit as the run ended
     interrupted = (bool(failed) or signalled.got) and summary.status != RunStatus.FINISHED
