@@ -227,6 +227,10 @@ class SwarmRunner:
                     self.consumer_error = (f"{getattr(consumer, '__qualname__', consumer)}: "
                                            f"{type(exc).__name__}: {exc}")
 
+    def note(self, detail: str) -> None:
+        """A line for the run's log (the console's, the stored events), sending unchanged."""
+        self.emit(ev.CONTROL, detail=detail)
+
     # -- controls (safe to call from the same event loop at any time) ----------------------
     def set_rate_share(self, share: float) -> None:
         """This process's part of its keys' quotas (a run's workers share the keys)."""

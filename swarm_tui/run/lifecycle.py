@@ -27,6 +27,7 @@ from swarm_tui.canary.controller import CanaryController
 from swarm_tui.core.events import CONTROL, Consumer
 from swarm_tui.core.records import TaskHead
 from swarm_tui.core.states import RunStatus
+from swarm_tui.core.terminal import draws
 from swarm_tui.engine.runner import SwarmRunner
 from swarm_tui.run.control_poll import ControlPoll
 from swarm_tui.run.progress import run_with_progress
@@ -104,11 +105,25 @@ class RunLifecycle:
         no progress, nor does its starter, which shares that stderr. (A whole run says it
         in its progress line, as HELD, or — quiet — in its one line if it ends of it; a
         console in the run's log.)"""
-        claim = self.claim
-        if self.whole_run or self.show_progress or not self.warn_on_stderr or claim is None:
+        if self.whole_run or self.show_progress or not self.warn_on_stderr:
             return None
-        who = f"worker {claim.host}:{claim.pid}"
-        return lambda line: print(f"swarm-tui: {who}: {line}", file=sys.stderr, flush=True)
+        who = self._worker()
+        return lambda line: print(f"swarm-tui: {who}{line}", file=sys.stderr, flush=True)
+
+    def _worker(self) -> str:
+        """A worker's name as its lines start ('' for a whole run's single executor)."""
+        claim = self.claim
+        return "" if self.whole_run or claim is None else f"worker {claim.host}:{claim.pid}: "
+
+    def _warn_now(self) -> Callable[[str], None] | None:
+        """A warning in the middle of a run, on stderr as the ones before and after it (a
+        console's is in the run's log it shows); over a progress bar, on a line of its own."""
+        if not self.warn_on_stderr:
+            return None
+        who = self._worker()
+        clear = "\r\x1b[2K" if self.show_progress and draws(sys.stderr) else ""
+        return lambda line: print(f"{clear}swarm-tui: warning: {who}{line}", file=sys.stderr,
+                                  flush=True)
 
     async def execute(self, runner: SwarmRunner, *, started: str, detail: str | None = None,
                       fence: LeaseFence | None = None, beside: Beside | None = None,
@@ -122,7 +137,10 @@ class RunLifecycle:
         async with collector_for_a_run():
             writer = self.writer = StoreWriter(self.conn, self.db_target, self.run_id, runner,
                                                claim=self.claim, fence=fence, grace_s=grace,
-                                               say=self._store_say())
+                                               say=self._store_say(), warn=self._warn_now(),
+                                               wal_warn_bytes=int(
+                                                   self.setup.cfg.settings.store.wal_warn_mib
+                                                   * 2**20))
             # the engine's events into the writer's rows, and the commands queued for the
             # run applied between its flushes
             ControlPoll(RunRecorder(writer, runner))

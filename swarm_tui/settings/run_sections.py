@@ -48,11 +48,14 @@ class PriceOverride(Section):
 
 @dataclass(kw_only=True)
 class StoreConfig(Section):
-    """[store]: how long a run waits on an unwritable database."""
+    """[store]: how long a run waits on an unwritable database; when a WAL is too big."""
 
     # how long dispatch stays paused on an unwritable database before the run stops
     # (calls in flight are awaited and journaled; exit 2)
     unwritable_grace_s: PosFloat = 60.0
+    # SQLite: a WAL past this many MiB that a checkpoint cannot take back (a reader holds a
+    # read open) is warned about, naming the reader; again each time it doubles
+    wal_warn_mib: PosFloat = 128.0
 
 
 class AlertKind(StrEnum):

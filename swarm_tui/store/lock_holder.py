@@ -1,4 +1,5 @@
-"""Who holds a SQLite database's write lock, for the one line a locked database gets.
+"""Who holds a SQLite database's write lock (for the one line a locked database gets), and
+who reads its WAL (for the warning of a WAL that cannot shrink).
 
 A process stopped in the middle of a write (SIGSTOP, Ctrl-Z, a debugger) holds SQLite's
 single write lock until it continues: every other writer — the run's other workers, a
@@ -19,6 +20,9 @@ from typing import NamedTuple
 WAL_WRITE_BYTE = 120
 PENDING_BYTE = 0x4000_0000
 RESERVED_BYTE = PENDING_BYTE + 1
+# a reader's slot (WAL_READ_LOCK(0..4)): 0 reads the database file alone (the WAL was all
+# written back when it began), and no checkpoint writes pages back under it either
+WAL_READ_BYTES = (123, 127)
 
 
 class LockHolder(NamedTuple):
@@ -31,31 +35,46 @@ class LockHolder(NamedTuple):
         return self.state in ("T", "t")
 
     def said(self) -> str:
-        who = f"pid {self.pid} ({self.name})"
         if self.stopped:
-            return (f"{who}, which is stopped; nothing can be written until it continues "
-                    f"(kill -CONT {self.pid})")
-        return f"{who}; try again once it is done"
+            return (f"{self.who()}, which is stopped; nothing can be written until it "
+                    f"continues (kill -CONT {self.pid})")
+        return f"{self.who()}; try again once it is done"
+
+    def who(self) -> str:
+        return f"pid {self.pid} ({self.name})"
 
 
 def write_lock_holder(db: Path, locks: Path = Path("/proc/locks")) -> LockHolder | None:
     """The other process holding `db`'s write lock, if this system says (else None)."""
+    found = _holders(db, ((Path(f"{db}-shm"), WAL_WRITE_BYTE, WAL_WRITE_BYTE),
+                          (db, PENDING_BYTE, RESERVED_BYTE)), "WRITE", locks)
+    return found[0] if found else None
+
+
+def wal_readers(db: Path, locks: Path = Path("/proc/locks")) -> list[LockHolder]:
+    """Other processes reading `db` from its WAL right now (a read transaction, open or
+    stopped): while one does, no checkpoint can reset the WAL past what it reads."""
+    return _holders(db, ((Path(f"{db}-shm"), *WAL_READ_BYTES),), "READ", locks)
+
+
+def _holders(db: Path, spans: tuple[tuple[Path, int, int], ...], kind: str,
+             locks: Path) -> list[LockHolder]:
     ranges: dict[tuple[int, int, int], tuple[int, int]] = {}
-    for file, first, last in ((Path(f"{db}-shm"), WAL_WRITE_BYTE, WAL_WRITE_BYTE),
-                              (db, PENDING_BYTE, RESERVED_BYTE)):
+    for file, first, last in spans:
         try:
             st = os.stat(file)
         except OSError:
             continue
         ranges[(os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)] = (first, last)
     try:
-        lines = locks.read_text().splitlines()
+        lines = locks.read_text().splitlines() if ranges else []
     except OSError:
-        return None
+        return []
+    pids: list[int] = []
     for line in lines:
         # "1: POSIX  ADVISORY  WRITE 2546 fe:00:1575 120 120" ("->" marks a waiter)
         f = line.split()
-        if len(f) < 8 or f[1] == "->" or f[1] != "POSIX" or f[3] != "WRITE":
+        if len(f) < 8 or f[1] != "POSIX" or f[3] != kind:
             continue
         try:
             pid = int(f[4])
@@ -65,11 +84,10 @@ def write_lock_holder(db: Path, locks: Path = Path("/proc/locks")) -> LockHolder
         except ValueError:
             continue
         span = ranges.get(key)
-        if span is None or pid <= 0 or pid == os.getpid() \
-                or not (start <= span[1] and end >= span[0]):
-            continue
-        return _holder(pid)
-    return None
+        if span is not None and pid > 0 and pid != os.getpid() and pid not in pids \
+                and start <= span[1] and end >= span[0]:
+            pids.append(pid)
+    return [_holder(pid) for pid in pids]
 
 
 def _holder(pid: int) -> LockHolder:

@@ -21,6 +21,7 @@ import json
 import sqlite3
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
 from typing import Protocol
 
 from swarm_tui.core.states import PERMIT_HOLD
@@ -32,6 +33,7 @@ from swarm_tui.store.notify import CONTROL, ROWS, Listener, notify
 from swarm_tui.store.runs import refresh_stats
 from swarm_tui.store.spill import SpillJournal
 from swarm_tui.store.target import DbTarget, db_error
+from swarm_tui.store.wal_watch import WalWatch
 
 RESULT_COLS = ("run_id, seq, state, model, gateway, bucket, key_fp, attempts, tokens_in, "
                "tokens_out, cached_in, usage_estimated, cost_usd, latency_ms, ttft_ms, queue_ms, "
@@ -75,6 +77,7 @@ class Dispatch(Protocol):
     def hold(self, reason: str, detail: str) -> None: ...
     def release(self, reason: str, detail: str) -> None: ...
     def stop(self, reason: str, detail: str) -> None: ...
+    def note(self, detail: str) -> None: ...
 
 
 class RowSource(Protocol):
@@ -103,7 +106,9 @@ class StoreWriter:
                  *, claim: Claim, flush_interval: float = 0.25, max_rows: int = 5000,
                  heartbeat_s: float = 1.0, grace_s: float = 60.0,
                  fence: RunFence | LeaseFence | None = None,
-                 say: Callable[[str], None] | None = None) -> None:
+                 say: Callable[[str], None] | None = None,
+                 warn: Callable[[str], None] | None = None,
+                 wal_warn_bytes: int = 128 << 20) -> None:
         self.conn = conn
         self.path = path
         self.run_id = run_id
@@ -117,6 +122,8 @@ class StoreWriter:
         # where a run that shows no progress says that its store holds it, and when that
         # ends (a quiet headless run or a worker went silent for as long as a lock lasted)
         self.say = say
+        self.warn = warn  # a warning for whoever runs it (not a console: its log shows it)
+        self.wal = WalWatch(path, wal_warn_bytes) if isinstance(path, Path) else None
         self.stats = WriterStats()
         self.error: str | None = None      # the last flush's failure, while it lasts
         self.failure: str | None = None    # why the run could not be stored (exit 2)
@@ -264,6 +271,12 @@ class StoreWriter:
         if keys:
             self._last_keys = now
         self._recovered()
+        if self.wal is not None and (line := await self.wal.check(self.conn,
+                                                                  time.monotonic())):
+            self.runner.note(line)
+            if self.warn is not None:
+                with contextlib.suppress(OSError):
+                    self.warn(line)
         ms = (time.perf_counter() - t0) * 1000.0
         st = self.stats
         st.flushes += 1
