@@ -51,9 +51,12 @@ def write_lock_holder(db: Path, locks: Path = Path("/proc/locks")) -> LockHolder
     return found[0] if found else None
 
 
-def wal_readers(db: Path, locks: Path = Path("/proc/locks")) -> list[LockHolder]:
-    """Other processes reading `db` from its WAL right now (a read transaction, open or
-    stopped): while one does, no checkpoint can reset the WAL past what it reads."""
+def wal_readers(db: Path, locks: Path = Path("/proc/locks")) -> list[LockHolder] | None:
+    """Other processes inside a read of `db` right now (a read transaction, open or
+    stopped): while one is, no checkpoint takes the WAL back past what it reads. None:
+    this system does not say."""
+    if not os.access(locks, os.R_OK):
+        return None
     return _holders(db, ((Path(f"{db}-shm"), *WAL_READ_BYTES),), "READ", locks)
 
 
