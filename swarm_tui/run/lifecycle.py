@@ -107,22 +107,20 @@ class RunLifecycle:
         console in the run's log.)"""
         if self.whole_run or self.show_progress or not self.warn_on_stderr:
             return None
-        who = self._worker()
-        return lambda line: print(f"swarm-tui: {who}{line}", file=sys.stderr, flush=True)
-
-    def _worker(self) -> str:
-        """A worker's name as its lines start ('' for a whole run's single executor)."""
-        claim = self.claim
-        return "" if self.whole_run or claim is None else f"worker {claim.host}:{claim.pid}: "
+        return self._on_stderr("")
 
     def _warn_now(self) -> Callable[[str], None] | None:
         """A warning in the middle of a run, on stderr as the ones before and after it (a
-        console's is in the run's log it shows); over a progress bar, on a line of its own."""
-        if not self.warn_on_stderr:
-            return None
-        who = self._worker()
+        console's is in the run's log it shows)."""
+        return self._on_stderr("warning: ") if self.warn_on_stderr else None
+
+    def _on_stderr(self, lead: str) -> Callable[[str], None]:
+        """Lines on stderr as this process's: a worker named; over a progress bar, on a line
+        of their own."""
+        claim = self.claim
+        who = "" if self.whole_run or claim is None else f"worker {claim.host}:{claim.pid}: "
         clear = "\r\x1b[2K" if self.show_progress and draws(sys.stderr) else ""
-        return lambda line: print(f"{clear}swarm-tui: warning: {who}{line}", file=sys.stderr,
+        return lambda line: print(f"{clear}swarm-tui: {lead}{who}{line}", file=sys.stderr,
                                   flush=True)
 
     async def execute(self, runner: SwarmRunner, *, started: str, detail: str | None = None,

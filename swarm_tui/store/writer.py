@@ -119,10 +119,11 @@ class StoreWriter:
         self.max_rows = max_rows
         self.heartbeat_s = heartbeat_s
         self.grace_s = grace_s
-        # where a run that shows no progress says that its store holds it, and when that
-        # ends (a quiet headless run or a worker went silent for as long as a lock lasted)
+        # where a worker says that its store holds it, and when that ends (it showed
+        # nothing for as long as a lock lasted); where a warning goes (not to a console's
+        # screen: its log shows it)
         self.say = say
-        self.warn = warn  # a warning for whoever runs it (not a console: its log shows it)
+        self.warn = warn
         self.wal = WalWatch(path, wal_warn_bytes) if isinstance(path, Path) else None
         self.stats = WriterStats()
         self.error: str | None = None      # the last flush's failure, while it lasts
@@ -274,9 +275,7 @@ class StoreWriter:
         if self.wal is not None and (line := await self.wal.check(self.conn,
                                                                   time.monotonic())):
             self.runner.note(line)
-            if self.warn is not None:
-                with contextlib.suppress(OSError):
-                    self.warn(line)
+            _tell(self.warn, line)
         ms = (time.perf_counter() - t0) * 1000.0
         st = self.stats
         st.flushes += 1
@@ -368,18 +367,13 @@ class StoreWriter:
                     "results kept" + (f" (journal {self.journal.path})"
                                       if self.journal.path else ""))
             self.runner.hold(STORE_HOLD, held)
-            self._say(held)
+            _tell(self.say, held)
         elif (now - self.failing_since >= self.grace_s and self.failure is None):
             self.failure = STORE_STOPPED
             stopped = (f"store: still unwritable after {self.grace_s:.0f} s; no more sends, "
                        "waiting for the calls in flight")
             self.runner.stop(STORE_STOPPED, stopped)
-            self._say(stopped)
-
-    def _say(self, line: str) -> None:
-        if self.say is not None:
-            with contextlib.suppress(OSError):  # a terminal gone (hang-up): the run goes on
-                self.say(line)
+            _tell(self.say, stopped)
 
     def _recovered(self) -> None:
         self.error = None
@@ -389,7 +383,7 @@ class StoreWriter:
         if self.failing_since is not None:
             self.failing_since = None
             self.runner.release(STORE_HOLD, "store: writable again; dispatch resumed")
-            self._say("store: writable again; dispatch resumed")
+            _tell(self.say, "store: writable again; dispatch resumed")
         if BACKLOG_HOLD in self.runner.holds:
             self.runner.release(BACKLOG_HOLD, "store: caught up; dispatch resumed")
 
@@ -436,3 +430,9 @@ class StoreWriter:
         else:
             self.journal.close()
         self.claim.release()
+
+
+def _tell(to: Callable[[str], None] | None, line: str) -> None:
+    if to is not None:
+        with contextlib.suppress(OSError):  # a terminal gone (hang-up): the run goes on
+            to(line)

@@ -506,6 +506,13 @@ def _sessions(db) -> list:
                         "WHERE datname = current_database() AND pid <> pg_backend_pid()")
 
 
+def _first_of_two_busy_workers(db) -> int:
+    """The pid of the first of a run's two workers, once both have joined and stored some."""
+    wait_until(lambda: _count(db, "SELECT COUNT(*) FROM workers") == 2
+               and _count(db, "SELECT COUNT(*) FROM results") >= 150, "two busy workers", 90)
+    return raw_rows(db, "SELECT pid FROM workers ORDER BY worker")[0][0]
+
+
 def _write_lock_free(db, wait_s: float) -> bool:
     """Whether a writer gets SQLite's one write lock within `wait_s` (then let go)."""
     c = sqlite3.connect(db, timeout=wait_s, isolation_level=None)
@@ -560,10 +567,7 @@ def test_a_worker_stopped_past_its_lease_sends_nothing_more_and_its_calls_stay_o
     # came to lease the stopped one's batches)
     proc = _run(_workload(tmp_path, n), cfg, 2, lease_s=6.0)
     try:
-        wait_until(lambda: _count(any_db, "SELECT COUNT(*) FROM workers") == 2
-                   and _count(any_db, "SELECT COUNT(*) FROM results") >= 150,
-                   "two busy workers", 90)
-        pid = raw_rows(any_db, "SELECT pid FROM workers ORDER BY worker")[0][0]
+        pid = _first_of_two_busy_workers(any_db)
         _sigstop(pid, any_db, in_a_write=False)
         try:
             # past its lease: the other worker has leased one of its batches again
@@ -613,10 +617,7 @@ def test_a_worker_stopped_inside_a_write_is_named_by_the_other_and_nothing_is_lo
     reader = threading.Thread(target=lambda: said.extend(proc.stderr), daemon=True)
     reader.start()
     try:
-        wait_until(lambda: _count(db, "SELECT COUNT(*) FROM workers") == 2
-                   and _count(db, "SELECT COUNT(*) FROM results") >= 150,
-                   "two busy workers", 90)
-        pid = raw_rows(db, "SELECT pid FROM workers ORDER BY worker")[0][0]
+        pid = _first_of_two_busy_workers(db)
         _sigstop(pid, db, in_a_write=True)
         try:
             wait_until(lambda: any("which is stopped" in line for line in said),
