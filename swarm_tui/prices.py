@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
 from swarm_tui.core.checks import STRICT, Finite, Limits, checked, first_error
+from swarm_tui.core.record import record
 from swarm_tui.digest import sha256_hex
 from swarm_tui.errors import UserError
 
@@ -16,7 +16,7 @@ PER_MTOK = 1_000_000.0
 PerMillion = Annotated[float, Limits(ge=0), Finite()]
 
 
-@dataclass(frozen=True, kw_only=True)
+@record(frozen=True, kw_only=True)
 class Price:
     """One model's price: USD per million tokens in, out and cached in."""
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from enum import StrEnum
 
 from swarm_tui.canary.stats import binomial_excess_p, mann_whitney_greater, wilson
 from swarm_tui.core.canary import BASELINE, CANDIDATE
 from swarm_tui.core.plain import EXCLUDE
+from swarm_tui.core.record import field, record
 from swarm_tui.core.states import TaskState
 from swarm_tui.core.summary import CLIENT_BOUND_MS, Percentiles
 from swarm_tui.core.usage import Usage
@@ -35,7 +35,7 @@ ResultRow = tuple[str, str, float | None, float | None, int, int, float | None]
 CallRow = tuple[str, str, str | None]
 
 
-@dataclass(kw_only=True)
+@record(kw_only=True)
 class BucketFigures:
     """One bucket's figures (baseline or candidate) over a stage or a window."""
 
@@ -62,7 +62,7 @@ class BucketFigures:
         return (self.calls - self.call_errors) / self.calls if self.calls else None
 
 
-@dataclass(kw_only=True)
+@record(kw_only=True)
 class Verdict:
     """One gate's result and the figures that decided it."""
 
@@ -71,7 +71,7 @@ class Verdict:
     detail: str
 
 
-@dataclass(kw_only=True)
+@record(kw_only=True)
 class Analysis:
     """Both buckets over the stage and the rolling window, and every gate's verdict."""
 

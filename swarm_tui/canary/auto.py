@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 from swarm_tui.canary import state as st
 from swarm_tui.canary.analysis import FAIL, INCONCLUSIVE, Analysis
 from swarm_tui.core.fmt import config_duration
+from swarm_tui.core.record import replace
 from swarm_tui.settings.sections import CanaryConfig
 
 
@@ -27,9 +26,9 @@ def decide(state: st.CanaryState, analysis: Analysis, cfg: CanaryConfig, now: fl
         if failures >= cfg.failure_limit:
             reason = f"{failed} ({failures} consecutive evaluations)"
             return st.transition(state, st.ABORT, None, cfg.stages, now), st.ABORT, reason
-        return dataclasses.replace(state, failures=failures, passing_since=None), None, None
+        return replace(state, failures=failures, passing_since=None), None, None
     if overall == INCONCLUSIVE:
-        kept = dataclasses.replace(state, passing_since=None)
+        kept = replace(state, passing_since=None)
         if now - state.bake_started_at >= bake:
             why = "; ".join(f"{v.gate}: {v.detail}" for v in analysis.verdicts
                             if v.result == INCONCLUSIVE)
@@ -37,7 +36,7 @@ def decide(state: st.CanaryState, analysis: Analysis, cfg: CanaryConfig, now: fl
             return st.transition(kept, st.PAUSE, None, cfg.stages, now), st.PAUSE, reason
         return kept, None, None
     since = state.passing_since if state.passing_since is not None else now
-    passing = dataclasses.replace(state, failures=0, passing_since=since)
+    passing = replace(state, failures=0, passing_since=since)
     if now - since >= bake:
         shown = "; ".join(f"{v.gate} {v.detail}" for v in analysis.verdicts)
         reason = f"every gate passed for the {config_duration(bake)} bake time: {shown}"

@@ -7,8 +7,6 @@ same canary.
 
 from __future__ import annotations
 
-import dataclasses
-
 from swarm_tui.canary.actions import (
     ABORT,
     ACTIONS,
@@ -28,6 +26,7 @@ from swarm_tui.core.canary import (
     CanaryState,
     initial,
 )
+from swarm_tui.core.record import replace
 from swarm_tui.errors import UserError
 
 __all__ = ["ABORT", "ABORTED", "ACTIONS", "COMPLETE", "PAUSE", "PAUSED", "PROGRESSING", "PROMOTE",
@@ -78,10 +77,10 @@ def transition(state: CanaryState, action: str, arg: str | int | None, stages: l
     if action == PROMOTE_FULL:
         return _moved(state, 100, COMPLETE, now)
     if action == PAUSE:
-        return dataclasses.replace(state, status=PAUSED, updated_at=now)
+        return replace(state, status=PAUSED, updated_at=now)
     if action == RESUME:
         # The analysis window keeps the stage's samples; the bake timer starts again.
-        return dataclasses.replace(state, status=PROGRESSING, bake_started_at=now,
+        return replace(state, status=PROGRESSING, bake_started_at=now,
                                    passing_since=None, failures=0, updated_at=now)
     if action == ABORT:
         return _moved(state, 0, ABORTED, now)
@@ -98,6 +97,6 @@ def transition(state: CanaryState, action: str, arg: str | int | None, stages: l
 
 def _moved(state: CanaryState, pct: int, status: str, now: float) -> CanaryState:
     """A new percentage is a new stage: fresh analysis window, bake timer and counters."""
-    return dataclasses.replace(state, pct=pct, status=status, updated_at=now,
+    return replace(state, pct=pct, status=status, updated_at=now,
                                stage_started_at=now, bake_started_at=now, passing_since=None,
                                failures=0)

@@ -5,7 +5,6 @@ the rows (store/canary.py); what they mean is decided here."""
 
 from __future__ import annotations
 
-import dataclasses
 import sqlite3
 import time
 from pathlib import Path
@@ -13,6 +12,7 @@ from pathlib import Path
 from swarm_tui.canary import state as st
 from swarm_tui.canary.analysis import Analysis, evaluate, figures
 from swarm_tui.core.plain import to_json
+from swarm_tui.core.record import replace
 from swarm_tui.settings.sections import CanaryConfig
 from swarm_tui.store import canary as cs
 from swarm_tui.store.conn import StoreConnection
@@ -66,7 +66,7 @@ async def state_at(conn: StoreConnection, cfg: CanaryConfig, at: float
         pct = state.pct if to_pct is None else to_pct
         status = to_status or state.status
         moved = pct != state.pct or (status == st.PROGRESSING and state.status != status)
-        state = dataclasses.replace(
+        state = replace(
             state, pct=pct, status=status, updated_at=when,
             stage_started_at=when if pct != state.pct else state.stage_started_at,
             bake_started_at=when if moved else state.bake_started_at)

@@ -17,10 +17,10 @@ import os
 import stat
 import sys
 import time
-from dataclasses import dataclass, replace
 from pathlib import Path
 
 from swarm_tui.core.plain import as_plain
+from swarm_tui.core.record import record, replace
 from swarm_tui.core.states import KeyState, RunStatus
 from swarm_tui.errors import EXIT_OK, UserError
 from swarm_tui.gateway.keys import fingerprint, key_problem, keys_from_env, read_key_file
@@ -34,7 +34,7 @@ from swarm_tui.store.target import DbTarget
 FRESH_S = 5.0  # key state older than this belongs to a run that is no longer alive
 
 
-@dataclass(kw_only=True)
+@record(kw_only=True)
 class KeyListing:
     """One key as `keys list` shows it: where it is configured, and its live state."""
 

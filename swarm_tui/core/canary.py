@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from swarm_tui.core.record import record
 
 PROGRESSING = "progressing"  # baking the current stage; auto mode may promote or abort
 PAUSED = "paused"            # held at its percentage until resume / promote
@@ -15,7 +15,7 @@ BASELINE = "baseline"  # the bucket of every task until a canary splits traffic
 CANDIDATE = "candidate"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CanaryState:
     """The canary's stored row: stage, status, timers and the failure streak."""
 

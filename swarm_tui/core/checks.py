@@ -1,6 +1,7 @@
-"""Checks pydantic applies to plain dataclasses, declared without importing pydantic.
+"""Checks pydantic applies to plain records, declared without importing pydantic.
 
-The config's sections and the price entries are stdlib dataclasses: pydantic validates a
+The config's sections and the price entries are records (core/record.py), made
+dataclasses for pydantic when it validates them: pydantic validates a
 TOML file into them (same rules, same one-line errors as a BaseModel), while a command
 that reads a validated copy (commands/config_copy.py) builds them with no pydantic at all.
 Each marker is pydantic's documented `__get_pydantic_core_schema__` hook; pydantic_core is
@@ -11,6 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any, TypeVar
+
+from swarm_tui.core.record import as_dataclass, is_record
 
 T = TypeVar("T")
 
@@ -85,6 +88,8 @@ def checked(cls: type[T], data: Any) -> T:
 
     adapter = _ADAPTERS.get(cls)
     if adapter is None:
+        if is_record(cls):
+            as_dataclass(cls)
         adapter = _ADAPTERS[cls] = TypeAdapter(cls)
     return adapter.validate_python(data)
 

@@ -1,14 +1,14 @@
-"""Results as plain dataclasses: to JSON, and back from the JSON the store keeps.
+"""Results as plain records: to JSON, and back from the JSON the store keeps.
 
 Pydantic validates what comes in (config, workload, price files); what our own code
-computes (summaries, cost reports, canary analyses) is a dataclass — building one checks
+computes (summaries, cost reports, canary analyses) is a record (core/record.py) or a
+dataclass — building one checks
 nothing it does not need to, and reading a stored run needs no pydantic at all (issue 34:
 `report`, `keys list`, `canary status` start in ≤ 5× `python -c pass`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import types
@@ -16,6 +16,9 @@ import typing
 from enum import Enum
 from pathlib import PurePath
 from typing import Any, TypeVar
+
+from swarm_tui.core.record import fields as record_fields
+from swarm_tui.core.record import is_record
 
 T = TypeVar("T")
 
@@ -35,8 +38,8 @@ def as_plain(obj: Any) -> Any:
         return obj.value
     if isinstance(obj, str):
         return str(obj)
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: as_plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)
+    if _structured(obj) and not isinstance(obj, type):
+        return {f.name: as_plain(getattr(obj, f.name)) for f in _fields(obj)
                 if not f.metadata.get("exclude")}
     if isinstance(obj, dict):
         return {str(as_plain(k)): as_plain(v) for k, v in obj.items()}
@@ -56,7 +59,7 @@ def to_json(obj: Any, indent: int | None = None) -> str:
 
 def shallow(obj: Any) -> dict[str, Any]:
     """A dataclass's fields as keyword arguments (nested objects kept, not copied)."""
-    return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+    return {f.name: getattr(obj, f.name) for f in _fields(obj)}
 
 
 def build(cls: type[T], data: dict[str, Any]) -> T:
@@ -64,8 +67,23 @@ def build(cls: type[T], data: dict[str, Any]) -> T:
     nested dataclasses rebuilt by their type hints, keys it does not know ignored, missing
     ones left to their defaults. For data we wrote ourselves — it validates nothing."""
     hints = _hints(cls)
-    known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    known = {f.name for f in _fields(cls)}
     return cls(**{k: _value(hints[k], v) for k, v in data.items() if k in known})
+
+
+def _structured(obj: Any) -> bool:
+    """A record or a dataclass (an instance or a class)."""
+    return is_record(obj) or hasattr(obj, "__dataclass_fields__")
+
+
+def _fields(obj: Any) -> Any:
+    """Its fields (each with .name and .metadata); `dataclasses` is imported only for a
+    dataclass, whose module has imported it already."""
+    if is_record(obj):
+        return record_fields(obj)
+    import dataclasses
+
+    return dataclasses.fields(obj)
 
 
 _HINTS: dict[type, dict[str, Any]] = {}
@@ -97,7 +115,7 @@ def _value(hint: Any, value: Any) -> Any:
         _key, item = typing.get_args(hint)
         return {k: _value(item, v) for k, v in value.items()}
     if isinstance(hint, type):
-        if dataclasses.is_dataclass(hint) and isinstance(value, dict):
+        if _structured(hint) and isinstance(value, dict):
             return build(hint, value)
         if issubclass(hint, PurePath | Enum) and not isinstance(value, hint):
             return hint(value)
@@ -113,7 +131,7 @@ def _fits(hint: Any, value: Any) -> bool:
     if origin is not None:
         return isinstance(value, origin)
     if isinstance(hint, type):
-        if dataclasses.is_dataclass(hint):
+        if _structured(hint):
             return isinstance(value, dict)
         if hint is float:
             return isinstance(value, int | float) and not isinstance(value, bool)

@@ -13,10 +13,10 @@ import math
 from array import array
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import Protocol
 
 from swarm_tui.core.plain import shallow
+from swarm_tui.core.record import field, record
 from swarm_tui.core.states import TaskState
 from swarm_tui.core.usage import Usage
 
@@ -64,7 +64,7 @@ def nearest_rank(sorted_values: Sequence[float], p: float) -> float | None:
     return sorted_values[rank - 1]
 
 
-@dataclass(kw_only=True)
+@record(kw_only=True)
 class Percentiles:
     """Nearest-rank p50 / p95 / p99 and the mean of a set of values (ms)."""
 
@@ -84,7 +84,7 @@ class Percentiles:
         )
 
 
-@dataclass(kw_only=True)
+@record(kw_only=True)
 class Tokens:
     """Tokens of succeeded tasks, as the gateways reported them (or estimated)."""
 
@@ -94,7 +94,7 @@ class Tokens:
     estimated_tasks: int = 0  # tasks whose usage the gateway did not report
 
 
-@dataclass(kw_only=True)
+@record(kw_only=True)
 class Stats:
     """A set of tasks' outcomes, calls, latencies, tokens and cost."""
 
@@ -119,7 +119,7 @@ class Stats:
     errors: dict[str, int] = field(default_factory=dict)
 
 
-@dataclass(kw_only=True)
+@record(kw_only=True)
 class SlaVerdict:
     """The run judged against its SLA: met, breached (and why) or inconclusive."""
 
@@ -133,7 +133,7 @@ class SlaVerdict:
     inconclusive: str | None = None
 
 
-@dataclass(kw_only=True)
+@record(kw_only=True)
 class RunSummary(Stats):
     """A run's summary: the `--json` object of `run` and `report`."""
 

@@ -4,10 +4,10 @@ view and the canary's per-bucket figures all add their rows here, so "tokens per
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from swarm_tui.core.record import field, record
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class Usage:
     """Tokens and cost summed over succeeded tasks."""
 

@@ -9,9 +9,9 @@ the same token counts — the team's own per-model simulation made that assumpti
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import Protocol
 
+from swarm_tui.core.record import field, record
 from swarm_tui.core.states import TaskState
 from swarm_tui.core.usage import Usage
 from swarm_tui.prices import Price, PriceTable
@@ -37,7 +37,7 @@ class CostRow(Protocol):
     cost_usd: float | None
 
 
-@dataclass(kw_only=True)
+@record(kw_only=True)
 class CostLine:
     """A group of succeeded tasks' tokens and cost."""
 
@@ -51,7 +51,7 @@ class CostLine:
     estimated_tasks: int = 0        # usage not reported by the gateway: estimated tokens
 
 
-@dataclass(kw_only=True)
+@record(kw_only=True)
 class Projection:
     """The run's spend rate and what it comes to per day and month."""
 
@@ -66,7 +66,7 @@ class Projection:
     unpriced_tasks: int = 0
 
 
-@dataclass(kw_only=True)
+@record(kw_only=True)
 class WhatIf:
     """The run's recorded tokens priced on another model."""
 
@@ -79,7 +79,7 @@ class WhatIf:
     actual: bool = False                    # every priced task ran on this model
 
 
-@dataclass(kw_only=True)
+@record(kw_only=True)
 class RoutingWhatIf:
     """What the dual-model routing saved against everything on the long model."""
 
@@ -89,7 +89,7 @@ class RoutingWhatIf:
     saving_pct: float | None                # how much the dual-model routing saved
 
 
-@dataclass(kw_only=True)
+@record(kw_only=True)
 class CostReport:
     """A run's cost: totals, breakdowns, projections, what-ifs, timeline."""
 

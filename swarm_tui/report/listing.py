@@ -6,18 +6,18 @@ them); only a live or interrupted run's summary is computed from its rows."""
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from typing import TYPE_CHECKING, Any
 
 from swarm_tui.core.plain import as_plain
+from swarm_tui.core.record import fields, record
 from swarm_tui.store.runs import ENDED, list_runs
 
 if TYPE_CHECKING:
     from swarm_tui.store.conn import StoreConnection
 
 
-@dataclasses.dataclass(slots=True, frozen=True)
+@record(slots=True, frozen=True)
 class RunListItem:
     """One stored run as `runs` lists it."""
 
@@ -35,7 +35,7 @@ class RunListItem:
     unpriced_tasks: int
 
     def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 async def runs_listing(conn: StoreConnection, limit: int) -> list[RunListItem]:

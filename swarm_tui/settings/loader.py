@@ -22,6 +22,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from swarm_tui.core.plain import as_plain
+from swarm_tui.core.record import as_dataclass
 from swarm_tui.errors import UserError
 from swarm_tui.paths import config_file
 from swarm_tui.prices import PriceTable, load_price_table
@@ -44,6 +45,10 @@ from swarm_tui.settings.sections import (
 )
 from swarm_tui.token_count import TokenCounts
 from swarm_tui.token_count import configure as configure_counts
+
+# pydantic validates the sections as the dataclasses they are shaped as (core/record.py)
+for _section in (GatewayConfig, RoutingConfig, SlaConfig, CanaryConfig):
+    as_dataclass(_section)
 
 
 class Settings(BaseSettings):

@@ -1,6 +1,7 @@
-"""The config's sections as plain dataclasses: what the engine, the store, the canary and
-the reports read. settings/loader.py validates a TOML file into them with pydantic-settings
-(flags, environment, file; the checks are core/checks.py's markers, read by pydantic); a
+"""The config's sections as plain records (core/record.py): what the engine, the store,
+the canary and the reports read. settings/loader.py validates a TOML file into them with
+pydantic-settings (flags, environment, file; the checks are core/checks.py's markers, read
+by pydantic, which sees them as dataclasses); a
 command that reads a validated copy (settings/snapshot.py) builds them without pydantic,
 so `report`, `keys list` and `canary status` start in a few tens of milliseconds.
 """
@@ -9,12 +10,12 @@ from __future__ import annotations
 
 import itertools
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 from urllib.parse import urlsplit
 
 from swarm_tui.core.checks import STRICT, After, Before, Finite, JsonAs, Limits, first_error
+from swarm_tui.core.record import field, record
 from swarm_tui.redact import without_userinfo
 
 if TYPE_CHECKING:
@@ -43,7 +44,7 @@ def _http_url(v: str) -> str:
     return v.rstrip("/")
 
 
-@dataclass(kw_only=True)
+@record(kw_only=True)
 class GatewayConfig(Section):
     """[gateways.NAME]: an OpenAI-compatible gateway, its keys and limits."""
 
@@ -76,7 +77,7 @@ class GatewayConfig(Section):
             raise ValueError("client_cert is shown over TLS only: base_url must be https://")
 
 
-@dataclass(kw_only=True)
+@record(kw_only=True)
 class RoutingConfig(Section):
     """[routing]: long prompts to one model, short to another; fallbacks."""
 
@@ -88,7 +89,7 @@ class RoutingConfig(Section):
         "kimi-k2.5": ["deepseek-v3.2"], "deepseek-v3.2": ["kimi-k2.5"]})
 
 
-@dataclass(kw_only=True)
+@record(kw_only=True)
 class SlaConfig(Section):
     """[sla]: the p95 and the success rate a run is judged by."""
 
@@ -121,7 +122,7 @@ _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 Duration = Annotated[float, Before(parse_duration)]
 
 
-@dataclass(kw_only=True)
+@record(kw_only=True)
 class CanaryGates(Section):
     """[canary.gates]: what the candidate must show at each stage."""
 
@@ -140,7 +141,7 @@ def _increasing(v: list[int]) -> list[int]:
     return v
 
 
-@dataclass(kw_only=True)
+@record(kw_only=True)
 class CanaryConfig(Section):
     """A baseline and a candidate gateway; traffic moves by user hash, stage by stage."""
 

@@ -7,11 +7,11 @@ config file and environment) without importing pydantic.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from swarm_tui.core.plain import as_plain, build
+from swarm_tui.core.record import field, record
 from swarm_tui.prices import Price, PriceTable
 from swarm_tui.settings.sections import CanaryConfig, GatewayConfig, RoutingConfig, SlaConfig
 
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from swarm_tui.settings.loader import LoadedConfig
 
 
-@dataclass(kw_only=True)
+@record(kw_only=True)
 class SettingsView:
     """The settings a reading command uses (see the module's docstring)."""
 
@@ -32,7 +32,7 @@ class SettingsView:
     canary: CanaryConfig | None = None
 
 
-@dataclass(kw_only=True)
+@record(kw_only=True)
 class ConfigView:
     """Those settings, the config file's path and the resolved price table."""
 

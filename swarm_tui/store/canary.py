@@ -6,12 +6,12 @@ never both win; a running runner polls the row and follows it.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 
 from swarm_tui.core import canary as st
 from swarm_tui.core.canary import BASELINE, CANDIDATE
+from swarm_tui.core.record import record, replace
 from swarm_tui.settings.sections import CanaryConfig
 from swarm_tui.store.audited import CANARY_CREATE, CANARY_MOVE, on_server
 from swarm_tui.store.conn import StoreConnection
@@ -22,7 +22,7 @@ _COLS = ("name, baseline, candidate, status, pct, stage_started_at, bake_started
          "passing_since, failures, version, updated_at")
 
 
-@dataclasses.dataclass(kw_only=True)
+@record(kw_only=True)
 class ActionRecord:
     """One entry of the canary's audit log."""
 
@@ -104,7 +104,7 @@ async def save(conn: StoreConnection, before: st.CanaryState, after: st.CanarySt
                reason: str | None = None, metrics_json: str | None = None) -> bool:
     """Write `after` if nobody changed the row since `before` was read; audit an action.
     False: lost the race (the caller re-reads)."""
-    new = dataclasses.replace(after, version=before.version + 1)
+    new = replace(after, version=before.version + 1)
     if on_server(conn):  # compare-and-swap, audit line and notification in one call
         async with conn.execute(
                 f"SELECT {CANARY_MOVE}(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",

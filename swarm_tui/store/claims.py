@@ -22,9 +22,9 @@ import contextlib
 import fcntl
 import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
+from swarm_tui.core.record import record
 from swarm_tui.errors import UserError
 from swarm_tui.store.own_files import open_own, own_dir
 from swarm_tui.store.target import DbTarget, PgTarget
@@ -99,7 +99,7 @@ def owner_alive(host: str | None, pid: int | None, started: float | None,
     return now - heartbeat_at <= OTHER_HOST_LEASE_S
 
 
-@dataclass
+@record
 class Claim:
     """This process's claim on one run: the held lock and the fencing token."""
 

@@ -8,13 +8,12 @@ cached_in is summed as stored, and a row never reports more cached than input to
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from swarm_tui.core.record import record
 from swarm_tui.core.states import TaskState
 from swarm_tui.store.conn import StoreConnection, dialect_of
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class CostGroup:
     """`tasks` succeeded tasks summed; satisfies engine.cost.CostRow."""
 

@@ -5,10 +5,10 @@ Kept free of the drivers' imports: every command resolves its target, few open a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from swarm_tui.core.record import record
 from swarm_tui.errors import UserError
 
 SCHEMES = ("postgresql://", "postgres://")
@@ -22,7 +22,7 @@ def is_pg_url(raw: str) -> bool:
 SECRET_PARAMS = frozenset({"password", "sslpassword"})
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class PgTarget:
     """A PostgreSQL database named by URL. Printed without its secrets (a password in the
     userinfo or as a `password=` / `sslpassword=` parameter), if it has any."""

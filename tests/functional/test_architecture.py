@@ -226,6 +226,10 @@ def test_reading_commands_import_no_console_and_no_http_client(one_run_db, argv)
         heavy |= {"hashlib", "statistics"}
         if sys.platform == "linux":
             heavy.add("platformdirs")
+    if argv[0] in ("runs", "report", "keys", "canary", "cost") and "--help" not in argv:
+        # nor dataclasses, nor inspect, ast and dis with it (~20 ms), nor a compiled method per
+        # record class (~1 ms each): the records they read are core/record.py's
+        heavy |= {"dataclasses", "inspect"}
     if "--help" in argv:  # the grammar alone: no engine, no models, no loop (issue 34)
         heavy |= {"pydantic", "asyncio", "aiosqlite", "psycopg", "swarm_tui.engine",
                   "swarm_tui.store", "swarm_tui.workload"}
