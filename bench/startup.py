@@ -1,6 +1,7 @@
 """Command start (issue 34): each command's whole-process time against `python -c pass`,
-median of 11, in the same run. Uses the database named by SWARM_TUI_DB (make one with a
-run first: `swarm-tui run --demo 100 --headless`).
+median of 11, in the same run: as `python -m swarm_tui CMD`, and as the installed
+`swarm-tui CMD` beside this Python when there is one. Uses the database named by
+SWARM_TUI_DB (make one with a run first: `swarm-tui run --demo 100 --headless`).
 
     python bench/startup.py [ROUNDS]     (default 11)
 """
@@ -12,6 +13,7 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 # As installed: Python's compiled modules (.pyc) cached beside the source. With
 # PYTHONDONTWRITEBYTECODE set (as on some build images) every start compiles every module
@@ -45,8 +47,12 @@ def main() -> None:
     for cmd in COMMANDS:
         _once_ms([sys.executable, "-m", "swarm_tui", *cmd])
     argvs = {"python -c pass": [sys.executable, "-c", "pass"]}
-    argvs.update({"swarm-tui " + " ".join(cmd): [sys.executable, "-m", "swarm_tui", *cmd]
-                  for cmd in COMMANDS})
+    argvs.update({"python -m swarm_tui " + " ".join(cmd):
+                  [sys.executable, "-m", "swarm_tui", *cmd] for cmd in COMMANDS})
+    # what the user types: the installed entry point (no runpy, which `-m` imports)
+    script = Path(sys.executable).parent / "swarm-tui"
+    if script.exists():
+        argvs.update({"swarm-tui " + " ".join(cmd): [str(script), *cmd] for cmd in COMMANDS})
     # what bounds a command that would validate the config itself: importing the config's
     # libraries alone, before any of ours
     floors = ("from pydantic import BaseModel", "import pydantic_settings",

@@ -10,18 +10,19 @@ for a few kilobytes; bulk hashing (a workload's tasks) keeps hashlib.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 
 def sha256(data: bytes = b"") -> Any:
     """A SHA-256 hash object (update / hexdigest), as hashlib.sha256 gives."""
     try:
-        from _sha2 import sha256 as make  # 3.12+
-    except ImportError:
-        try:
-            from _sha256 import sha256 as make  # 3.11
-        except ImportError:  # a build without CPython's own: OpenSSL's
-            from hashlib import sha256 as make
+        if sys.version_info >= (3, 12):
+            from _sha2 import sha256 as make
+        else:
+            from _sha256 import sha256 as make
+    except ImportError:  # a build without CPython's own: OpenSSL's
+        from hashlib import sha256 as make
     return make(data)
 
 

@@ -7,6 +7,10 @@ the handlers share, exits.py the exit-code table. Importing any of it imports no
 store, pydantic or driver: each handler brings what it uses.
 """
 
-from swarm_tui.cli.main import build_parser, main
+from swarm_tui.cli import collector
+
+collector.while_starting()  # before the imports below (collector.py says why)
+
+from swarm_tui.cli.main import build_parser, main  # noqa: E402
 
 __all__ = ["build_parser", "main"]

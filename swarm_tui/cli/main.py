@@ -11,32 +11,40 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from swarm_tui import __version__
-from swarm_tui.cli import admin, consoles, run, stored
+from swarm_tui.cli import collector
 from swarm_tui.cli.flags import common_flags, console_flags
 from swarm_tui.cli.shared import interactive
 from swarm_tui.cli.streams import StdoutError, TerminalStream, speak_utf8, stdout_to_null
 from swarm_tui.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, UserError
-from swarm_tui.gateway.keys import redact
 
-# Each command's parser, by its word, in the order `--help` lists them. A command builds
-# only its own: the whole tree is ~190 options, ~5 ms of every start (issue 34).
-PARSERS: dict[str, Callable[[argparse._SubParsersAction], None]] = {
-    "run": run.add_run,
-    "watch": consoles.add_watch,
-    "serve": consoles.add_serve,
-    "resume": run.add_resume,
-    "replay": consoles.add_replay,
-    "worker": run.add_worker,
-    "completion": admin.add_completion,
-    "db": admin.add_db,
-    "runs": stored.add_runs,
-    "report": stored.add_report,
-    "cost": stored.add_cost,
-    "export": stored.add_export,
-    "canary": admin.add_canary,
-    "keys": admin.add_keys,
-    "sim": admin.add_sim,
+# Each command's word and the module of cli/ that holds its parser (`add_WORD`) and its
+# handler (`cmd_WORD`), in the order `--help` lists them. A command builds only its own
+# parser (the whole tree is ~190 options, ~5 ms of every start) and imports only its own
+# module (issue 34).
+PARSERS: dict[str, str] = {
+    "run": "run",
+    "watch": "consoles",
+    "serve": "consoles",
+    "resume": "run",
+    "replay": "consoles",
+    "worker": "run",
+    "completion": "admin",
+    "db": "admin",
+    "runs": "stored",
+    "report": "stored",
+    "cost": "stored",
+    "export": "stored",
+    "canary": "admin",
+    "keys": "admin",
+    "sim": "admin",
 }
+
+
+def _of(word: str | None, kind: str) -> Any:
+    """A command's `add_` or `cmd_` function (bare `swarm-tui`: the console's handler)."""
+    module = __import__(f"swarm_tui.cli.{PARSERS.get(word or '', 'consoles')}",
+                        fromlist=["_"])
+    return getattr(module, f"{kind}_{word or 'console'}")
 
 
 def _columns() -> int:
@@ -76,9 +84,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser = _top_parser()
     parser.add_argument("--version", action="version", version=f"swarm-tui {__version__}")
     sub = parser.add_subparsers(dest="command")
-    for name, add in PARSERS.items():
+    for name in PARSERS:
         if only is None or name == only:
-            add(sub)
+            _of(name, "add")(sub)
     return parser
 
 
@@ -106,24 +114,9 @@ def command_word(argv: Sequence[str]) -> str | None:
     return known.word if known.word in PARSERS and not known.help else None
 
 
-HANDLERS: dict[str | None, Callable[[argparse.Namespace], int]] = {
-    "run": run.cmd_run,
-    "watch": consoles.cmd_watch,
-    "serve": consoles.cmd_serve,
-    "resume": run.cmd_resume,
-    "replay": consoles.cmd_replay,
-    "worker": run.cmd_worker,
-    "completion": admin.cmd_completion,
-    "db": admin.cmd_db,
-    "runs": stored.cmd_runs,
-    "report": stored.cmd_report,
-    "cost": stored.cmd_cost,
-    "export": stored.cmd_export,
-    "canary": admin.cmd_canary,
-    "keys": admin.cmd_keys,
-    "sim": admin.cmd_sim,
-    None: consoles.cmd_console,  # bare `swarm-tui`: the console
-}
+# the commands that stay up: the collector's start-up threshold is theirs only while they
+# start (cli/collector.py); the others read, write a few rows, and end
+STAYS = frozenset({"run", "watch", "serve", "resume", "replay", "worker", "sim"})
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -135,6 +128,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         argcomplete.autocomplete(parser)
     args = parser.parse_args(args_in)
+    if args.command in STAYS or (args.command is None and interactive()):
+        collector.as_usual()  # a run, a console, a worker: collected as usual from here
     if args.command is None and not interactive():
         parser.print_help()  # the console needs a terminal
         return EXIT_OK
@@ -142,9 +137,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     stdout, stderr = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = TerminalStream(stdout, True), TerminalStream(stderr, False)
     try:
-        return HANDLERS[args.command](args)
+        handler: Callable[[argparse.Namespace], int] = _of(args.command, "cmd")
+        return handler(args)
     except UserError as e:
-        print(f"swarm-tui: error: {' '.join(redact(str(e)).split())}", file=sys.stderr)
+        print(f"swarm-tui: error: {' '.join(_redacted(e).split())}", file=sys.stderr)
         return e.exit_code
     except KeyboardInterrupt:
         print("swarm-tui: interrupted", file=sys.stderr)
@@ -163,10 +159,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout, sys.stderr = stdout, stderr
 
 
+def _redacted(e: Exception) -> str:
+    """Its text with anything secret-shaped masked (imported here: a command that
+    succeeds never needs it)."""
+    from swarm_tui.gateway.keys import redact
+
+    return redact(str(e))
+
+
 def _internal(e: Exception) -> int:
     """The last resort: one line, no traceback, no secret."""
     if os.environ.get("SWARM_TUI_DEBUG"):
         raise e
-    print(f"swarm-tui: internal error: {type(e).__name__}: {redact(str(e))} "
+    print(f"swarm-tui: internal error: {type(e).__name__}: {_redacted(e)} "
           "(set SWARM_TUI_DEBUG=1 for a traceback)", file=sys.stderr)
     return EXIT_INTERNAL

@@ -244,6 +244,10 @@ def test_reading_commands_import_no_console_and_no_http_client(one_run_db, argv)
             f"heavy = {sorted(heavy)!r}\n"
             "names = {'.'.join(m.split('.')[:i]) for m in sys.modules for i in (1, 2, 3)}\n"
             "print(out.getvalue())\n"
+            "import gc\n"
+            "from swarm_tui.cli import collector\n"
+            "# a command that ends keeps the collector's start-up threshold to the end\n"
+            "assert gc.get_threshold() == collector.STARTING, gc.get_threshold()\n"
             "print(sorted(names & set(heavy)))\n")
     if argv[0] in ("report", "keys", "canary", "cost") and "--help" not in argv:
         _python_in(one_run_db, f"from swarm_tui.cli import main\nmain({argv!r})", timeout=60)
@@ -259,10 +263,12 @@ def test_a_run_on_the_wire_path_never_imports_the_sdk(tmp_path):
     transports. Nor does the run serve the simulator it talks to (its child process does):
     uvicorn, with click and watchfiles, was ~50 ms of every run's and worker's start. Nor,
     without --metrics-port, the Prometheus exporter (~30 ms)."""
-    code = ("import sys\n"
-            "from swarm_tui.cli import main\n"
+    code = ("import gc, sys\n"
+            "from swarm_tui.cli import collector, main\n"
             "code = main(['run', '--demo', '5', '--headless', '--quiet'])\n"
             "assert code in (0, 3), code  # (3: the SLA judged on a loaded machine)\n"
+            "# a run stays up: its own thresholds once started (cli/collector.py, runtime.py)\n"
+            "assert gc.get_threshold() not in (collector.STARTING, collector.USUAL)\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] in\n"
             "             ('openai', 'httpx2', 'uvicorn', 'click', 'watchfiles',\n"
             "              'prometheus_client')))\n")
