@@ -125,8 +125,8 @@ def _evaluated(text: str, module: str) -> Any:
 
 
 def _value(hint: Any, value: Any) -> Any:
-    if value is None:
-        return None
+    if value is None or _as_is(hint):
+        return value
     origin = typing.get_origin(hint)
     if origin is typing.Annotated:
         return _value(typing.get_args(hint)[0], value)
@@ -148,6 +148,32 @@ def _value(hint: Any, value: Any) -> Any:
         if issubclass(hint, PurePath | Enum) and not isinstance(value, hint):
             return hint(value)
     return value
+
+
+_AS_IS: dict[Any, bool] = {}
+
+
+def _as_is(hint: Any) -> bool:
+    """Whether a value of this type is its own plain form (no record, dataclass, path or
+    enum anywhere in it): most fields are, and are then taken without a walk."""
+    try:
+        known = _AS_IS.get(hint)
+    except TypeError:  # an unhashable marker in an Annotated: walked each time
+        return _plain_all_through(hint)
+    if known is None:
+        known = _AS_IS[hint] = _plain_all_through(hint)
+    return known
+
+
+def _plain_all_through(hint: Any) -> bool:
+    if isinstance(hint, type):
+        return not (_structured(hint) or issubclass(hint, PurePath | Enum))
+    origin = typing.get_origin(hint)
+    if origin is typing.Annotated:
+        return _plain_all_through(typing.get_args(hint)[0])
+    if origin is typing.Literal:
+        return True
+    return all(_plain_all_through(a) for a in typing.get_args(hint) if a is not Ellipsis)
 
 
 def _fits(hint: Any, value: Any) -> bool:

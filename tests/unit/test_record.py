@@ -195,3 +195,22 @@ def test_the_plain_forms_hints_are_typings_for_every_record_of_ours():
 
 def _text(hints: dict[str, object]) -> dict[str, str]:
     return {k: re.sub(r" at 0x[0-9a-f]+", "", repr(v)) for k, v in hints.items()}
+
+
+def test_a_field_is_taken_without_a_walk_only_when_nothing_in_it_needs_building():
+    from pathlib import Path
+    from typing import Annotated, Literal
+
+    from swarm_tui.core.plain import _as_is
+    from swarm_tui.core.states import RunStatus
+    from swarm_tui.core.summary import Percentiles, RunSummary, Stats
+
+    for hint in (int, float | None, str, dict[str, int], list[str], Literal["a", "b"],
+                 Annotated[int, Limits(ge=1)], tuple[int, ...]):
+        assert _as_is(hint), hint
+    for hint in (Stats, Stats | None, dict[str, Stats], list[Percentiles], Path | None,
+                 RunStatus, Annotated[list[Path], Limits()], dict[str, list[RunSummary]]):
+        assert not _as_is(hint), hint
+    summary = build(RunSummary, as_plain(RunSummary(run_id="r", by_model={"m": Stats()})))
+    assert isinstance(summary.by_model["m"], Stats)
+    assert isinstance(summary.by_model["m"].latency_ms, Percentiles)
