@@ -13,8 +13,9 @@ first), defaults and `field(default_factory=...)`, `kw_only`, `frozen`, `slots`,
 `as_dataclass()` makes one a real dataclass for pydantic (the config loader), which has
 imported `dataclasses` anyway.
 
-Classes built per call on the hot path stay hand-written or real dataclasses: a generic
-`__init__` is ~2× slower per object than a generated one.
+A record's shared `__init__` is ~3× slower per object than a generated one (3.8 µs
+against 1.1 µs for nine fields here): a record built per row or per call writes its own
+(`store/runs.py`'s `StoredTask`), which the decorator keeps, as `@dataclass` does.
 """
 
 from __future__ import annotations
@@ -251,7 +252,6 @@ def as_dataclass(cls: type) -> None:
                 default_factory=(f.default_factory if f.default_factory is not MISSING
                                  else dataclasses.MISSING),
                 repr=f.repr, metadata=f.metadata))
-    # init/repr/eq are ours already; frozen only as pydantic should see it
     # init/repr/eq stay ours; it puts the class attributes back as they were
     dataclasses.dataclass(cls, init=False, repr=False, eq=False, kw_only=spec.kw_only)
     for hint in typing.get_type_hints(cls).values():  # the records its fields hold
