@@ -26,6 +26,7 @@ from swarm_tui.store.leases import (
     live_workers,
 )
 from swarm_tui.store.runs import resumable_tasks
+from swarm_tui.store.target import DbTarget, db_error
 from swarm_tui.store.writer import STORE_STOPPED
 
 FEED_POLL_S = 0.2  # how often a worker looks for room, new batches, expired leases
@@ -90,7 +91,8 @@ async def feed(conn: StoreConnection, runner: SwarmRunner, fence: LeaseFence, ru
 
 async def feeding(conn: StoreConnection, runner: SwarmRunner, fence: LeaseFence,
                    run_id: str, worker: str, total: int, *, shared: bool,
-                   expected: int, budget: SharedBudget | None, grace_s: float) -> None:
+                   expected: int, budget: SharedBudget | None, grace_s: float,
+                   target: DbTarget) -> None:
     """The feed. A store error (a deadlock, a lock timeout, a server restarting) is tried
     again for up to the store's grace, as the writer does; then dispatch stops with the
     reason — never a runner left waiting for tasks that will not come."""
@@ -109,12 +111,13 @@ async def feeding(conn: StoreConnection, runner: SwarmRunner, fence: LeaseFence,
             return
         except sqlite3.Error as e:
             now = loop.time()
+            why = db_error(target, e)  # a locked SQLite file: who holds it, and how to free it
             if failing_since is None:
                 failing_since = now
-                runner.emit(CONTROL, detail=f"worker: the store refused the feed ({e}); "
+                runner.emit(CONTROL, detail=f"worker: the store refused the feed ({why}); "
                                             "trying again")
             if now - failing_since > grace_s:
-                runner.stop(STORE_STOPPED, f"worker: cannot lease batches ({e}); no more "
+                runner.stop(STORE_STOPPED, f"worker: cannot lease batches ({why}); no more "
                                            "sends")
                 runner.end_feed()
                 return

@@ -193,7 +193,8 @@ async def work(conn: StoreConnection, db_target: DbTarget, cfg: LoadedConfig, op
             leases = await open_db(db_target, create=False, reconcile=False)
             feeder = asyncio.create_task(feeding(
                 leases, runner, fence, run_id, worker, total, shared=shared,
-                expected=int(snap.get("workers") or 1), budget=budget, grace_s=grace))
+                expected=int(snap.get("workers") or 1), budget=budget, grace_s=grace,
+                target=db_target))
             feeder.add_done_callback(lambda t: _feed_ended(t, runner))
             try:
                 yield
