@@ -137,6 +137,15 @@ def _frozen_delattr(self: Any, name: str) -> None:
     object.__delattr__(self, name)
 
 
+def _getstate(self: Any) -> list[Any]:
+    return [getattr(self, n) for n in self.__record__.names]
+
+
+def _setstate(self: Any, state: list[Any]) -> None:
+    for name, value in zip(self.__record__.names, state, strict=True):
+        object.__setattr__(self, name, value)  # (a frozen record's own __setattr__ refuses)
+
+
 def _build(cls: type, kw_only: bool, frozen: bool, slots: bool, eq: bool) -> type:
     inherited: dict[str, Field] = {}
     for base in reversed(cls.__mro__[1:]):
@@ -179,6 +188,9 @@ def _build(cls: type, kw_only: bool, frozen: bool, slots: bool, eq: bool) -> typ
     if frozen:
         methods["__setattr__"] = _frozen_setattr
         methods["__delattr__"] = _frozen_delattr
+        if slots:  # copy and pickle set slots by setattr otherwise (dataclasses does this too)
+            methods["__getstate__"] = _getstate
+            methods["__setstate__"] = _setstate
     if slots:  # a new class, as dataclasses makes one: slots cannot be added to a class
         body = {k: v for k, v in namespace.items()
                 if k not in own and k not in ("__dict__", "__weakref__")}

@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import copy as copy_module
 import dataclasses
 import itertools
+import pickle
 import re
 import sys
 import types
@@ -73,7 +75,8 @@ def _same_hash(one: object, other: object) -> object:
 
 
 @pytest.mark.parametrize("options", [{}, {"kw_only": True}, {"frozen": True},
-                                     {"slots": True}, {"eq": False}], ids=str)
+                                     {"slots": True}, {"frozen": True, "slots": True},
+                                     {"eq": False}], ids=str)
 def test_a_record_behaves_as_the_same_dataclass(options):
     ours, std = _both(options)
     kw = options.get("kw_only", False)
@@ -114,6 +117,10 @@ def test_a_record_behaves_as_the_same_dataclass(options):
         else:
             a.x = 9
             assert a.x == 9
+        for again in (copy_module.copy(a), copy_module.deepcopy(a),
+                      pickle.loads(pickle.dumps(a))):
+            assert repr(again) == repr(a) and type(again) is type(a)
+            assert (again == a) == (copy_module.copy(b) == b)
         copy = rec.replace(a, y=7)
         assert (copy.x, copy.y, copy.tags) == (a.x, 7, a.tags) and copy is not a
         with pytest.raises(TypeError):
