@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import sqlite3
 import time
 from collections.abc import Callable
@@ -110,7 +111,10 @@ class CanaryController:
         self.view: CanaryView | None = None
         self.error: str | None = None
         self._task: asyncio.Task[None] | None = None
-        self._last_eval = 0.0
+        # never evaluated: its first look evaluates, however briefly the host has been up
+        # (monotonic time starts near 0 at boot; 0.0 here skipped a fresh host's first
+        # evaluations for `interval` seconds after boot)
+        self._last_eval = -math.inf
         # the executor's loop-lag monitor (set once its runner exists): latency gates are
         # inconclusive while the client is the bottleneck
         self.client_lag: LoopLag | None = None

@@ -36,7 +36,7 @@ FEED_POLL_S = 0.2  # how often a worker looks for room, new batches, expired lea
 class FeedState:
     """What the feed keeps across a store error it retries: a lease taken but not yet fed
     to the runner is fed on the next pass, never left held and unsent."""
-    last_beat: float = 0.0
+    last_beat: float = -math.inf  # never (the loop's clock starts near 0 at boot)
     unfed: list[Lease] = field(default_factory=list)
 
 

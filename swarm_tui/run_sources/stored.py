@@ -133,7 +133,7 @@ class StoreSource:
         self._follow: _Follow | None = None
         # PostgreSQL: told of writes to the run, so a quiet run is not read every tick
         self._listener: Listener | None = None
-        self._read_at = 0.0
+        self._read_at = -math.inf  # never read (monotonic time starts near 0 at boot)
         self._more_rows = False  # the last read stopped at its cap: more are stored
         self._seen: tuple[dict, tuple[KeyRow, ...], str, float | None] | None = None
         self._canary_view: CanaryView | None = None  # a replay's canary at its moment

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import sqlite3
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -141,8 +142,8 @@ class StoreWriter:
         self._kick = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
         self._stopping = False
-        self._last_poll = 0.0
-        self._last_keys = 0.0
+        self._last_poll = -math.inf  # never: monotonic time starts near 0 at boot
+        self._last_keys = -math.inf
         # the run host's step between two flushes (run/control_poll.py applies the
         # commands queued for the run): on the writer's connection, never during a commit
         self.between_flushes: Callable[[], Awaitable[None]] | None = None
@@ -414,7 +415,7 @@ class StoreWriter:
         if self._loop_task is not None:
             with contextlib.suppress(Exception):  # its death was told (_loop_ended)
                 await self._loop_task
-        self._last_keys = 0.0
+        self._last_keys = -math.inf
         await self.flush()
         if self.error is not None:
             self.failure = self.failure or STORE_STOPPED

@@ -7,6 +7,7 @@ time: each waits on the state the notification brings."""
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 import pytest
@@ -107,6 +108,27 @@ async def test_a_canary_change_reaches_a_following_process_by_notification(pg, m
         await until(lambda: router.pct == 100)
     finally:
         await ctl.close()
+
+
+async def test_the_first_look_evaluates_however_briefly_the_host_has_been_up(tmp_path,
+                                                                           monkeypatch):
+    """Monotonic time starts near 0 when a host boots. A controller that counted its last
+    evaluation from 0.0 skipped every evaluation until the host had been up `interval`
+    seconds: on a CI runner booted a minute before, a canary with a one-hour interval was
+    never judged (the suite caught it on a fresh machine). An interval longer than this
+    host's uptime stands in for that host here, whatever this one's uptime is."""
+    monkeypatch.setattr(canary_controller, "POLL_S", HOUR)
+    longer_than_up = time.monotonic() + HOUR
+    cfg = CanaryConfig(baseline="b", candidate="c", interval=longer_than_up)
+    ctl = canary_controller.CanaryController(cfg, CanaryRouter("b", "c"), tmp_path / "runs.db")
+    await ctl.open()
+    try:
+        ctl.start()
+        await until(lambda: ctl.view is not None, timeout=30)
+        assert ctl.view is not None and ctl.view.state.pct == 5
+    finally:
+        async with asyncio.timeout(10):
+            await ctl.close()
 
 
 async def test_a_notification_as_the_canary_loop_stops_does_not_hang_the_stop(tmp_path,
