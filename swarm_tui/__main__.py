@@ -1,3 +1,3 @@
-from swarm_tui.cli import main
+from swarm_tui.cli import entry
 
-raise SystemExit(main())
+entry()

@@ -11,6 +11,19 @@ from swarm_tui.cli import collector
 
 collector.while_starting()  # before the imports below (collector.py says why)
 
+from typing import NoReturn  # noqa: E402
+
 from swarm_tui.cli.main import build_parser, main  # noqa: E402
 
-__all__ = ["build_parser", "main"]
+
+def entry() -> NoReturn:
+    """The installed `swarm-tui` and `python -m swarm_tui`: main(), then the exit (a
+    reading command's without the last collection: collector.ending)."""
+    try:
+        code = main()
+    finally:
+        collector.ending()
+    raise SystemExit(code)
+
+
+__all__ = ["build_parser", "entry", "main"]
