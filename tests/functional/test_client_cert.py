@@ -176,6 +176,8 @@ def test_without_the_preflight_each_call_says_so_once_and_is_not_retried(tmp_pat
     assert json.loads(r.stdout)["failed"] == 5, r.stdout + r.stderr
     import sqlite3
 
+    from swarm_tui.settings.run_sections import RetryConfig
+
     with sqlite3.connect(tmp_path / "runs.db") as db:
         rows = db.execute("SELECT seq, error_class, error_message FROM attempts "
                           "ORDER BY seq, number").fetchall()
@@ -192,7 +194,7 @@ def test_without_the_preflight_each_call_says_so_once_and_is_not_retried(tmp_pat
             assert msg.startswith("the gateway refused the client certificate ("), attempts
             told += 1
         else:  # its attempts spent, each a lost race
-            assert cls == "connection" and len(attempts) == 3, attempts  # [retry] default
+            assert cls == "connection" and len(attempts) == RetryConfig().max_attempts, attempts
     assert told >= 1, tasks  # the run says why, in words
 
 
